@@ -1,0 +1,109 @@
+#include "npy.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+namespace mla::npy {
+
+size_t Array::item_size() const {
+  if (dtype.size() < 3) throw std::runtime_error(fmt::format("npy: bad dtype '{}'", dtype));
+  return std::stoul(dtype.substr(2));
+}
+
+size_t Array::count() const {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+// Value of key `key` in the header dict, e.g. 'descr': '<u4' -> <u4.
+std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
+  auto k = header.find("'" + key + "'");
+  if (k == std::string::npos) throw std::runtime_error(fmt::format("{}: npy header lacks '{}'", path, key));
+  auto colon = header.find(':', k);
+  auto start = header.find_first_not_of(" ", colon + 1);
+  if (header[start] == '\'') {
+    auto end = header.find('\'', start + 1);
+    return header.substr(start + 1, end - start - 1);
+  }
+  if (header[start] == '(') {
+    auto end = header.find(')', start);
+    return header.substr(start + 1, end - start - 1);
+  }
+  auto end = header.find_first_of(",}", start);
+  return header.substr(start, end - start);
+}
+
+}  // namespace
+
+Array load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open .npy file", path));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
+    throw std::runtime_error(fmt::format("{}: not a .npy file (bad magic)", path));
+  int major = bytes[6];
+  size_t header_len, header_start;
+  if (major == 1) {
+    header_len = bytes[8] | (bytes[9] << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw std::runtime_error(fmt::format("{}: truncated .npy header", path));
+    header_len = bytes[8] | (bytes[9] << 8) | (bytes[10] << 16) | (size_t(bytes[11]) << 24);
+    header_start = 12;
+  } else {
+    throw std::runtime_error(fmt::format("{}: unsupported .npy version {}", path, major));
+  }
+  if (header_start + header_len > bytes.size())
+    throw std::runtime_error(fmt::format("{}: truncated .npy header", path));
+  std::string header(bytes.begin() + header_start, bytes.begin() + header_start + header_len);
+  Array a;
+  a.dtype = dict_value(header, "descr", path);
+  if (a.dtype.size() < 3 || (a.dtype[0] != '<' && a.dtype[0] != '|'))
+    throw std::runtime_error(
+        fmt::format("{}: dtype '{}' is not little-endian (allowed: '<u4', '<f4', '|u1', ...)", path, a.dtype));
+  if (dict_value(header, "fortran_order", path) != "False")
+    throw std::runtime_error(fmt::format("{}: Fortran-order arrays are not supported; save C-order", path));
+  std::string shape = dict_value(header, "shape", path);
+  size_t pos = 0;
+  while (pos < shape.size()) {
+    auto end = shape.find(',', pos);
+    std::string tok = shape.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    tok.erase(0, tok.find_first_not_of(' '));
+    if (!tok.empty()) a.shape.push_back(std::stoull(tok));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  size_t payload = a.count() * a.item_size();
+  size_t data_start = header_start + header_len;
+  if (bytes.size() - data_start < payload)
+    throw std::runtime_error(fmt::format("{}: truncated .npy payload: {} bytes, shape needs {}", path,
+                                         bytes.size() - data_start, payload));
+  a.data.assign(bytes.begin() + data_start, bytes.begin() + data_start + payload);
+  return a;
+}
+
+void save(const std::string& path, const Array& a) {
+  std::string shape = "(";
+  for (size_t i = 0; i < a.shape.size(); ++i) shape += fmt::format("{}{}", a.shape[i], i + 1 < a.shape.size() || a.shape.size() == 1 ? "," : "");
+  shape += ")";
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", a.dtype, shape);
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw std::runtime_error(fmt::format("{}: cannot write .npy file", path));
+  out.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(char(len & 0xff)).put(char(len >> 8));
+  out.write(header.data(), header.size());
+  out.write(reinterpret_cast<const char*>(a.data.data()), a.data.size());
+  if (!out) throw std::runtime_error(fmt::format("{}: write failed", path));
+}
+
+}  // namespace mla::npy
