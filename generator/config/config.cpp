@@ -1,0 +1,186 @@
+#include "config/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace mla::gen {
+
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<int> kHeads = {8, 12, 16, 32, 64, 128};
+const std::vector<int> kPageSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+[[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
+  throw ConfigError(fmt::format("{}: {}: {}", path, field, what));
+}
+
+std::string show(const json& v) { return v.dump(); }
+
+// A field that may be a scalar or a non-empty list of scalars; returns the list.
+std::vector<json> as_list(const json& v, const std::string& path, const std::string& field) {
+  if (!v.is_array()) return {v};
+  if (v.empty()) fail(path, field, "empty list (give at least one value)");
+  return std::vector<json>(v.begin(), v.end());
+}
+
+int as_int(const json& v, const std::string& path, const std::string& field, const std::vector<int>& allowed) {
+  if (!v.is_number_integer())
+    fail(path, field, fmt::format("{} is not an integer (allowed: {})", show(v), fmt::join(allowed, ", ")));
+  int x = v.get<int>();
+  if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())
+    fail(path, field, fmt::format("{} is not supported (allowed: {})", x, fmt::join(allowed, ", ")));
+  return x;
+}
+
+bool as_bool(const json& v, const std::string& path, const std::string& field) {
+  if (!v.is_boolean()) fail(path, field, fmt::format("{} is not a boolean (allowed: true, false)", show(v)));
+  return v.get<bool>();
+}
+
+std::string as_string(const json& v, const std::string& path, const std::string& field,
+                      const std::vector<std::string>& allowed) {
+  if (!v.is_string() ||
+      (!allowed.empty() && std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()))
+    fail(path, field,
+         allowed.empty() ? fmt::format("{} is not a string", show(v))
+                         : fmt::format("{} is not supported (allowed: {})", show(v), fmt::join(allowed, ", ")));
+  return v.get<std::string>();
+}
+
+void check_keys(const json& obj, const std::string& path, const std::string& where,
+                const std::vector<std::string>& allowed) {
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end())
+      fail(path, where.empty() ? it.key() : where + "." + it.key(),
+           fmt::format("unknown key (allowed: {})", fmt::join(allowed, ", ")));
+}
+
+const std::map<std::string, KernelKind> kKinds = {{"mla_decode", KernelKind::MlaDecode},
+                                                  {"vector_copy", KernelKind::VectorCopy},
+                                                  {"fp8_dequant", KernelKind::Fp8Dequant},
+                                                  {"mfma_tile", KernelKind::MfmaTile}};
+
+std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, const std::string& where,
+                                     const std::string& deployment) {
+  if (!e.is_object()) fail(path, where, "each kernel entry must be an object");
+  std::vector<std::string> kind_names;
+  for (const auto& [k, _] : kKinds) kind_names.push_back(k);
+  KernelKind kind = KernelKind::MlaDecode;
+  if (e.contains("kind")) kind = kKinds.at(as_string(e["kind"], path, where + ".kind", kind_names));
+  const bool mla = kind == KernelKind::MlaDecode;
+  if (mla)
+    check_keys(e, path, where,
+               {"kind", "target", "heads", "q_dtype", "kv_dtype", "qseqlen", "page_size", "return_lse", "logit_cap"});
+  else
+    check_keys(e, path, where, {"kind", "target"});
+
+  if (!e.contains("target")) fail(path, where + ".target", "missing (allowed: gfx942, gfx950)");
+  std::vector<Arch> archs;
+  for (const auto& t : as_list(e["target"], path, where + ".target"))
+    archs.push_back(*parse_arch(as_string(t, path, where + ".target", {"gfx942", "gfx950"})));
+
+  KernelSpec base;
+  base.kind = kind;
+  base.source_config = path;
+  base.deployment = deployment;
+  std::vector<int> qseqlens{1}, pages{1};
+  if (mla) {
+    for (const char* req : {"heads", "q_dtype", "kv_dtype", "page_size"})
+      if (!e.contains(req)) fail(path, where + "." + req, "missing");
+    base.heads = as_int(e["heads"], path, where + ".heads", kHeads);
+    std::string q = as_string(e["q_dtype"], path, where + ".q_dtype", {"fp8", "bf16"});
+    std::string kv = as_string(e["kv_dtype"], path, where + ".kv_dtype", {"fp8", "bf16"});
+    if (q == "fp8" && kv == "bf16")
+      fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
+    base.q_dtype = q == "fp8" ? DType::fp8 : DType::bf16;
+    base.kv_dtype = kv == "fp8" ? DType::fp8 : DType::bf16;
+    if (e.contains("qseqlen")) {
+      qseqlens.clear();
+      for (const auto& v : as_list(e["qseqlen"], path, where + ".qseqlen"))
+        qseqlens.push_back(as_int(v, path, where + ".qseqlen", {1, 2, 3, 4}));
+    }
+    pages.clear();
+    for (const auto& v : as_list(e["page_size"], path, where + ".page_size"))
+      pages.push_back(as_int(v, path, where + ".page_size", kPageSizes));
+    if (e.contains("return_lse")) base.return_lse = as_bool(e["return_lse"], path, where + ".return_lse");
+    if (e.contains("logit_cap")) base.logit_cap = as_bool(e["logit_cap"], path, where + ".logit_cap");
+  }
+  std::vector<KernelSpec> out;
+  for (Arch a : archs)
+    for (int qs : qseqlens)
+      for (int pg : pages) {
+        KernelSpec s = base;
+        s.arch = a;
+        s.qseqlen = qs;
+        s.page_size = pg;
+        out.push_back(s);
+      }
+  return out;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& path) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  if (!root.is_object()) fail(path, "(top level)", "must be a JSON object");
+  check_keys(root, path, "", {"deployment", "description", "kernels"});
+  Config c;
+  c.path = path;
+  if (!root.contains("deployment")) fail(path, "deployment", "missing (a name for the model deployment)");
+  c.deployment = as_string(root["deployment"], path, "deployment", {});
+  if (root.contains("description")) c.description = as_string(root["description"], path, "description", {});
+  if (!root.contains("kernels") || !root["kernels"].is_array() || root["kernels"].empty())
+    fail(path, "kernels", "missing or empty (a non-empty array of kernel entries)");
+  std::map<std::string, std::string> seen;  // name@target -> where
+  for (size_t i = 0; i < root["kernels"].size(); ++i) {
+    std::string where = fmt::format("kernels[{}]", i);
+    for (auto& s : expand_entry(root["kernels"][i], path, where, c.deployment)) {
+      std::string key = fmt::format("{}@{}", s.name(), arch_name(s.arch));
+      if (auto it = seen.find(key); it != seen.end())
+        fail(path, where,
+             fmt::format("kernel {} for {} is also produced by {}", s.name(), arch_name(s.arch), it->second));
+      seen[key] = where;
+      c.kernels.push_back(std::move(s));
+    }
+  }
+  return c;
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(fmt::format("{}: cannot read config file", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+std::vector<Config> load_configs(const std::vector<std::string>& paths) {
+  std::vector<Config> out;
+  std::map<std::string, std::string> seen;  // name@target -> path
+  for (const auto& p : paths) {
+    Config c = load_config(p);
+    for (const auto& s : c.kernels) {
+      std::string key = fmt::format("{}@{}", s.name(), arch_name(s.arch));
+      if (auto it = seen.find(key); it != seen.end() && it->second != p)
+        throw ConfigError(fmt::format("{}: kernel {} for {} is also produced by {}; each kernel must come from one config",
+                                      p, s.name(), arch_name(s.arch), it->second));
+      seen[key] = p;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace mla::gen

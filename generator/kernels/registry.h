@@ -1,0 +1,25 @@
+// From a KernelSpec to a Program (before passes): the one place that maps kinds to builders.
+#pragma once
+#include <stdexcept>
+
+#include "program/program.h"
+#include "spec/kernel_spec.h"
+
+namespace mla::gen {
+
+class NoBuilderError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Whether this version of the generator can build the kind.
+bool has_builder(KernelKind kind);
+// Builds the program; throws NoBuilderError for kinds without a builder.
+Program build_program(const KernelSpec& spec);
+
+// Pipeline kernels (small real kernels that exercise config -> .co end to end).
+void build_vector_copy(Program& p);
+void build_fp8_dequant(Program& p);
+void build_mfma_tile(Program& p);
+
+}  // namespace mla::gen

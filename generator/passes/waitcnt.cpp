@@ -1,0 +1,177 @@
+#include "passes/waitcnt.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+
+#include "passes/cfg.h"
+
+namespace mla::gen {
+
+namespace {
+
+constexpr int kMaxVm = 63;
+constexpr int kMaxLgkm = 15;
+
+// Scoreboard slots: SGPRs, VGPRs, AGPRs, then two pseudo-registers for LDS memory.
+constexpr int kS = 0, kV = 128, kA = kV + 256, kLdsDma = kA + 256, kLdsWrite = kLdsDma + 1, kSlots = kLdsWrite + 1;
+
+struct Slot {
+  int8_t vm = -1;    // younger vm ops issued since the write; -1 = nothing pending
+  int8_t lgkm = -1;  // younger LDS ops since the write; -1 = nothing pending
+  bool smem = false; // pending lgkm result comes from SMEM (out of order: needs lgkmcnt(0))
+  bool operator==(const Slot&) const = default;
+};
+
+struct State {
+  std::array<Slot, kSlots> slot{};
+  bool operator==(const State&) const = default;
+
+  void join(const State& o) {
+    for (int i = 0; i < kSlots; ++i) {
+      Slot& a = slot[i];
+      const Slot& b = o.slot[i];
+      if (b.vm >= 0) a.vm = a.vm < 0 ? b.vm : std::min(a.vm, b.vm);
+      if (b.lgkm >= 0) a.lgkm = a.lgkm < 0 ? b.lgkm : std::min(a.lgkm, b.lgkm);
+      a.smem = a.smem || b.smem;
+    }
+  }
+};
+
+struct Wait {
+  int vm = -1, lgkm = -1;
+  bool any() const { return vm >= 0 || lgkm >= 0; }
+  void need_vm(int n) { vm = vm < 0 ? n : std::min(vm, n); }
+  void need_lgkm(int n) { lgkm = lgkm < 0 ? n : std::min(lgkm, n); }
+};
+
+template <class F>
+void for_each_slot(const Operand& o, F&& f) {
+  int base;
+  switch (o.kind) {
+    case Operand::Kind::SGPR: base = kS; break;
+    case Operand::Kind::VGPR: base = kV; break;
+    case Operand::Kind::AGPR: base = kA; break;
+    default: return;
+  }
+  for (int r = o.index; r < o.index + o.count; ++r) f(base + r);
+}
+
+void require(const State& s, int slot, Wait& w) {
+  const Slot& x = s.slot[slot];
+  if (x.vm >= 0) w.need_vm(x.vm);
+  if (x.lgkm >= 0) w.need_lgkm(x.smem ? 0 : x.lgkm);
+}
+
+// The wait an instruction needs before it may issue.
+Wait needed(const State& s, const Inst& inst) {
+  Wait w;
+  for (const auto* list : {&inst.dst, &inst.src})
+    for (const auto& o : *list) for_each_slot(o, [&](int slot) { require(s, slot, w); });
+  if (inst.is_lds()) require(s, kLdsDma, w);
+  if (inst.cls() == OpClass::Barrier) {
+    require(s, kLdsDma, w);
+    require(s, kLdsWrite, w);
+  }
+  return w;
+}
+
+void apply_wait(State& s, int vm, int lgkm) {
+  for (auto& x : s.slot) {
+    if (vm >= 0 && x.vm >= vm) x.vm = -1;
+    if (lgkm >= 0 && x.lgkm >= 0 && (lgkm == 0 || (!x.smem && x.lgkm >= lgkm))) {
+      x.lgkm = -1;
+      x.smem = false;
+    }
+  }
+}
+
+void issue(State& s, const Inst& inst) {
+  switch (inst.cls()) {
+    case OpClass::VmemLoad:
+    case OpClass::VmemStore:
+    case OpClass::LdsDma:
+      for (auto& x : s.slot)
+        if (x.vm >= 0 && ++x.vm >= kMaxVm) x.vm = -1;  // 63 younger in flight: the hardware retired it
+      if (inst.cls() == OpClass::VmemLoad)
+        for (const auto& o : inst.dst) for_each_slot(o, [&](int slot) { s.slot[slot].vm = 0; });
+      if (inst.cls() == OpClass::LdsDma) s.slot[kLdsDma].vm = 0;
+      break;
+    case OpClass::LdsRead:
+    case OpClass::LdsWrite:
+      for (auto& x : s.slot)
+        if (x.lgkm >= 0 && !x.smem && ++x.lgkm >= kMaxLgkm) x.lgkm = -1;
+      if (inst.cls() == OpClass::LdsRead)
+        for (const auto& o : inst.dst)
+          for_each_slot(o, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = false; });
+      else
+        s.slot[kLdsWrite].lgkm = 0, s.slot[kLdsWrite].smem = false;
+      break;
+    case OpClass::Smem:
+      for (const auto& o : inst.dst) for_each_slot(o, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = true; });
+      break;
+    default: break;
+  }
+}
+
+// Runs a block from `in`; if `out_insts` is given, emits the block with waits inserted.
+State run_block(const Program& p, const Cfg::Block& b, State s, std::vector<Inst>* out_insts, int* inserted) {
+  for (int i = b.begin; i < b.end; ++i) {
+    const Inst& inst = p.insts[i];
+    if (inst.cls() == OpClass::Waitcnt) {  // explicit waits already in the program count too
+      apply_wait(s, inst.vmcnt, inst.lgkmcnt);
+      if (out_insts) out_insts->push_back(inst);
+      continue;
+    }
+    Wait w = needed(s, inst);
+    if (w.any()) {
+      apply_wait(s, w.vm, w.lgkm);
+      if (out_insts) {
+        Inst wi;
+        wi.info = &op_info("s_waitcnt");
+        wi.vmcnt = w.vm;
+        wi.lgkmcnt = w.lgkm;
+        out_insts->push_back(std::move(wi));
+        ++*inserted;
+      }
+    }
+    issue(s, inst);
+    if (out_insts) out_insts->push_back(inst);
+  }
+  return s;
+}
+
+}  // namespace
+
+WaitcntStats insert_waitcnts(Program& p) {
+  static_assert(kV - kS >= 102, "SGPR slots must cover the addressable SGPRs");
+  WaitcntStats stats;
+  Cfg cfg = build_cfg(p);
+  const int nb = int(cfg.blocks.size());
+  std::vector<std::optional<State>> out(nb);
+  auto in_state = [&](int b) {
+    State s;
+    for (int pred : cfg.blocks[b].pred)
+      if (out[pred]) s.join(*out[pred]);
+    return s;
+  };
+  // Fixed point: states only gain pending entries or shrink distances, so this terminates.
+  for (bool changed = true; changed;) {
+    changed = false;
+    ++stats.iterations;
+    for (int b = 0; b < nb; ++b) {
+      State s = run_block(p, cfg.blocks[b], in_state(b), nullptr, nullptr);
+      if (!out[b] || !(*out[b] == s)) {
+        out[b] = s;
+        changed = true;
+      }
+    }
+  }
+  std::vector<Inst> result;
+  result.reserve(p.insts.size() + 16);
+  for (int b = 0; b < nb; ++b) run_block(p, cfg.blocks[b], in_state(b), &result, &stats.inserted);
+  p.insts = std::move(result);
+  return stats;
+}
+
+}  // namespace mla::gen

@@ -1,0 +1,174 @@
+#include "program/builder.h"
+
+#include <fmt/format.h>
+
+namespace mla::gen {
+
+Builder::Builder(Program& program) : p_(program), ra_(*program.target) {
+  kernarg_ = ra_.reserve_sgpr(0, 2, "kernarg_ptr");
+  int next = p_.user_sgpr_count();
+  const bool enabled[3] = {p_.abi.workgroup_id_x, p_.abi.workgroup_id_y, p_.abi.workgroup_id_z};
+  for (int d = 0; d < 3; ++d)
+    if (enabled[d]) wg_id_[d] = ra_.reserve_sgpr(next++, 1, fmt::format("workgroup_id_{}", "xyz"[d]));
+  v0_ = ra_.reserve_vgpr(0, 1, "workitem_ids");
+}
+
+SReg Builder::workgroup_id(int dim) const {
+  if (dim < 0 || dim > 2 || !wg_id_[dim].valid())
+    throw std::logic_error(fmt::format("workgroup id {} is not enabled in the kernel ABI", dim));
+  return wg_id_[dim];
+}
+
+Label Builder::new_label(const std::string& name) {
+  Label l{int(p_.label_names.size())};
+  p_.label_names.push_back(fmt::format(".L{}_{}", name, l.id));
+  return l;
+}
+
+void Builder::bind(Label l) {
+  Inst i;
+  i.info = &op_info(".label");
+  i.target = l.id;
+  p_.insts.push_back(std::move(i));
+}
+
+Inst& Builder::emit(std::string_view mnemonic, std::initializer_list<Operand> dst, std::initializer_list<Operand> src,
+                    std::string mods) {
+  Inst i;
+  i.info = &op_info(mnemonic);
+  i.dst = dst;
+  i.src = src;
+  i.mods = std::move(mods);
+  i.comment = std::move(pending_comment_);
+  pending_comment_.clear();
+  p_.insts.push_back(std::move(i));
+  return p_.insts.back();
+}
+
+void Builder::comment(std::string text) { pending_comment_ = std::move(text); }
+
+void Builder::check_width(std::string_view what, int got, int want, const char* operand) {
+  if (got != want)
+    throw std::invalid_argument(
+        fmt::format("{}: operand '{}' covers {} registers, the instruction needs {}", what, operand, got, want));
+}
+
+void Builder::sop(std::string_view m, SReg d, int width, std::initializer_list<SSrc> srcs) {
+  check_width(m, d.count, width, "dst");
+  Inst& i = emit(m, {Operand::of(d)}, {});
+  for (const auto& s : srcs) i.src.push_back(s.op);
+}
+
+void Builder::vop(std::string_view m, VReg d, std::initializer_list<VSrc> srcs) {
+  check_width(m, d.count, 1, "dst");
+  Inst& i = emit(m, {Operand::of(d)}, {});
+  for (const auto& s : srcs) i.src.push_back(s.op);
+}
+
+void Builder::vop(std::string_view m, VReg d, std::initializer_list<VSrc> srcs, SSrc extra) {
+  vop(m, d, srcs);
+  p_.insts.back().src.push_back(extra.op);
+}
+
+void Builder::vop_s(std::string_view m, SReg d, std::initializer_list<VSrc> srcs) {
+  check_width(m, d.count, 1, "dst");
+  Inst& i = emit(m, {Operand::of(d)}, {});
+  for (const auto& s : srcs) i.src.push_back(s.op);
+}
+
+void Builder::v_cmp_lt_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_lt_u32", {d.op}, {a.op, b.op}); }
+void Builder::v_cmp_gt_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_u32", {d.op}, {a.op, b.op}); }
+
+void Builder::v_cvt_pk_f32_fp8(VReg d2, VReg a, int word_sel) {
+  check_width("v_cvt_pk_f32_fp8", d2.count, 2, "dst");
+  if (word_sel != 0 && word_sel != 1) throw std::invalid_argument("v_cvt_pk_f32_fp8: word_sel must be 0 or 1");
+  emit("v_cvt_pk_f32_fp8", {Operand::of(d2)}, {Operand::of(a)}, word_sel ? "op_sel:[1,0]" : "");
+}
+
+void Builder::v_accvgpr_read_b32(VReg d, AReg a) {
+  check_width("v_accvgpr_read_b32", d.count, 1, "dst");
+  emit("v_accvgpr_read_b32", {Operand::of(d)}, {Operand::of(a)});
+}
+
+void Builder::v_accvgpr_write_b32(AReg d, VSrc a) {
+  check_width("v_accvgpr_write_b32", d.count, 1, "dst");
+  emit("v_accvgpr_write_b32", {Operand::of(d)}, {a.op});
+}
+
+void Builder::mfma(std::string_view mnemonic, AccReg d, VReg a, VReg b, AccReg c, std::string mods) {
+  auto shape = target().find_mfma(mnemonic);
+  if (!shape)
+    throw std::invalid_argument(fmt::format("{} is not available on {}", mnemonic, target().name));
+  check_width(mnemonic, d.op.count, shape->cd_regs, "dst");
+  check_width(mnemonic, c.op.count, shape->cd_regs, "src2");
+  check_width(mnemonic, a.count, shape->a_regs, "src0");
+  check_width(mnemonic, b.count, shape->b_regs, "src1");
+  emit(mnemonic, {d.op}, {Operand::of(a), Operand::of(b), c.op}, std::move(mods));
+}
+
+void Builder::smem(std::string_view m, SReg d, int width, SReg base, uint32_t offset) {
+  check_width(m, d.count, width, "dst");
+  check_width(m, base.count, 2, "base");
+  emit(m, {Operand::of(d)}, {Operand::of(base), Operand::of(Imm(offset))});
+}
+
+void Builder::branch(std::string_view m, Label l) {
+  if (l.id < 0) throw std::invalid_argument(fmt::format("{}: label was never created", m));
+  emit(m, {}, {}).target = l.id;
+}
+
+namespace {
+std::string mubuf_mods(uint32_t offset, bool lds = false) {
+  std::string mods = "offen";
+  if (offset) mods += fmt::format(" offset:{}", offset);
+  if (lds) mods += " lds";
+  return mods;
+}
+}  // namespace
+
+void Builder::mubuf_load(std::string_view m, VReg d, int width, VReg vaddr, SReg rsrc, SSrc soffset,
+                         uint32_t offset) {
+  check_width(m, d.count, width, "vdata");
+  check_width(m, rsrc.count, 4, "srsrc");
+  if (offset > 4095) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 12 bits", m, offset));
+  emit(m, {Operand::of(d)}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset));
+}
+
+void Builder::mubuf_store(std::string_view m, VReg data, int width, VReg vaddr, SReg rsrc, SSrc soffset,
+                          uint32_t offset) {
+  check_width(m, data.count, width, "vdata");
+  check_width(m, rsrc.count, 4, "srsrc");
+  if (offset > 4095) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 12 bits", m, offset));
+  emit(m, {}, {Operand::of(data), Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset));
+}
+
+void Builder::buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset) {
+  check_width("buffer_load_dword lds", rsrc.count, 4, "srsrc");
+  emit("buffer_load_dword_lds", {}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset, true));
+}
+
+void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset) {
+  check_width(m, d.count, width, "vdst");
+  if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
+  emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset ? fmt::format("offset:{}", offset) : "");
+}
+
+void Builder::ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset) {
+  check_width(m, data.count, width, "data");
+  if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
+  emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset ? fmt::format("offset:{}", offset) : "");
+}
+
+void Builder::make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records) {
+  check_width("make_buffer_resource", rsrc4.count, 4, "rsrc");
+  check_width("make_buffer_resource", base2.count, 2, "base");
+  // V# word0 = base[31:0]; word1 = base[47:32] | stride(0) << 16; word2 = num_records;
+  // word3: DST_SEL_XYZW = (4,5,6,7), NUM_FORMAT = float(7), DATA_FORMAT = 32(4) -> 0x00027000
+  // as gfx9 compilers emit for raw buffers.
+  s_mov_b32(rsrc4[0], base2[0]);
+  s_and_b32(rsrc4[1], base2[1], Imm(0xffff));
+  s_mov_b32(rsrc4[2], num_records);
+  s_mov_b32(rsrc4[3], Imm(0x00027000));
+}
+
+}  // namespace mla::gen

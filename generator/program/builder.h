@@ -1,0 +1,161 @@
+// The instruction builder: mnemonics are methods with typed operands (SReg, VReg, AReg,
+// SSrc, VSrc, AccReg), labels are objects. A wrong register class does not compile;
+// a wrong width throws at generation time naming the instruction and operand.
+#pragma once
+#include <initializer_list>
+#include <string>
+
+#include "program/alloc.h"
+#include "program/program.h"
+
+namespace mla::gen {
+
+class Builder {
+ public:
+  // Sets up the ABI registers: kernarg pointer s[0:1], then the enabled workgroup IDs,
+  // and v0 holding the packed work-item IDs.
+  Builder(Program& program);
+
+  Program& program() { return p_; }
+  const Target& target() const { return *p_.target; }
+  RegAllocator& regs() { return ra_; }
+
+  SReg kernarg_ptr() const { return kernarg_; }
+  SReg workgroup_id(int dim) const;  // 0 = x, 1 = y, 2 = z
+  VReg workitem_ids() const { return v0_; }
+
+  // Labels.
+  Label new_label(const std::string& name);
+  void bind(Label l);
+
+  // Generic emission for opcodes without a typed method.
+  Inst& emit(std::string_view mnemonic, std::initializer_list<Operand> dst, std::initializer_list<Operand> src,
+             std::string mods = {});
+  void comment(std::string text);  // attaches to the next instruction
+
+  // ---- Scalar ALU ----
+  void s_mov_b32(SReg d, SSrc a) { sop("s_mov_b32", d, 1, {a}); }
+  void s_mov_b64(SReg d, SSrc a) { sop("s_mov_b64", d, 2, {a}); }
+  void s_add_u32(SReg d, SSrc a, SSrc b) { sop("s_add_u32", d, 1, {a, b}); }
+  void s_addc_u32(SReg d, SSrc a, SSrc b) { sop("s_addc_u32", d, 1, {a, b}); }
+  void s_add_i32(SReg d, SSrc a, SSrc b) { sop("s_add_i32", d, 1, {a, b}); }
+  void s_sub_u32(SReg d, SSrc a, SSrc b) { sop("s_sub_u32", d, 1, {a, b}); }
+  void s_subb_u32(SReg d, SSrc a, SSrc b) { sop("s_subb_u32", d, 1, {a, b}); }
+  void s_sub_i32(SReg d, SSrc a, SSrc b) { sop("s_sub_i32", d, 1, {a, b}); }
+  void s_mul_i32(SReg d, SSrc a, SSrc b) { sop("s_mul_i32", d, 1, {a, b}); }
+  void s_mul_hi_u32(SReg d, SSrc a, SSrc b) { sop("s_mul_hi_u32", d, 1, {a, b}); }
+  void s_lshl_b32(SReg d, SSrc a, SSrc b) { sop("s_lshl_b32", d, 1, {a, b}); }
+  void s_lshr_b32(SReg d, SSrc a, SSrc b) { sop("s_lshr_b32", d, 1, {a, b}); }
+  void s_and_b32(SReg d, SSrc a, SSrc b) { sop("s_and_b32", d, 1, {a, b}); }
+  void s_or_b32(SReg d, SSrc a, SSrc b) { sop("s_or_b32", d, 1, {a, b}); }
+  void s_min_u32(SReg d, SSrc a, SSrc b) { sop("s_min_u32", d, 1, {a, b}); }
+  void s_max_u32(SReg d, SSrc a, SSrc b) { sop("s_max_u32", d, 1, {a, b}); }
+  void s_cselect_b32(SReg d, SSrc a, SSrc b) { sop("s_cselect_b32", d, 1, {a, b}); }
+  void s_cmp_eq_u32(SSrc a, SSrc b) { emit("s_cmp_eq_u32", {}, {a.op, b.op}); }
+  void s_cmp_lg_u32(SSrc a, SSrc b) { emit("s_cmp_lg_u32", {}, {a.op, b.op}); }
+  void s_cmp_lt_u32(SSrc a, SSrc b) { emit("s_cmp_lt_u32", {}, {a.op, b.op}); }
+  void s_cmp_ge_u32(SSrc a, SSrc b) { emit("s_cmp_ge_u32", {}, {a.op, b.op}); }
+  void s_cmp_lt_i32(SSrc a, SSrc b) { emit("s_cmp_lt_i32", {}, {a.op, b.op}); }
+
+  // ---- Scalar memory ----
+  void s_load_dword(SReg d, SReg base, uint32_t offset) { smem("s_load_dword", d, 1, base, offset); }
+  void s_load_dwordx2(SReg d, SReg base, uint32_t offset) { smem("s_load_dwordx2", d, 2, base, offset); }
+  void s_load_dwordx4(SReg d, SReg base, uint32_t offset) { smem("s_load_dwordx4", d, 4, base, offset); }
+  void s_load_dwordx8(SReg d, SReg base, uint32_t offset) { smem("s_load_dwordx8", d, 8, base, offset); }
+
+  // ---- Control ----
+  void s_branch(Label l) { branch("s_branch", l); }
+  void s_cbranch_scc0(Label l) { branch("s_cbranch_scc0", l); }
+  void s_cbranch_scc1(Label l) { branch("s_cbranch_scc1", l); }
+  void s_cbranch_vccz(Label l) { branch("s_cbranch_vccz", l); }
+  void s_cbranch_vccnz(Label l) { branch("s_cbranch_vccnz", l); }
+  void s_cbranch_execz(Label l) { branch("s_cbranch_execz", l); }
+  void s_barrier() { emit("s_barrier", {}, {}); }
+  void s_endpgm() { emit("s_endpgm", {}, {}); }
+  void s_setprio(int prio) { emit("s_setprio", {}, {Operand::of(Imm(prio))}); }
+
+  // ---- Vector ALU ----
+  void v_mov_b32(VReg d, VSrc a) { vop("v_mov_b32", d, {a}); }
+  void v_add_u32(VReg d, VSrc a, VSrc b) { vop("v_add_u32", d, {a, b}); }
+  void v_sub_u32(VReg d, VSrc a, VSrc b) { vop("v_sub_u32", d, {a, b}); }
+  void v_add3_u32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_add3_u32", d, {a, b, c}); }
+  void v_and_b32(VReg d, VSrc a, VSrc b) { vop("v_and_b32", d, {a, b}); }
+  void v_or_b32(VReg d, VSrc a, VSrc b) { vop("v_or_b32", d, {a, b}); }
+  void v_lshlrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshlrev_b32", d, {shift, a}); }
+  void v_lshrrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshrrev_b32", d, {shift, a}); }
+  void v_lshl_add_u32(VReg d, VSrc a, VSrc shift, VSrc b) { vop("v_lshl_add_u32", d, {a, shift, b}); }
+  void v_lshl_or_b32(VReg d, VSrc a, VSrc shift, VSrc b) { vop("v_lshl_or_b32", d, {a, shift, b}); }
+  void v_mul_lo_u32(VReg d, VSrc a, VSrc b) { vop("v_mul_lo_u32", d, {a, b}); }
+  void v_mul_u32_u24(VReg d, VSrc a, VSrc b) { vop("v_mul_u32_u24", d, {a, b}); }
+  void v_bfe_u32(VReg d, VSrc a, VSrc off, VSrc width) { vop("v_bfe_u32", d, {a, off, width}); }
+  void v_perm_b32(VReg d, VSrc a, VSrc b, VSrc sel) { vop("v_perm_b32", d, {a, b, sel}); }
+  // mask: VCC or an SGPR pair holding a per-lane condition.
+  void v_cndmask_b32(VReg d, VSrc if_false, VSrc if_true, SSrc mask) { vop("v_cndmask_b32", d, {if_false, if_true}, mask); }
+  void v_cmp_lt_u32(SSrc d, VSrc a, VSrc b);
+  void v_cmp_gt_u32(SSrc d, VSrc a, VSrc b);
+  void v_add_f32(VReg d, VSrc a, VSrc b) { vop("v_add_f32", d, {a, b}); }
+  void v_sub_f32(VReg d, VSrc a, VSrc b) { vop("v_sub_f32", d, {a, b}); }
+  void v_mul_f32(VReg d, VSrc a, VSrc b) { vop("v_mul_f32", d, {a, b}); }
+  void v_fma_f32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_fma_f32", d, {a, b, c}); }
+  void v_max_f32(VReg d, VSrc a, VSrc b) { vop("v_max_f32", d, {a, b}); }
+  void v_exp_f32(VReg d, VSrc a) { vop("v_exp_f32", d, {a}); }
+  void v_log_f32(VReg d, VSrc a) { vop("v_log_f32", d, {a}); }
+  void v_rcp_f32(VReg d, VSrc a) { vop("v_rcp_f32", d, {a}); }
+  void v_cvt_f32_u32(VReg d, VSrc a) { vop("v_cvt_f32_u32", d, {a}); }
+  // Two fp8 (target format) from bytes [1:0] (word_sel 0) or [3:2] (word_sel 1) to two f32.
+  void v_cvt_pk_f32_fp8(VReg d2, VReg a, int word_sel);
+  void v_readfirstlane_b32(SReg d, VReg a) { vop_s("v_readfirstlane_b32", d, {VSrc(a)}); }
+  void v_accvgpr_read_b32(VReg d, AReg a);
+  void v_accvgpr_write_b32(AReg d, VSrc a);
+
+  // ---- Matrix ----
+  // d = a * b + c on the XDL unit; the target must offer the mnemonic (Target::mfma).
+  void mfma(std::string_view mnemonic, AccReg d, VReg a, VReg b, AccReg c, std::string mods = {});
+  void v_mfma_f32_16x16x32_fp8_fp8(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x32_fp8_fp8", d, a, b, c); }
+  void v_mfma_f32_16x16x128_f8f6f4(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x128_f8f6f4", d, a, b, c); }
+  void v_mfma_f32_16x16x16_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x16_bf16", d, a, b, c); }
+
+  // ---- Vector memory (MUBUF: raw buffer resource, per-lane byte offset in vaddr) ----
+  void buffer_load_dword(VReg d, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_load("buffer_load_dword", d, 1, vaddr, rsrc, soffset, offset); }
+  void buffer_load_dwordx2(VReg d, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_load("buffer_load_dwordx2", d, 2, vaddr, rsrc, soffset, offset); }
+  void buffer_load_dwordx4(VReg d, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_load("buffer_load_dwordx4", d, 4, vaddr, rsrc, soffset, offset); }
+  void buffer_store_dword(VReg data, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_store("buffer_store_dword", data, 1, vaddr, rsrc, soffset, offset); }
+  void buffer_store_dwordx2(VReg data, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_store("buffer_store_dwordx2", data, 2, vaddr, rsrc, soffset, offset); }
+  void buffer_store_dwordx4(VReg data, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_store("buffer_store_dwordx4", data, 4, vaddr, rsrc, soffset, offset); }
+  // Loads one dword per lane straight into LDS at M0 + lane*4 + offset.
+  void buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0);
+
+  // ---- LDS ----
+  void ds_read_b32(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b32", d, 1, addr, offset); }
+  void ds_read_b64(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b64", d, 2, addr, offset); }
+  void ds_read_b128(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b128", d, 4, addr, offset); }
+  void ds_write_b32(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b32", addr, data, 1, offset); }
+  void ds_write_b64(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b64", addr, data, 2, offset); }
+  void ds_write_b128(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b128", addr, data, 4, offset); }
+
+  // Builds a raw buffer resource (V#) in 4 SGPRs: base address from a 64-bit SGPR pair,
+  // stride 0, num_records = size_bytes, data format as the gfx9 ISA requires for raw dword access.
+  void make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records);
+
+ private:
+  void check_width(std::string_view what, int got, int want, const char* operand);
+  void sop(std::string_view m, SReg d, int width, std::initializer_list<SSrc> srcs);
+  void vop(std::string_view m, VReg d, std::initializer_list<VSrc> srcs);
+  void vop(std::string_view m, VReg d, std::initializer_list<VSrc> srcs, SSrc extra);
+  void vop_s(std::string_view m, SReg d, std::initializer_list<VSrc> srcs);
+  void smem(std::string_view m, SReg d, int width, SReg base, uint32_t offset);
+  void branch(std::string_view m, Label l);
+  void mubuf_load(std::string_view m, VReg d, int width, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset);
+  void mubuf_store(std::string_view m, VReg data, int width, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset);
+  void ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset);
+  void ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset);
+
+  Program& p_;
+  RegAllocator ra_;
+  SReg kernarg_;
+  SReg wg_id_[3];
+  VReg v0_;
+  std::string pending_comment_;
+};
+
+}  // namespace mla::gen

@@ -1,0 +1,82 @@
+// Instructions: an opcode table keyed by mnemonic, and the instruction record the passes
+// read and rewrite. The table says what each opcode is (class, implicit registers, which
+// wait counter it increments); the operands say what it touches.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "program/reg.h"
+
+namespace mla::gen {
+
+enum class OpClass : uint8_t {
+  Salu,
+  Smem,        // scalar loads: lgkmcnt, may return out of order
+  Valu,
+  ValuTrans,   // transcendental VALU (v_exp/v_log/v_rcp): extra read-after-write hazard
+  Mfma,        // XDL matrix ops (v_mfma_*)
+  VmemLoad,    // buffer/global loads into VGPRs: vmcnt
+  VmemStore,   // buffer/global stores: vmcnt
+  LdsDma,      // buffer/global loads that write LDS directly (M0 holds the LDS base): vmcnt
+  LdsRead,     // ds_read*: lgkmcnt, in order
+  LdsWrite,    // ds_write*: lgkmcnt, in order
+  Branch,      // s_branch
+  CondBranch,  // s_cbranch_*
+  Waitcnt,
+  Nop,
+  Barrier,
+  EndPgm,
+  Label,       // pseudo: a branch target
+  Other,       // s_setprio, s_sleep ...
+};
+
+enum OpFlags : uint32_t {
+  kDefScc = 1u << 0,
+  kUseScc = 1u << 1,
+  kUseVcc = 1u << 2,
+  kUseExec = 1u << 3,
+  kDefExec = 1u << 4,
+  kUseM0 = 1u << 5,
+  kReadlane = 1u << 6,   // v_readlane/v_readfirstlane: VALU that writes an SGPR from a lane
+  kWritelane = 1u << 7,  // v_writelane: lane select is an SGPR
+  kPermlane = 1u << 8,   // v_permlane*_swap: writes both operands
+  kAccRead = 1u << 9,    // v_accvgpr_read
+  kAccWrite = 1u << 10,  // v_accvgpr_write
+  kCvtScale = 1u << 11,
+};
+
+struct OpInfo {
+  std::string_view name;
+  OpClass cls;
+  uint32_t flags;
+};
+
+// Looks up an opcode; throws std::invalid_argument naming it if the table lacks it.
+const OpInfo& op_info(std::string_view mnemonic);
+
+struct Inst {
+  const OpInfo* info = nullptr;
+  std::vector<Operand> dst;  // registers written, printed first
+  std::vector<Operand> src;  // registers and constants read
+  std::string mods;          // modifiers printed after the operands ("offen offset:16", "sc0 sc1")
+  int target = -1;           // branch target label, or this label's id for OpClass::Label
+  // s_waitcnt counts (-1: no wait on that counter) and s_nop count.
+  int vmcnt = -1, lgkmcnt = -1, expcnt = -1;
+  int nops = 0;
+  // Extra source operands that are implicitly read by the hardware but not printed
+  // (e.g. the data VGPRs of a store are printed as src already; M0 for LDS DMA is a flag).
+  std::string comment;
+
+  OpClass cls() const { return info->cls; }
+  std::string_view name() const { return info->name; }
+  bool has(uint32_t flag) const { return (info->flags & flag) != 0; }
+  bool is_vmem() const {
+    return cls() == OpClass::VmemLoad || cls() == OpClass::VmemStore || cls() == OpClass::LdsDma;
+  }
+  bool is_lds() const { return cls() == OpClass::LdsRead || cls() == OpClass::LdsWrite; }
+  bool is_valu() const { return cls() == OpClass::Valu || cls() == OpClass::ValuTrans; }
+};
+
+}  // namespace mla::gen

@@ -1,0 +1,50 @@
+#include "spec/kernel_spec.h"
+
+#include <fmt/format.h>
+
+namespace mla::gen {
+
+std::string_view kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::MlaDecode: return "mla_decode";
+    case KernelKind::MlaReduce: return "mla_reduce";
+    case KernelKind::VectorCopy: return "vector_copy";
+    case KernelKind::Fp8Dequant: return "fp8_dequant";
+    case KernelKind::MfmaTile: return "mfma_tile";
+  }
+  return "?";
+}
+
+std::string_view dtype_name(DType d) { return d == DType::fp8 ? "fp8" : "bf16"; }
+
+std::string KernelSpec::name() const {
+  switch (kind) {
+    case KernelKind::MlaDecode:
+      return fmt::format("mla_decode_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
+                         qseqlen, page_size, return_lse ? "_lse" : "", logit_cap ? "_softcap" : "");
+    case KernelKind::MlaReduce:
+      return fmt::format("mla_reduce_h{}_qs{}{}", heads, qseqlen, return_lse ? "_lse" : "");
+    case KernelKind::VectorCopy: return "pipe_vector_copy_b32";
+    case KernelKind::Fp8Dequant: return "pipe_fp8_dequant_f32";
+    case KernelKind::MfmaTile: return "pipe_mfma_16x16x32_fp8";
+  }
+  return "?";
+}
+
+nlohmann::json KernelSpec::to_json() const {
+  nlohmann::json j{{"kind", kind_name(kind)}, {"target", arch_name(arch)}};
+  if (is_mla()) {
+    j["heads"] = heads;
+    j["q_dtype"] = dtype_name(q_dtype);
+    j["kv_dtype"] = dtype_name(kv_dtype);
+    j["qseqlen"] = qseqlen;
+    if (kind == KernelKind::MlaDecode) {
+      j["page_size"] = page_size;
+      j["logit_cap"] = logit_cap;
+    }
+    j["return_lse"] = return_lse;
+  }
+  return j;
+}
+
+}  // namespace mla::gen

@@ -1,0 +1,47 @@
+// KernelSpec: one kernel to build, fully resolved from a config entry. Its name spells out
+// the shape, because users read kernel names in profiler traces.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "target/target.h"
+
+namespace mla::gen {
+
+enum class KernelKind {
+  MlaDecode,     // split-KV MLA decode (builder: issue #4)
+  MlaReduce,     // merge of split partials (builder: issue #4)
+  VectorCopy,    // pipeline kernel: grid-stride dword copy through buffer resources
+  Fp8Dequant,    // pipeline kernel: fp8 (target format) -> f32 times a scale
+  MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B
+};
+
+enum class DType { fp8, bf16 };
+
+std::string_view kind_name(KernelKind k);
+std::string_view dtype_name(DType d);
+
+struct KernelSpec {
+  KernelKind kind = KernelKind::MlaDecode;
+  Arch arch = Arch::gfx942;
+  // MLA shape (decode / reduce).
+  int heads = 0;
+  DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
+  int qseqlen = 1;
+  int page_size = 1;
+  bool return_lse = false;
+  bool logit_cap = false;  // soft-cap support compiled in (cap value is a runtime argument)
+  // Where it came from, for messages and the catalog.
+  std::string source_config;
+  std::string deployment;
+
+  bool is_mla() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaReduce; }
+  // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse,
+  //      pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
+  std::string name() const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace mla::gen
