@@ -20,10 +20,12 @@ enum class Fp8Fmt { FNUZ, OCP };
 float fp8_to_f32(uint8_t v, Fp8Fmt f);  // e4m3
 float bf8_to_f32(uint8_t v, Fp8Fmt f);  // e5m2
 
-// Encode as v_cvt_pk_fp8_f32 / v_cvt_pk_bf8_f32 do: round to nearest even.
-// clamp = the instruction's clamp bit: when set, finite values beyond the format's range (and
-// infinities) saturate to +-max; when clear they become the format's overflow value (NaN for
-// e4m3 and FNUZ e5m2, inf for OCP e5m2). NaN input gives the format's NaN.
+// Encode as v_cvt_pk_fp8_f32 / v_cvt_pk_bf8_f32 do: round to nearest even, 8-bit subnormals kept.
+// clamp = saturate: finite values whose rounded magnitude exceeds the format's max (and
+// infinities) become +-max. When clear they become the format's overflow value: NaN (0x80) for
+// FNUZ, NaN (S.1111.111) for OCP e4m3fn, +-inf for OCP e5m2. The executor should pass
+// (instruction clamp bit || MODE.FP16_OVFL); the hardware default (both clear) does not
+// saturate. NaN input gives the format's NaN (0x80 FNUZ, sign|0x7f OCP).
 uint8_t f32_to_fp8(float x, Fp8Fmt f, bool clamp);
 uint8_t f32_to_bf8(float x, Fp8Fmt f, bool clamp);
 
