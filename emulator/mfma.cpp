@@ -127,10 +127,28 @@ E f8f6f4_elem(const MfmaInfo& info, const char* field, int value) {
       info.name, field, value, what));
 }
 
-double decode_float(E e, uint32_t raw, num::Fp8Fmt family) {
+// 8-bit float decode tables (every code, both families), built once: decoding through the
+// generic numerics functions for each of the thousands of elements per MFMA is measurably slow.
+struct Byte8Tables {
+  double v[2][2][256];  // [family: 0 FNUZ, 1 OCP][0 fp8, 1 bf8][code]
+  Byte8Tables() {
+    for (int f = 0; f < 2; ++f)
+      for (int code = 0; code < 256; ++code) {
+        const auto fam = f ? num::Fp8Fmt::OCP : num::Fp8Fmt::FNUZ;
+        v[f][0][code] = num::fp8_to_f32(static_cast<uint8_t>(code), fam);
+        v[f][1][code] = num::bf8_to_f32(static_cast<uint8_t>(code), fam);
+      }
+  }
+};
+// Namespace scope (not a function-local static) so that lookups need no initialisation guard.
+// Its constructor only calls pure functions, so initialisation order does not matter.
+const Byte8Tables kByte8;
+
+inline double decode_float(E e, uint32_t raw, num::Fp8Fmt family) {
+  const int f = family == num::Fp8Fmt::OCP ? 1 : 0;
   switch (e) {
-    case E::fp8: return num::fp8_to_f32(static_cast<uint8_t>(raw), family);
-    case E::bf8: return num::bf8_to_f32(static_cast<uint8_t>(raw), family);
+    case E::fp8: return kByte8.v[f][0][raw & 0xff];
+    case E::bf8: return kByte8.v[f][1][raw & 0xff];
     case E::bf16: return num::bf16_to_f32(static_cast<uint16_t>(raw));
     case E::f16: return num::f16_to_f32(static_cast<uint16_t>(raw));
     default: break;
@@ -249,7 +267,10 @@ void run_mfma(const MfmaInfo& info, Gfx target, const MfmaMods& mods, const uint
   // Every input value (fp8/bf8/bf16/f16, subnormals included) and every product is exact in
   // double; the sum is taken in double and rounded to f32 once. The hardware accumulates in f32
   // in an unspecified order, which the golden tolerance allows for.
-  std::vector<double> A(size_t(M) * K), B(size_t(K) * N);
+  // A is stored [M][K] and B transposed, [N][K], so that each dot product reads contiguously.
+  static thread_local std::vector<double> A, Bt;
+  A.assign(size_t(M) * K, 0.0);
+  Bt.assign(size_t(N) * K, 0.0);
   for (int lane = 0; lane < 64; ++lane) {
     for (int p = 0; p < a_per_lane; ++p) {
       const OperandPos pos = operand_pos(M, K, lane, p);
@@ -261,16 +282,28 @@ void run_mfma(const MfmaInfo& info, Gfx target, const MfmaMods& mods, const uint
       const OperandPos pos = operand_pos(N, K, lane, p);
       double v = decode_float(b_elem, raw_elem(b, info.b_regs, lane, p, b_bits), family);
       if (info.scaled) v *= scale_of(scale_b, pos.row + N * (pos.k / 32), b_byte);
-      B[size_t(pos.k) * N + pos.row] = v;
+      Bt[size_t(pos.row) * K + pos.k] = v;
     }
   }
-  std::vector<uint32_t> out(size_t(64) * info.cd_regs);
+  // Results go to a scratch buffer first because d may alias c.
+  static thread_local std::vector<uint32_t> out;
+  out.assign(size_t(64) * info.cd_regs, 0);
   for (int lane = 0; lane < 64; ++lane)
     for (int r = 0; r < info.cd_regs; ++r) {
       int i, j;
       out_pos(lane, r, i, j);
-      double sum = 0.0;
-      for (int k = 0; k < K; ++k) sum += A[size_t(i) * K + k] * B[size_t(k) * N + j];
+      const double* arow = &A[size_t(i) * K];
+      const double* bcol = &Bt[size_t(j) * K];
+      // Four partial sums break the floating-point add dependency chain (4x faster); the order
+      // of a double-precision sum of exact products does not matter at f32 output precision.
+      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+      for (int k = 0; k < K; k += 4) {  // K is a multiple of 4 for every MFMA
+        s0 += arow[k] * bcol[k];
+        s1 += arow[k + 1] * bcol[k + 1];
+        s2 += arow[k + 2] * bcol[k + 2];
+        s3 += arow[k + 3] * bcol[k + 3];
+      }
+      double sum = (s0 + s1) + (s2 + s3);
       sum += static_cast<double>(num::bits_f32(c[lane * info.cd_regs + r]));
       const float f = static_cast<float>(sum);  // overflow rounds to +-inf
       out[lane * info.cd_regs + r] = std::isnan(f) ? 0x7fc00000u : num::f32_bits(f);
