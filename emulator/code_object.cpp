@@ -1,0 +1,218 @@
+// Code object loader: ELF via LLVM Object, metadata via LLVM MsgPackDocument.
+#include "emulator/code_object.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include <llvm/BinaryFormat/ELF.h>
+#include <llvm/BinaryFormat/MsgPackDocument.h>
+#include <llvm/Object/ELFObjectFile.h>
+#include <llvm/Support/MemoryBuffer.h>
+
+namespace mla::emu {
+
+unsigned KernelDescriptor::vgpr_alloc() const { return ((rsrc1 & 0x3f) + 1) * 8; }
+unsigned KernelDescriptor::sgpr_alloc() const { return (((rsrc1 >> 6) & 0xf) + 1) * 16; }
+unsigned KernelDescriptor::accum_offset() const { return ((rsrc3 & 0x3f) + 1) * 4; }
+unsigned KernelDescriptor::user_sgpr_count() const { return (rsrc2 >> 1) & 0x1f; }
+
+namespace {
+
+[[noreturn]] void fail(const std::string& file, const std::string& what) {
+  throw Error("loader", fmt::format("code object {}: {}", file, what));
+}
+
+template <class T>
+T rd(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+std::string node_str(llvm::msgpack::DocNode n) {
+  if (n.getKind() == llvm::msgpack::Type::String) return n.getString().str();
+  return {};
+}
+uint64_t node_uint(llvm::msgpack::DocNode n) {
+  switch (n.getKind()) {
+    case llvm::msgpack::Type::UInt: return n.getUInt();
+    case llvm::msgpack::Type::Int: return static_cast<uint64_t>(n.getInt());
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const CodeObject> CodeObject::load_file(const std::string& path,
+                                                        std::optional<Gfx> expect) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, "cannot open file");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return load_bytes(std::move(bytes), path, expect);
+}
+
+std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> bytes,
+                                                         std::string name,
+                                                         std::optional<Gfx> expect) {
+  using namespace llvm;
+  auto co = std::make_shared<CodeObject>();
+  co->name_ = name;
+  if (bytes.size() < sizeof(ELF::Elf64_Ehdr) || std::memcmp(bytes.data(), ELF::ElfMagic, 4) != 0)
+    fail(name, fmt::format("not an ELF file ({} bytes)", bytes.size()));
+  StringRef data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  auto objOr = object::ELF64LEObjectFile::create(MemoryBufferRef(data, name));
+  if (!objOr) fail(name, "malformed ELF: " + toString(objOr.takeError()));
+  object::ELF64LEObjectFile& obj = *objOr;
+  const auto& elf = obj.getELFFile();
+  const auto& eh = elf.getHeader();
+  if (eh.e_machine != ELF::EM_AMDGPU) fail(name, fmt::format("ELF machine {} is not AMDGPU", (unsigned)eh.e_machine));
+  unsigned mach = eh.e_flags & ELF::EF_AMDGPU_MACH;
+  if (mach == ELF::EF_AMDGPU_MACH_AMDGCN_GFX942) co->gfx_ = Gfx::gfx942;
+  else if (mach == ELF::EF_AMDGPU_MACH_AMDGCN_GFX950) co->gfx_ = Gfx::gfx950;
+  else fail(name, fmt::format("unsupported target (e_flags mach 0x{:x}); the emulator runs gfx942 and gfx950 only", mach));
+  co->target_id_ = std::string("amdgcn-amd-amdhsa--") + std::string(gfx_name(co->gfx_));
+  if (expect && *expect != co->gfx_)
+    fail(name, fmt::format("built for {} but {} was requested", gfx_name(co->gfx_), gfx_name(*expect)));
+
+  // Sections with contents that occupy memory.
+  auto secs = elf.sections();
+  if (!secs) fail(name, "malformed section table: " + toString(secs.takeError()));
+  for (const auto& sh : *secs) {
+    if (!(sh.sh_flags & ELF::SHF_ALLOC) || sh.sh_type == ELF::SHT_NOBITS) continue;
+    auto contents = elf.getSectionContents(sh);
+    if (!contents) fail(name, "truncated section: " + toString(contents.takeError()));
+    Section s;
+    auto nm = elf.getSectionName(sh);
+    if (nm) s.name = nm->str(); else consumeError(nm.takeError());
+    s.address = sh.sh_addr;
+    s.bytes.assign(contents->begin(), contents->end());
+    s.executable = sh.sh_flags & ELF::SHF_EXECINSTR;
+    co->sections_.push_back(std::move(s));
+  }
+
+  // Kernels: NAME.kd symbols.
+  struct FuncSym { uint64_t addr, size; };
+  std::map<std::string, FuncSym> funcs;
+  std::vector<std::pair<std::string, uint64_t>> kds;
+  for (const auto& sym : obj.symbols()) {
+    auto nm = sym.getName();
+    if (!nm) { consumeError(nm.takeError()); continue; }
+    auto addr = sym.getAddress();
+    if (!addr) { consumeError(addr.takeError()); continue; }
+    std::string n = nm->str();
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".kd") == 0) kds.emplace_back(n.substr(0, n.size() - 3), *addr);
+    else {
+      object::ELFSymbolRef es(sym);
+      funcs[n] = {*addr, es.getSize()};
+    }
+  }
+  for (auto& [kname, kdaddr] : kds) {
+    const uint8_t* p = co->at(kdaddr, 64);
+    if (!p) fail(name, fmt::format("kernel descriptor {}.kd at 0x{:x} is outside the loaded sections (truncated?)", kname, kdaddr));
+    Kernel k;
+    k.name = kname;
+    k.kd_address = kdaddr;
+    k.kd.group_segment_fixed_size = rd<uint32_t>(p + 0);
+    k.kd.private_segment_fixed_size = rd<uint32_t>(p + 4);
+    k.kd.kernarg_size = rd<uint32_t>(p + 8);
+    k.kd.entry_offset = rd<int64_t>(p + 16);
+    k.kd.rsrc3 = rd<uint32_t>(p + 44);
+    k.kd.rsrc1 = rd<uint32_t>(p + 48);
+    k.kd.rsrc2 = rd<uint32_t>(p + 52);
+    k.kd.code_properties = rd<uint16_t>(p + 56);
+    k.kd.kernarg_preload = rd<uint16_t>(p + 58);
+    k.entry_address = kdaddr + k.kd.entry_offset;
+    if (!co->at(k.entry_address, 4)) fail(name, fmt::format("kernel {} entry 0x{:x} is outside the loaded sections", kname, k.entry_address));
+    if (k.kd.code_properties & (1u << 10)) fail(name, fmt::format("kernel {} is wave32; gfx942/gfx950 run wave64 only", kname));
+    if (auto it = funcs.find(kname); it != funcs.end()) k.code_size = it->second.size;
+    co->kernels_.push_back(std::move(k));
+  }
+
+  // Metadata note (optional).
+  auto phdrs = elf.program_headers();
+  if (!phdrs) fail(name, "malformed program headers: " + toString(phdrs.takeError()));
+  for (const auto& ph : *phdrs) {
+    if (ph.p_type != ELF::PT_NOTE) continue;
+    llvm::Error err = llvm::Error::success();
+    for (const auto& note : elf.notes(ph, err)) {
+      if (note.getName() != "AMDGPU" || note.getType() != ELF::NT_AMDGPU_METADATA) continue;
+      auto desc = note.getDesc(ph.p_align);
+      msgpack::Document doc;
+      StringRef blob(reinterpret_cast<const char*>(desc.data()), desc.size());
+      if (!doc.readFromBlob(blob, false)) fail(name, "unreadable msgpack metadata note");
+      auto root = doc.getRoot();
+      if (root.getKind() != msgpack::Type::Map) fail(name, "metadata root is not a map");
+      auto& m = root.getMap();
+      if (auto t = m.find(doc.getNode("amdhsa.target")); t != m.end()) {
+        std::string tid = node_str(t->second);
+        if (!tid.empty()) {
+          auto pos = tid.find("gfx");
+          auto g = pos == std::string::npos ? std::nullopt : parse_gfx(std::string_view(tid).substr(pos));
+          if (!g || *g != co->gfx_) fail(name, "metadata target " + tid + " disagrees with the ELF header");
+          co->target_id_ = tid;
+        }
+      }
+      auto ks = m.find(doc.getNode("amdhsa.kernels"));
+      if (ks == m.end() || ks->second.getKind() != msgpack::Type::Array) continue;
+      for (auto& kn : ks->second.getArray()) {
+        if (kn.getKind() != msgpack::Type::Map) continue;
+        auto& km = kn.getMap();
+        auto get = [&](const char* key) -> std::optional<msgpack::DocNode> {
+          auto it = km.find(doc.getNode(key));
+          if (it == km.end()) return std::nullopt;
+          return it->second;
+        };
+        std::string kname = get(".name") ? node_str(*get(".name")) : "";
+        for (auto& k : co->kernels_) {
+          if (k.name != kname) continue;
+          k.has_metadata = true;
+          if (auto v = get(".kernarg_segment_size")) k.metadata_kernarg_size = node_uint(*v);
+          if (auto v = get(".wavefront_size")) k.wavefront_size = node_uint(*v);
+          if (auto a = get(".args"); a && a->getKind() == msgpack::Type::Array) {
+            for (auto& an : a->getArray()) {
+              if (an.getKind() != msgpack::Type::Map) continue;
+              auto& am = an.getMap();
+              KernelArg arg;
+              auto aget = [&](const char* key) -> std::optional<msgpack::DocNode> {
+                auto it = am.find(doc.getNode(key));
+                if (it == am.end()) return std::nullopt;
+                return it->second;
+              };
+              if (auto v = aget(".name")) arg.name = node_str(*v);
+              if (auto v = aget(".value_kind")) arg.value_kind = node_str(*v);
+              if (auto v = aget(".address_space")) arg.address_space = node_str(*v);
+              if (auto v = aget(".type_name")) arg.type_name = node_str(*v);
+              if (auto v = aget(".offset")) arg.offset = node_uint(*v);
+              if (auto v = aget(".size")) arg.size = node_uint(*v);
+              k.args.push_back(std::move(arg));
+            }
+          }
+        }
+      }
+    }
+    if (err) fail(name, "malformed note segment: " + toString(std::move(err)));
+  }
+  return co;
+}
+
+const Kernel& CodeObject::kernel(std::string_view kname) const {
+  for (auto& k : kernels_)
+    if (k.name == kname) return k;
+  std::string avail;
+  for (auto& k : kernels_) avail += (avail.empty() ? "" : ", ") + k.name;
+  throw Error("loader", fmt::format("code object {}: no kernel named '{}' (kernels: {})", name_, kname,
+                                    avail.empty() ? "none" : avail));
+}
+
+const uint8_t* CodeObject::at(uint64_t address, size_t n) const {
+  for (auto& s : sections_)
+    if (address >= s.address && address + n <= s.address + s.bytes.size() && address + n >= address)
+      return s.bytes.data() + (address - s.address);
+  return nullptr;
+}
+
+}  // namespace mla::emu

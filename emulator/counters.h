@@ -1,0 +1,38 @@
+// Performance counters of a dispatch (and of each workgroup).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "emulator/inst.h"
+
+namespace mla::emu {
+
+constexpr size_t kNumInstClasses = 12;
+const char* inst_class_name(InstClass c);
+
+struct WorkgroupCounters {
+  unsigned id[3] = {0, 0, 0};
+  std::array<uint64_t, kNumInstClasses> insts{};  // wave-instructions by class
+  uint64_t wave_insts = 0;
+  uint64_t global_read_bytes = 0, global_write_bytes = 0;
+  uint64_t lds_read_bytes = 0, lds_write_bytes = 0;
+  uint64_t mfma = 0, mfma_macs = 0;  // MACs per issued MFMA = m*n*k*blocks
+  uint64_t barriers = 0;             // s_barrier executed (per wave)
+  unsigned waves = 0;
+  void add(const WorkgroupCounters& o);
+};
+
+struct Counters {
+  WorkgroupCounters total;
+  uint64_t global_read_distinct = 0, global_write_distinct = 0;  // distinct bytes touched
+  unsigned workgroups = 0;
+  double seconds = 0;  // host time of the dispatch
+  std::vector<WorkgroupCounters> per_workgroup;  // filled when DispatchOptions::per_workgroup
+  nlohmann::json to_json() const;
+};
+
+}  // namespace mla::emu

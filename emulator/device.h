@@ -1,0 +1,103 @@
+// The emulator's C++ API: a device memory space plus kernel dispatch.
+//
+//   mla::emu::Device dev(Gfx::gfx950);
+//   uint64_t a = dev.alloc(4096);                 // zero-filled, 256-byte aligned
+//   dev.write(a, host.data(), host.size());
+//   auto co = mla::emu::CodeObject::load_file("k.co");
+//   mla::emu::Counters c = dev.dispatch(*co, "kernel", {grid_x,1,1}, {256,1,1}, kernarg_bytes);
+//   dev.read(a, host.data(), host.size());
+//
+// dispatch() runs every workgroup of the grid (grid is counted in workgroups, like HIP's
+// gridDim) and throws mla::emu::Error on the first violation (see docs/emulator.md).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "emulator/code_object.h"
+#include "emulator/counters.h"
+#include "emulator/gfx.h"
+
+namespace mla::emu {
+
+struct Program;
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct DispatchOptions {
+  // Wave interleaving inside a workgroup: round robin, `quantum` instructions per turn
+  // (default 1); with `random_seed` != 0 each turn goes to a uniformly random runnable wave.
+  unsigned quantum = 1;
+  uint64_t random_seed = 0;
+  // Strictness switches (all on by default).
+  bool check_waitcnt = true, check_hazards = true, check_lds_race = true;
+  bool per_workgroup = false;       // fill Counters::per_workgroup
+  bool count_distinct = true;       // distinct global bytes (costs a bitmap per allocation)
+  uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard
+  // Initial value of VGPRs/SGPRs not set by the ABI (a poison pattern shows use of garbage).
+  uint32_t poison = 0;
+};
+
+struct Allocation {
+  uint64_t base = 0;
+  std::string name;
+  std::vector<uint8_t> data;
+  std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch
+};
+
+class Device {
+ public:
+  explicit Device(Gfx gfx = Gfx::gfx950);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  Gfx gfx() const { return gfx_; }
+  // New allocation of `bytes` filled with `fill`; base aligned to `align` (power of two >= 4).
+  // Allocations are separated by unmapped guard gaps, so running off the end faults.
+  uint64_t alloc(size_t bytes, size_t align = 256, std::string name = "", uint8_t fill = 0);
+  void free(uint64_t base);
+  void write(uint64_t addr, const void* src, size_t n);
+  void read(uint64_t addr, void* dst, size_t n) const;
+  template <class T>
+  std::vector<T> read_vector(uint64_t addr, size_t count) const {
+    std::vector<T> v(count);
+    read(addr, v.data(), count * sizeof(T));
+    return v;
+  }
+  // The allocation containing [addr, addr+n), or nullptr.
+  Allocation* find(uint64_t addr, size_t n);
+  const Allocation* find(uint64_t addr, size_t n) const;
+
+  // Runs `kernel` of `co`. `kernarg` shorter than the descriptor's kernarg size is zero-padded;
+  // hidden arguments named in the metadata (block counts, group sizes, ...) are filled in.
+  Counters dispatch(std::shared_ptr<const CodeObject> co, std::string_view kernel, Dim3 grid, Dim3 block,
+                    std::vector<uint8_t> kernarg, const DispatchOptions& opts = {});
+
+ private:
+  Gfx gfx_;
+  uint64_t next_ = 0x100000000ull;
+  std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;
+  Allocation* last_ = nullptr;
+  std::map<std::pair<const CodeObject*, std::string>, std::shared_ptr<const Program>> programs_;
+  friend struct DispatchState;
+  friend class Executor;
+};
+
+// Kernarg packing helper.
+struct KernargBuilder {
+  std::vector<uint8_t> bytes;
+  template <class T>
+  KernargBuilder& put(size_t offset, T v) {
+    if (bytes.size() < offset + sizeof(T)) bytes.resize(offset + sizeof(T));
+    __builtin_memcpy(bytes.data() + offset, &v, sizeof(T));
+    return *this;
+  }
+};
+
+}  // namespace mla::emu

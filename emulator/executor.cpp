@@ -1,0 +1,515 @@
+// Dispatch: device memory, wave setup per AMDGPUUsage, the wave scheduler, and the strictness
+// checkers (waitcnt scoreboard, hazard wait states, LDS races, bounds).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "emulator/exec_common.h"
+#include "emulator/hazards.h"
+
+namespace mla::emu {
+
+// ------------------------------------------------------------------------------------------
+// Device memory
+// ------------------------------------------------------------------------------------------
+
+Device::Device(Gfx gfx) : gfx_(gfx) {}
+Device::~Device() = default;
+
+uint64_t Device::alloc(size_t bytes, size_t align, std::string name, uint8_t fill) {
+  if (align < 4 || (align & (align - 1))) throw Error("dispatch", fmt::format("alloc: alignment {} is not a power of two >= 4", align));
+  uint64_t base = (next_ + align - 1) & ~uint64_t(align - 1);
+  auto a = std::make_unique<Allocation>();
+  a->base = base;
+  a->name = name.empty() ? fmt::format("alloc@0x{:x}", base) : std::move(name);
+  a->data.assign(bytes, fill);
+  // Guard gap of at least 64 KiB (unmapped) after each allocation.
+  next_ = base + std::max<size_t>(bytes, 1) + 65536;
+  next_ = (next_ + 4095) & ~uint64_t(4095);
+  allocs_[base] = std::move(a);
+  return base;
+}
+
+void Device::free(uint64_t base) {
+  auto it = allocs_.find(base);
+  if (it == allocs_.end()) throw Error("dispatch", fmt::format("free: 0x{:x} is not an allocation", base));
+  if (last_ == it->second.get()) last_ = nullptr;
+  allocs_.erase(it);
+}
+
+Allocation* Device::find(uint64_t addr, size_t n) {
+  if (last_ && addr >= last_->base && addr + n <= last_->base + last_->data.size() && addr + n >= addr) return last_;
+  auto it = allocs_.upper_bound(addr);
+  if (it == allocs_.begin()) return nullptr;
+  --it;
+  Allocation* a = it->second.get();
+  if (addr + n > a->base + a->data.size() || addr + n < addr) return nullptr;
+  last_ = a;
+  return a;
+}
+const Allocation* Device::find(uint64_t addr, size_t n) const { return const_cast<Device*>(this)->find(addr, n); }
+
+void Device::write(uint64_t addr, const void* src, size_t n) {
+  Allocation* a = find(addr, n);
+  if (!a) throw Error("out_of_bounds", fmt::format("host write of {} bytes at 0x{:x} is outside every allocation", n, addr));
+  if (n) std::memcpy(a->data.data() + (addr - a->base), src, n);
+}
+void Device::read(uint64_t addr, void* dst, size_t n) const {
+  const Allocation* a = find(addr, n);
+  if (!a) throw Error("out_of_bounds", fmt::format("host read of {} bytes at 0x{:x} is outside every allocation", n, addr));
+  if (n) std::memcpy(dst, a->data.data() + (addr - a->base), n);
+}
+
+// ------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------
+
+void Wave::fail(const char* rule, const std::string& msg) const {
+  const Inst* in = pc < prog->insts.size() ? &prog->insts[pc] : nullptr;
+  std::string where = fmt::format("kernel {}, workgroup ({},{},{}), wave {}, pc 0x{:x} (+0x{:x})", prog->kernel->name, wg->id[0],
+                                  wg->id[1], wg->id[2], id, in ? in->pc : 0, in ? in->pc - prog->kernel->entry_address : 0);
+  throw Error(rule, fmt::format("{}, `{}`: {}: {}", where, in ? in->text : "<end of code>", rule, msg));
+}
+
+void exec_unsupported(Wave& w, const Inst& in) {
+  if (!in.bad_reg_msg.empty()) w.fail("unsupported", "the emulator cannot parse this instruction (" + in.bad_reg_msg + ")");
+  auto sp = in.text.find(' ');
+  w.fail("unsupported", fmt::format("instruction '{}' is not supported by the emulator", in.text.substr(0, sp)));
+}
+void exec_undecodable(Wave& w, const Inst& in) { w.fail("decode", "bytes do not decode as a " + std::string(gfx_name(w.gfx())) + " instruction"); }
+
+// ------------------------------------------------------------------------------------------
+// Operand helpers
+// ------------------------------------------------------------------------------------------
+
+unsigned vgpr_index(Wave& w, const Inst& in, unsigned opi) {
+  unsigned idx = in.ops[opi].index;
+  if (w.gpr_idx_on) {
+    unsigned nd = in.info ? in.info->ndst : 1;
+    unsigned bit = opi < nd ? 3 : std::min(opi - nd, 2u);
+    if (w.gpr_idx_mode & (1u << bit)) {
+      idx += w.s[kSgprM0] & 0xff;
+      if (idx + in.ops[opi].width > w.nvgpr)
+        w.fail("register_range", fmt::format("s_set_gpr_idx relocates v{} to v{}, beyond the {} VGPRs allocated", in.ops[opi].index, idx, w.nvgpr));
+    }
+  }
+  return idx;
+}
+
+// ------------------------------------------------------------------------------------------
+// Memory access helpers
+// ------------------------------------------------------------------------------------------
+
+static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) map[(off + i) >> 6] |= 1ull << ((off + i) & 63);
+}
+
+uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
+  Allocation* a = w.ds->dev->find(addr, n);
+  if (!a) {
+    // Name the nearest allocation to help.
+    w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation", write ? "store" : "load", n, addr));
+  }
+  size_t off = addr - a->base;
+  if (write) {
+    w.ctr->global_write_bytes += n;
+    if (!a->write_map.empty()) mark_bits(a->write_map, off, n);
+  } else {
+    w.ctr->global_read_bytes += n;
+    if (!a->read_map.empty()) mark_bits(a->read_map, off, n);
+  }
+  return a->data.data() + off;
+}
+
+struct DmaRange {
+  Wave* wave;
+  uint64_t seq;
+  uint32_t lo, hi;
+};
+static thread_local std::vector<DmaRange> g_dma;
+
+static void lds_race_record(Wave& w, uint32_t addr, unsigned n, bool write, uint32_t epoch) {
+  auto& sh = w.ds->shadow;
+  uint8_t me = uint8_t(w.id);
+  for (unsigned i = 0; i < n; ++i) {
+    LdsShadow& e = sh[addr + i];
+    if (write) {
+      if ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))
+        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
+                                       addr + i, w.id, e.wepoch == epoch && e.wwave != me ? "written" : "read",
+                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave));
+      e.wepoch = epoch;
+      e.wwave = me;
+    } else {
+      if (e.wepoch == epoch && e.wwave != me)
+        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
+                                       w.id, e.wwave));
+      if (e.repoch == epoch && e.rwave != me) e.rwave = 0xff;
+      else { e.repoch = epoch; e.rwave = me; }
+    }
+  }
+}
+
+uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
+  DispatchState& ds = *w.ds;
+  if (uint64_t(addr) + n > ds.lds_size)
+    w.fail("out_of_bounds", fmt::format("LDS {} of {} bytes at 0x{:x} is beyond the {} bytes the kernel allocates (group_segment_fixed_size)",
+                                        write ? "write" : "read", n, addr, ds.lds_size));
+  if (!g_dma.empty())
+    for (auto& d : g_dma)
+      if (addr < d.hi && addr + n > d.lo)
+        w.fail("waitcnt", fmt::format("LDS bytes [0x{:x},0x{:x}) are still being written by an outstanding LDS-DMA load of wave {} "
+                                      "(not yet covered by s_waitcnt vmcnt)", std::max(addr, d.lo), std::min(addr + n, d.hi), d.wave->id));
+  if (write) w.ctr->lds_write_bytes += n; else w.ctr->lds_read_bytes += n;
+  if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, write, ds.epoch);
+  return ds.wg->lds.data() + addr;
+}
+
+// ------------------------------------------------------------------------------------------
+// Waitcnt scoreboard
+// ------------------------------------------------------------------------------------------
+
+PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds) {
+  const Inst& in = w.cur();
+  auto& queue = q == Queue::VM ? w.vmq : w.lgkmq;
+  PendingOp op;
+  op.seq = w.next_seq++;
+  op.inst_index = w.pc;
+  op.smem = smem;
+  op.lds = lds;
+  for (auto& r : in.writes) {
+    if (op.nregs < 2) op.regs[op.nregs++] = r;
+    for (unsigned i = 0; i < r.count; ++i) w.pend[r.first + i]++;
+  }
+  queue.push_back(std::move(op));
+  return queue.back();
+}
+
+static void retire(Wave& w, PendingOp& op) {
+  for (unsigned k = 0; k < op.nregs; ++k)
+    for (unsigned i = 0; i < op.regs[k].count; ++i) w.pend[op.regs[k].first + i]--;
+  if (op.lds && op.lds_hi > op.lds_lo)
+    std::erase_if(g_dma, [&](const DmaRange& d) { return d.wave == &w && d.seq == op.seq; });
+}
+
+void register_dma(Wave& w, PendingOp& op) { g_dma.push_back({&w, op.seq, op.lds_lo, op.lds_hi}); }
+
+void wait_counts(Wave& w, unsigned vm, unsigned lgkm) {
+  while (w.vmq.size() > vm) { retire(w, w.vmq.front()); w.vmq.pop_front(); }
+  if (w.lgkmq.size() > lgkm) {
+    bool has_smem = std::any_of(w.lgkmq.begin(), w.lgkmq.end(), [](const PendingOp& o) { return o.smem; });
+    if (has_smem && lgkm > 0) return;  // out-of-order returns: only lgkmcnt(0) proves anything
+    while (w.lgkmq.size() > lgkm) { retire(w, w.lgkmq.front()); w.lgkmq.pop_front(); }
+  }
+}
+
+static std::string reg_name(unsigned id) {
+  if (id < kVgprBase) {
+    if (id == kSgprVcc) return "vcc_lo";
+    if (id == kSgprVcc + 1) return "vcc_hi";
+    if (id == kSgprExec) return "exec_lo";
+    if (id == kSgprExec + 1) return "exec_hi";
+    if (id == kSgprM0) return "m0";
+    return fmt::format("s{}", id);
+  }
+  if (id < kAgprBase) return fmt::format("v{}", id - kVgprBase);
+  return fmt::format("a{}", id - kAgprBase);
+}
+
+static const PendingOp* find_pending(const Wave& w, unsigned reg, bool* in_vm) {
+  for (auto* q : {&w.vmq, &w.lgkmq})
+    for (auto& op : *q)
+      for (unsigned k = 0; k < op.nregs; ++k)
+        if (reg >= op.regs[k].first && reg < unsigned(op.regs[k].first + op.regs[k].count)) {
+          if (in_vm) *in_vm = q == &w.vmq;
+          return &op;
+        }
+  return nullptr;
+}
+
+static void pending_fail(Wave& w, unsigned reg, const char* what) {
+  bool vm = false;
+  const PendingOp* op = find_pending(w, reg, &vm);
+  std::string src = op ? fmt::format("`{}` at pc 0x{:x}", w.prog->insts[op->inst_index].text, w.prog->insts[op->inst_index].pc) : "a load";
+  w.fail("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
+                                vm ? "vmcnt" : "lgkmcnt"));
+}
+
+static void check_pending(Wave& w, const Inst& in) {
+  for (auto& r : in.reads)
+    for (unsigned i = 0; i < r.count; ++i)
+      if (w.pend[r.first + i]) pending_fail(w, r.first + i, "reads");
+  if (in.writes.empty()) return;
+  uint32_t k = in.info ? in.info->kind : 0;
+  for (auto& r : in.writes)
+    for (unsigned i = 0; i < r.count; ++i) {
+      unsigned reg = r.first + i;
+      if (!w.pend[reg]) continue;
+      bool vm = false;
+      const PendingOp* op = find_pending(w, reg, &vm);
+      // In-order returns of the same counter may overwrite each other (VMEM after VMEM, LDS after LDS).
+      bool ok = op && ((vm && (k & K_VMEM) && (k & K_LOAD)) || (!vm && !op->smem && (k & K_LDS) && (k & K_LOAD)));
+      if (!ok) pending_fail(w, reg, "overwrites");
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Dispatch
+// ------------------------------------------------------------------------------------------
+
+class Executor {
+ public:
+  static Counters run(Device& dev, std::shared_ptr<const CodeObject> co, std::string_view kname, Dim3 grid, Dim3 block,
+                      std::vector<uint8_t> kernarg, const DispatchOptions& opts);
+};
+
+static void step(Wave& w) {
+  DispatchState& ds = *w.ds;
+  if (w.pc >= w.prog->insts.size()) w.fail("decode", "execution ran past the end of the kernel's code");
+  const Inst& in = w.prog->insts[w.pc];
+  if (in.bad_regs) w.fail("register_range", in.bad_reg_msg);
+  if (ds.opts.check_waitcnt) check_pending(w, in);
+  if (ds.opts.check_hazards && in.info) check_hazards(w, in);
+  uint32_t here = w.pc;
+  w.next_pc = here + 1;
+  in.fn(w, in);
+  if (in.info && ds.opts.check_hazards) record_hazards(w, in);
+  w.pc = w.next_pc;
+  if (in.info) {
+    w.ctr->insts[size_t(in.info->cls)]++;
+    w.clock += in.info->cls == InstClass::NOP && in.text.rfind("s_nop", 0) == 0 ? uint64_t(in.simm & 0xf) + 1 : 1;
+  }
+  w.ctr->wave_insts++;
+  if (++ds.wave_insts > ds.opts.max_wave_instructions)
+    w.fail("runaway", fmt::format("more than {} wave-instructions executed", ds.opts.max_wave_instructions));
+}
+
+static void fill_hidden_args(const Kernel& k, std::vector<uint8_t>& ka, size_t provided, Dim3 grid, Dim3 block) {
+  auto put = [&](uint32_t off, uint64_t v, uint32_t size) {
+    if (off < provided || off + size > ka.size()) return;
+    std::memcpy(ka.data() + off, &v, std::min<uint32_t>(size, 8));
+  };
+  unsigned dims = grid.z * block.z > 1 ? 3 : grid.y * block.y > 1 ? 2 : 1;
+  for (auto& a : k.args) {
+    const std::string& v = a.value_kind;
+    if (v == "hidden_block_count_x") put(a.offset, grid.x, 4);
+    else if (v == "hidden_block_count_y") put(a.offset, grid.y, 4);
+    else if (v == "hidden_block_count_z") put(a.offset, grid.z, 4);
+    else if (v == "hidden_group_size_x") put(a.offset, block.x, 2);
+    else if (v == "hidden_group_size_y") put(a.offset, block.y, 2);
+    else if (v == "hidden_group_size_z") put(a.offset, block.z, 2);
+    else if (v == "hidden_grid_dims") put(a.offset, dims, 2);
+  }
+}
+
+Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::string_view kname, Dim3 grid, Dim3 block,
+                       std::vector<uint8_t> kernarg, const DispatchOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (co->gfx() != dev.gfx())
+    throw Error("dispatch", fmt::format("code object {} is for {} but the device is {}", co->name(), gfx_name(co->gfx()), gfx_name(dev.gfx())));
+  const Kernel& k = co->kernel(kname);
+  auto key = std::make_pair(co.get(), std::string(kname));
+  auto pit = dev.programs_.find(key);
+  if (pit == dev.programs_.end()) pit = dev.programs_.emplace(key, build_program(co, k)).first;
+  const Program& prog = *pit->second;
+
+  unsigned threads = block.x * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.x > 1024)
+    throw Error("dispatch", fmt::format("workgroup size {}x{}x{} is invalid (1..1024 work-items)", block.x, block.y, block.z));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) throw Error("dispatch", "grid has a zero dimension");
+  if (k.kd.private_segment_fixed_size > 0)
+    throw Error("unsupported", fmt::format("kernel {} uses {} bytes of scratch; the emulator has no private segment", k.name,
+                                           k.kd.private_segment_fixed_size));
+
+  DispatchState ds;
+  ds.dev = &dev;
+  ds.prog = &prog;
+  ds.kernel = &k;
+  ds.opts = opts;
+  ds.gfx = co->gfx();
+  ds.grid = grid;
+  ds.block = block;
+  ds.rng.seed(opts.random_seed);
+  ds.lds_size = k.kd.group_segment_fixed_size;
+  unsigned max_lds = ds.gfx == Gfx::gfx950 ? 160 * 1024 : 64 * 1024;
+  if (ds.lds_size > max_lds) throw Error("dispatch", fmt::format("kernel {} needs {} bytes of LDS; {} has {}", k.name, ds.lds_size, gfx_name(ds.gfx), max_lds));
+
+  // Kernarg segment.
+  size_t provided = kernarg.size();
+  size_t kasize = std::max<size_t>({provided, k.kd.kernarg_size, k.metadata_kernarg_size});
+  kernarg.resize(kasize, 0);
+  fill_hidden_args(k, kernarg, provided, grid, block);
+  ds.kernarg_addr = dev.alloc(std::max<size_t>(kasize, 4), 256, "kernarg");
+  dev.write(ds.kernarg_addr, kernarg.data(), kernarg.size());
+  if (k.kd.user_sgpr(1)) {
+    ds.packet_addr = dev.alloc(64, 64, "dispatch_packet");
+    uint8_t pkt[64] = {};
+    auto p16 = [&](int o, uint16_t v) { std::memcpy(pkt + o, &v, 2); };
+    auto p32 = [&](int o, uint32_t v) { std::memcpy(pkt + o, &v, 4); };
+    auto p64 = [&](int o, uint64_t v) { std::memcpy(pkt + o, &v, 8); };
+    p16(2, uint16_t(block.z > 1 ? 3 : block.y > 1 || grid.y > 1 ? 2 : 1));
+    p16(4, uint16_t(block.x)); p16(6, uint16_t(block.y)); p16(8, uint16_t(block.z));
+    p32(12, grid.x * block.x); p32(16, grid.y * block.y); p32(20, grid.z * block.z);
+    p32(28, ds.lds_size);
+    p64(32, k.kd_address);
+    p64(40, ds.kernarg_addr);
+    dev.write(ds.packet_addr, pkt, 64);
+  }
+  // Distinct-byte maps.
+  for (auto& [b, a] : dev.allocs_) {
+    a->read_map.clear();
+    a->write_map.clear();
+    if (opts.count_distinct) {
+      a->read_map.assign((a->data.size() + 63) / 64, 0);
+      a->write_map.assign((a->data.size() + 63) / 64, 0);
+    }
+  }
+  if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
+  g_dma.clear();
+
+  Counters out;
+  unsigned nwaves = (threads + 63) / 64;
+  Workgroup wg;
+  wg.lds.assign(ds.lds_size, 0);
+  for (unsigned i = 0; i < nwaves; ++i) {
+    auto w = std::make_unique<Wave>();
+    w->vfile.assign(size_t(prog.accum_offset + prog.nagpr) * 64, opts.poison);
+    w->hist.assign(kNumRegIds, RegHist{});
+    w->pend.assign(kNumRegIds, 0);
+    wg.waves.push_back(std::move(w));
+  }
+  ds.wg = &wg;
+  uint32_t epoch_counter = 1;
+  const auto& kd = k.kd;
+
+  try {
+    for (unsigned gz = 0; gz < grid.z; ++gz)
+      for (unsigned gy = 0; gy < grid.y; ++gy)
+        for (unsigned gx = 0; gx < grid.x; ++gx) {
+          wg.id[0] = gx; wg.id[1] = gy; wg.id[2] = gz;
+          wg.ctr = WorkgroupCounters{};
+          wg.ctr.id[0] = gx; wg.ctr.id[1] = gy; wg.ctr.id[2] = gz;
+          wg.ctr.waves = nwaves;
+          std::fill(wg.lds.begin(), wg.lds.end(), 0);
+          ds.epoch = ++epoch_counter;
+          for (unsigned wi = 0; wi < nwaves; ++wi) {
+            Wave& w = *wg.waves[wi];
+            w.wg = &wg; w.ds = &ds; w.prog = &prog; w.id = wi; w.ctr = &wg.ctr;
+            w.nvgpr = prog.nvgpr; w.nagpr = prog.nagpr; w.accum_offset = prog.accum_offset; w.nsgpr = prog.nsgpr;
+            std::fill(std::begin(w.s), std::end(w.s), opts.poison);
+            std::fill(w.vfile.begin(), w.vfile.end(), opts.poison);
+            std::fill(w.hist.begin(), w.hist.end(), RegHist{});
+            std::fill(w.pend.begin(), w.pend.end(), 0);
+            w.vmq.clear(); w.lgkmq.clear();
+            w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;
+            w.gpr_idx_on = false; w.gpr_idx_mode = 0;
+            w.clock = 100;  // far from any writer
+            unsigned dm = kd.float_denorm_mode_32();
+            w.denorm32 = dm != 0;
+            w.denorm16 = kd.float_denorm_mode_16_64() != 0;
+            w.ieee = kd.ieee_mode();
+            w.dx10_clamp = kd.dx10_clamp();
+            // User SGPRs.
+            unsigned s = 0;
+            auto put = [&](uint64_t v, unsigned n) { for (unsigned j = 0; j < n; ++j) w.s[s++] = uint32_t(v >> (32 * j)); };
+            if (kd.user_sgpr(0)) put(0, 4);
+            if (kd.user_sgpr(1)) put(ds.packet_addr, 2);
+            if (kd.user_sgpr(2)) put(0, 2);
+            if (kd.user_sgpr(3)) put(ds.kernarg_addr, 2);
+            if (kd.user_sgpr(4)) put(0, 2);
+            if (kd.user_sgpr(5)) put(0, 2);
+            if (kd.user_sgpr(6)) put(0, 1);
+            for (unsigned j = 0; j < kd.preload_length(); ++j) {
+              uint32_t v = 0;
+              size_t off = (kd.preload_offset() + j) * 4;
+              if (off + 4 <= kernarg.size()) std::memcpy(&v, kernarg.data() + off, 4);
+              w.s[s++] = v;
+            }
+            s = std::max(s, kd.user_sgpr_count());
+            if (kd.wg_id(0)) w.s[s++] = gx;
+            if (kd.wg_id(1)) w.s[s++] = gy;
+            if (kd.wg_id(2)) w.s[s++] = gz;
+            if (kd.wg_info()) w.s[s++] = 0;
+            if (kd.enable_private_segment()) w.s[s++] = 0;
+            // VGPR v0: packed work-item ids; EXEC: live lanes.
+            uint64_t exec = 0;
+            uint32_t* v0 = w.vreg(0);
+            for (unsigned l = 0; l < 64; ++l) {
+              unsigned t = wi * 64 + l;
+              if (t >= threads) continue;
+              exec |= 1ull << l;
+              unsigned x = t % block.x, y = (t / block.x) % block.y, z = t / (block.x * block.y);
+              v0[l] = x | (y << 10) | (z << 20);
+            }
+            w.set_exec(exec);
+            w.set_vcc(0);
+          }
+          // Schedule.
+          size_t rr = 0;
+          for (;;) {
+            std::vector<Wave*> runnable;
+            unsigned alive = 0;
+            for (auto& wp : wg.waves) {
+              if (wp->done) continue;
+              ++alive;
+              if (!wp->at_barrier) runnable.push_back(wp.get());
+            }
+            if (alive == 0) break;
+            if (runnable.empty()) {
+              // Barrier release.
+              ds.epoch = ++epoch_counter;
+              for (auto& wp : wg.waves) {
+                if (wp->done) continue;
+                wp->at_barrier = false;
+                if (opts.check_lds_race) barrier_rerecord(*wp);
+              }
+              continue;
+            }
+            Wave* w;
+            if (opts.random_seed) w = runnable[ds.rng() % runnable.size()];
+            else { w = runnable[rr % runnable.size()]; ++rr; }
+            for (unsigned q = 0; q < std::max(1u, opts.quantum) && !w->done && !w->at_barrier; ++q) step(*w);
+          }
+          for (auto& wp : wg.waves) {  // s_endpgm retires everything
+            while (!wp->vmq.empty()) { retire(*wp, wp->vmq.front()); wp->vmq.pop_front(); }
+            while (!wp->lgkmq.empty()) { retire(*wp, wp->lgkmq.front()); wp->lgkmq.pop_front(); }
+          }
+          out.total.add(wg.ctr);
+          if (opts.per_workgroup) out.per_workgroup.push_back(wg.ctr);
+          out.workgroups++;
+        }
+  } catch (...) {
+    g_dma.clear();
+    dev.free(ds.kernarg_addr);
+    if (ds.packet_addr) dev.free(ds.packet_addr);
+    throw;
+  }
+  dev.free(ds.kernarg_addr);
+  if (ds.packet_addr) dev.free(ds.packet_addr);
+  for (auto& [b, a] : dev.allocs_) {
+    for (auto x : a->read_map) out.global_read_distinct += __builtin_popcountll(x);
+    for (auto x : a->write_map) out.global_write_distinct += __builtin_popcountll(x);
+    a->read_map.clear(); a->read_map.shrink_to_fit();
+    a->write_map.clear(); a->write_map.shrink_to_fit();
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+// Accesses of LDS operations still outstanding when a barrier releases also belong to the new
+// epoch: other waves may touch the same bytes right after the barrier.
+void barrier_rerecord(Wave& w) {
+  for (auto& op : w.lgkmq)
+    if (op.lds && !op.lds_addrs.empty())
+      for (uint32_t a : op.lds_addrs) lds_race_record(w, a, op.lds_bytes, op.lds_write, w.ds->epoch);
+  for (auto& op : w.vmq)
+    if (op.lds && op.lds_hi > op.lds_lo) lds_race_record(w, op.lds_lo, op.lds_hi - op.lds_lo, true, w.ds->epoch);
+}
+
+Counters Device::dispatch(std::shared_ptr<const CodeObject> co, std::string_view kernel, Dim3 grid, Dim3 block,
+                          std::vector<uint8_t> kernarg, const DispatchOptions& opts) {
+  return Executor::run(*this, std::move(co), kernel, grid, block, std::move(kernarg), opts);
+}
+
+}  // namespace mla::emu
