@@ -80,7 +80,11 @@ std::string format_inst(const Program& p, const Inst& inst) {
   for (const auto* list : {&inst.dst, &inst.src})
     for (const auto& o : *list) {
       s += first ? " " : ", ";
-      s += format_operand(o);
+      // An SMEM byte offset is an address field, printed in hex as LLVM does.
+      if (inst.cls() == OpClass::Smem && o.kind == Operand::Kind::Imm)
+        s += fmt::format("0x{:x}", uint32_t(o.imm));
+      else
+        s += format_operand(o);
       first = false;
     }
   if (!inst.mods.empty()) s += " " + inst.mods;

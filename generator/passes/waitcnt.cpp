@@ -66,8 +66,16 @@ void require(const State& s, int slot, Wait& w) {
 // The wait an instruction needs before it may issue.
 Wait needed(const State& s, const Inst& inst) {
   Wait w;
-  for (const auto* list : {&inst.dst, &inst.src})
-    for (const auto& o : *list) for_each_slot(o, [&](int slot) { require(s, slot, w); });
+  for (const auto& o : inst.src) for_each_slot(o, [&](int slot) { require(s, slot, w); });
+  for (const auto& o : inst.dst)
+    for_each_slot(o, [&](int slot) {
+      // Write after write: a load into a register that an older load of the same in-order
+      // queue still targets lands after it, so no wait is needed (as LLVM's SIInsertWaitcnts).
+      const Slot& x = s.slot[slot];
+      if (inst.cls() == OpClass::VmemLoad && x.lgkm < 0) return;
+      if (inst.cls() == OpClass::LdsRead && x.vm < 0 && !x.smem) return;
+      require(s, slot, w);
+    });
   if (inst.is_lds()) require(s, kLdsDma, w);
   if (inst.cls() == OpClass::Barrier) {
     require(s, kLdsDma, w);

@@ -54,7 +54,7 @@ SReg RegAllocator::reserve_sgpr(int first, int count, const std::string& tag) {
     files_[0].owner[i] = tag;
   }
   files_[0].high = std::max(files_[0].high, first + count);
-  return SReg(uint16_t(first), uint8_t(count));
+  return SReg(uint16_t(first), uint16_t(count));
 }
 
 VReg RegAllocator::reserve_vgpr(int first, int count, const std::string& tag) {
@@ -64,17 +64,17 @@ VReg RegAllocator::reserve_vgpr(int first, int count, const std::string& tag) {
     files_[1].owner[i] = tag;
   }
   files_[1].high = std::max(files_[1].high, first + count);
-  return VReg(uint16_t(first), uint8_t(count));
+  return VReg(uint16_t(first), uint16_t(count));
 }
 
 SReg RegAllocator::sgpr(int count, const std::string& tag, int align) {
-  return SReg(uint16_t(take(files_[0], count, align, tag)), uint8_t(count));
+  return SReg(uint16_t(take(files_[0], count, align, tag)), uint16_t(count));
 }
 VReg RegAllocator::vgpr(int count, const std::string& tag, int align) {
-  return VReg(uint16_t(take(files_[1], count, align, tag)), uint8_t(count));
+  return VReg(uint16_t(take(files_[1], count, align, tag)), uint16_t(count));
 }
 AReg RegAllocator::agpr(int count, const std::string& tag, int align) {
-  return AReg(uint16_t(take(files_[2], count, align, tag)), uint8_t(count));
+  return AReg(uint16_t(take(files_[2], count, align, tag)), uint16_t(count));
 }
 
 void RegAllocator::release(SReg r) { give(files_[0], r.first, r.count); }

@@ -82,7 +82,11 @@ void Builder::v_cmp_gt_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_u32", {d.op}
 void Builder::v_cvt_pk_f32_fp8(VReg d2, VReg a, int word_sel) {
   check_width("v_cvt_pk_f32_fp8", d2.count, 2, "dst");
   if (word_sel != 0 && word_sel != 1) throw std::invalid_argument("v_cvt_pk_f32_fp8: word_sel must be 0 or 1");
-  emit("v_cvt_pk_f32_fp8", {Operand::of(d2)}, {Operand::of(a)}, word_sel ? "op_sel:[1,0]" : "");
+  // The VOP3 op_sel form is not accepted by llvm-mc for this opcode on gfx9; SDWA selects the word.
+  if (word_sel)
+    emit("v_cvt_pk_f32_fp8_sdwa", {Operand::of(d2)}, {Operand::of(a)}, "src0_sel:WORD_1");
+  else
+    emit("v_cvt_pk_f32_fp8", {Operand::of(d2)}, {Operand::of(a)});
 }
 
 void Builder::v_accvgpr_read_b32(VReg d, AReg a) {

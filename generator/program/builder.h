@@ -114,6 +114,10 @@ class Builder {
   void v_mfma_f32_16x16x32_fp8_fp8(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x32_fp8_fp8", d, a, b, c); }
   void v_mfma_f32_16x16x128_f8f6f4(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x128_f8f6f4", d, a, b, c); }
   void v_mfma_f32_16x16x16_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x16_bf16", d, a, b, c); }
+  void v_mfma_f32_32x32x16_fp8_fp8(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x16_fp8_fp8", d, a, b, c); }
+  void v_mfma_f32_32x32x8_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x8_bf16", d, a, b, c); }
+  void v_mfma_f32_16x16x32_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x32_bf16", d, a, b, c); }
+  void v_mfma_f32_32x32x64_f8f6f4(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x64_f8f6f4", d, a, b, c); }
 
   // ---- Vector memory (MUBUF: raw buffer resource, per-lane byte offset in vaddr) ----
   void buffer_load_dword(VReg d, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_load("buffer_load_dword", d, 1, vaddr, rsrc, soffset, offset); }

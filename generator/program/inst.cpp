@@ -125,6 +125,7 @@ const OpInfo kOps[] = {
     {"v_cvt_u32_f32", C::Valu, kUseExec},
     {"v_cvt_f32_i32", C::Valu, kUseExec},
     {"v_cvt_pk_f32_fp8", C::Valu, kUseExec},
+    {"v_cvt_pk_f32_fp8_sdwa", C::Valu, kUseExec},  // SDWA form: src0_sel:WORD_1 picks bytes [3:2]
     {"v_cvt_pk_f32_bf8", C::Valu, kUseExec},
     {"v_cvt_f32_fp8", C::Valu, kUseExec},
     {"v_cvt_pk_fp8_f32", C::Valu, kUseExec},

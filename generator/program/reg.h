@@ -15,10 +15,10 @@ enum class RegFile : uint8_t { S, V, A };
 template <RegFile F>
 struct Reg {
   uint16_t first = 0;
-  uint8_t count = 0;  // number of 32-bit registers
+  uint16_t count = 0;  // number of 32-bit registers
 
   constexpr Reg() = default;
-  constexpr Reg(uint16_t f, uint8_t c) : first(f), count(c) {}
+  constexpr Reg(uint16_t f, uint16_t c) : first(f), count(c) {}
 
   // One 32-bit register of the range.
   Reg operator[](int i) const {
@@ -29,7 +29,7 @@ struct Reg {
   Reg sub(int i, int n) const {
     if (i < 0 || n <= 0 || i + n > count)
       throw std::out_of_range(fmt::format("sub-range [{}, {}) outside range of {}", i, i + n, count));
-    return Reg(uint16_t(first + i), uint8_t(n));
+    return Reg(uint16_t(first + i), uint16_t(n));
   }
   bool valid() const { return count > 0; }
 };
@@ -64,14 +64,14 @@ struct Operand {
   enum class Kind : uint8_t { None, SGPR, VGPR, AGPR, Special, Imm, Label };
   Kind kind = Kind::None;
   uint16_t index = 0;  // register index, SpecialId or label id
-  uint8_t count = 1;   // registers covered
+  uint16_t count = 1;  // registers covered
   int64_t imm = 0;
 
   static Operand of(SReg r) { return {Kind::SGPR, r.first, r.count, 0}; }
   static Operand of(VReg r) { return {Kind::VGPR, r.first, r.count, 0}; }
   static Operand of(AReg r) { return {Kind::AGPR, r.first, r.count, 0}; }
   static Operand of(Special s) {
-    uint8_t n = (s.id == SpecialId::vcc || s.id == SpecialId::exec) ? 2 : 1;
+    uint16_t n = (s.id == SpecialId::vcc || s.id == SpecialId::exec) ? 2 : 1;
     return {Kind::Special, uint16_t(s.id), n, 0};
   }
   static Operand of(Imm i) { return {Kind::Imm, 0, 1, i.value}; }

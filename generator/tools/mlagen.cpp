@@ -1,1 +1,115 @@
-int main() { return 0; }
+// mlagen: build the kernel catalog from shape configs, list it, print a kernel's assembly,
+// or validate configs.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+#include <thread>
+
+#include "catalog/catalog.h"
+#include "catalog/compile.h"
+#include "config/config.h"
+#include "kernels/registry.h"
+
+using namespace mla::gen;
+
+namespace {
+
+int cmd_build(const std::vector<std::string>& configs, const std::string& out, int jobs, bool require_all) {
+  auto loaded = load_configs(configs);
+  BuildOptions opts;
+  opts.out_dir = out;
+  opts.jobs = jobs;
+  opts.require_all = require_all;
+  opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  BuildReport r = build_catalog(loaded, opts);
+  for (const auto& nb : r.not_built) std::cerr << "warning: not built: " << nb << "\n";
+  std::cerr << fmt::format("mlagen: {} built, {} up to date, {} not built (no builder yet) -> {}/hsa\n", r.built,
+                           r.up_to_date, r.not_built.size(), out);
+  return 0;
+}
+
+int cmd_list(const std::string& dir) {
+  auto cats = read_catalog(dir);
+  fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>6}  {}\n", "target", "kernel", "vgpr", "agpr", "sgpr", "lds",
+             "insts", "source");
+  for (const auto& c : cats) {
+    for (const auto& k : c["kernels"])
+      fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>6}  {}\n", c["target"].get<std::string>(),
+                 k["name"].get<std::string>(), k["vgprs"].get<int>(), k["agprs"].get<int>(), k["sgprs"].get<int>(),
+                 k["lds_bytes"].get<int>(), k["instructions"].get<int>(), k["source_config"].get<std::string>());
+    for (const auto& nb : c["not_built"]) fmt::print("{:<8} not built: {}\n", c["target"].get<std::string>(), nb.get<std::string>());
+  }
+  return 0;
+}
+
+int cmd_asm(const std::string& config, const std::string& kernel, const std::string& target_name) {
+  Config c = load_config(config);
+  std::vector<const KernelSpec*> matches;
+  for (const auto& s : c.kernels)
+    if (s.name() == kernel && (target_name.empty() || arch_name(s.arch) == target_name)) matches.push_back(&s);
+  if (matches.empty()) {
+    std::string names;
+    for (const auto& s : c.kernels) names += fmt::format("\n  {} ({})", s.name(), arch_name(s.arch));
+    throw std::runtime_error(fmt::format("{}: no kernel named '{}'{}; the config produces:{}", config, kernel,
+                                         target_name.empty() ? "" : " for " + target_name, names));
+  }
+  if (matches.size() > 1)
+    throw std::runtime_error(
+        fmt::format("{}: kernel '{}' is built for several targets; choose one with --target", config, kernel));
+  std::cout << compile_kernel(*matches[0]).asm_text;
+  return 0;
+}
+
+int cmd_check(const std::vector<std::string>& configs) {
+  auto loaded = load_configs(configs);
+  for (const auto& c : loaded) {
+    fmt::print("{}: {} ({} kernels)\n", c.path, c.deployment, c.kernels.size());
+    for (const auto& s : c.kernels)
+      fmt::print("  {:<40} {}{}\n", s.name(), arch_name(s.arch), has_builder(s.kind) ? "" : "  (no builder yet)");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlagen: generate MLA decode kernels for gfx942 / gfx950 from shape configs"};
+  app.require_subcommand(1);
+
+  auto* build = app.add_subcommand("build", "Build the catalog (hsa/<gfx>/mla/*.co, mla_asm.csv, catalog.json)");
+  std::vector<std::string> build_configs;
+  std::string out = "out";
+  int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
+  bool require_all = false;
+  build->add_option("configs", build_configs, "Shape config files (JSON)")->required()->check(CLI::ExistingFile);
+  build->add_option("--out", out, "Output directory")->capture_default_str();
+  build->add_option("-j,--jobs", jobs, "Kernels built in parallel")->capture_default_str()->check(CLI::PositiveNumber);
+  build->add_flag("--require-all", require_all, "Fail if any configured kernel has no builder in this version");
+
+  auto* list = app.add_subcommand("list", "Print a catalog as a table");
+  std::string list_dir;
+  list->add_option("dir", list_dir, "Catalog directory (the --out of build)")->required();
+
+  auto* asm_cmd = app.add_subcommand("asm", "Print the assembly of one kernel of a config");
+  std::string asm_config, asm_kernel, asm_target;
+  asm_cmd->add_option("config", asm_config, "Shape config file")->required()->check(CLI::ExistingFile);
+  asm_cmd->add_option("kernel", asm_kernel, "Kernel name (see mlagen check)")->required();
+  asm_cmd->add_option("--target", asm_target, "gfx942 or gfx950, when the kernel is built for both");
+
+  auto* check = app.add_subcommand("check", "Validate configs and list the kernels they produce");
+  std::vector<std::string> check_configs;
+  check->add_option("configs", check_configs, "Shape config files")->required()->check(CLI::ExistingFile);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*build) return cmd_build(build_configs, out, jobs, require_all);
+    if (*list) return cmd_list(list_dir);
+    if (*asm_cmd) return cmd_asm(asm_config, asm_kernel, asm_target);
+    if (*check) return cmd_check(check_configs);
+  } catch (const std::exception& e) {
+    std::cerr << "mlagen: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

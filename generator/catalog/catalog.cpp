@@ -1,0 +1,228 @@
+#include "catalog/catalog.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "catalog/compile.h"
+#include "codeobj/assemble.h"
+#include "kernels/registry.h"
+
+namespace mla::gen {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+fs::path mla_dir(const fs::path& root, Arch a) { return root / "hsa" / std::string(arch_name(a)) / "mla"; }
+
+json read_json_file(const fs::path& p) {
+  std::ifstream f(p);
+  json j;
+  f >> j;
+  return j;
+}
+
+void write_file_atomic(const fs::path& p, const std::string& text) {
+  fs::path tmp = p;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    if (!f) throw std::runtime_error(fmt::format("cannot write {}", tmp.string()));
+  }
+  fs::rename(tmp, p);
+}
+
+json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std::string& co_sha) {
+  const auto& r = k.resources;
+  json args = json::array();
+  for (const auto& a : k.program.abi.args)
+    args.push_back({{"name", a.name}, {"offset", a.offset}, {"size", a.size}, {"value_kind", a.value_kind},
+                    {"type", a.type_name}});
+  return {{"name", k.spec.name()},
+          {"symbol", k.spec.name()},
+          {"co", co_name},
+          {"shape", k.spec.to_json()},
+          {"target_id", k.program.target->target_id},
+          {"kernarg_size", k.program.abi.kernarg_size},
+          {"args", args},
+          {"workgroup_size", k.program.abi.max_workgroup_size},
+          {"lds_bytes", r.lds_bytes},
+          {"vgprs", r.vgprs},
+          {"agprs", r.agprs},
+          {"accum_offset", r.accum_offset},
+          {"sgprs", r.next_free_sgpr},
+          {"instructions", k.program.insts.size()},
+          {"waitcnts_inserted", k.waitcnt.inserted},
+          {"hazard_nops_inserted", k.hazards.nops_inserted},
+          {"source_config", k.spec.source_config},
+          {"deployment", k.spec.deployment},
+          {"generator_version", MLA_GENERATOR_VERSION},
+          {"asm_sha256", k.asm_sha256},
+          {"co_sha256", co_sha}};
+}
+
+std::string csv_row(const KernelSpec& s, const std::string& co_name) {
+  // qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,[cprr,]knl_name,co_name
+  std::string row = fmt::format("{},{},{},{},{},0,{},{},", s.q_dtype == DType::fp8 ? "fp8" : "bf16",
+                                s.kv_dtype == DType::fp8 ? "fp8" : "bf16", s.heads, s.page_size, s.qseqlen,
+                                s.qseqlen > 1 ? 1 : 0, s.return_lse ? 1 : 0);
+  if (s.arch != Arch::gfx942) row += "0,";
+  return row + fmt::format("{},{}", s.name(), co_name);
+}
+
+}  // namespace
+
+std::string aiter_csv_header(Arch arch) {
+  return arch == Arch::gfx942 ? "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,knl_name,co_name"
+                              : "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,cprr,knl_name,co_name";
+}
+
+BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions& opts) {
+  BuildReport report;
+  std::vector<KernelSpec> todo;
+  for (const auto& c : configs)
+    for (const auto& s : c.kernels) {
+      if (has_builder(s.kind)) {
+        todo.push_back(s);
+      } else {
+        report.not_built.push_back(fmt::format("{} ({}, from {}): no builder for kind '{}' in this generator version",
+                                               s.name(), arch_name(s.arch), s.source_config, kind_name(s.kind)));
+      }
+    }
+  if (opts.require_all && !report.not_built.empty())
+    throw std::runtime_error(fmt::format("{} kernels have no builder (--require-all):\n  {}", report.not_built.size(),
+                                         fmt::join(report.not_built, "\n  ")));
+
+  const fs::path out(opts.out_dir);
+  const fs::path staging = out / fmt::format(".staging-{}", getpid());
+  fs::remove_all(staging);
+  std::set<Arch> archs;
+  for (const auto& s : todo) archs.insert(s.arch);
+  for (Arch a : archs) fs::create_directories(mla_dir(staging, a));
+
+  // What the existing catalog already has, to skip unchanged kernels.
+  std::map<std::string, json> previous;  // "<gfx>/<name>" -> entry
+  for (Arch a : archs) {
+    fs::path cj = mla_dir(out, a) / "catalog.json";
+    if (!fs::exists(cj)) continue;
+    try {
+      json old = read_json_file(cj);  // kept alive: a temporary's member would dangle in the loop
+      for (const auto& e : old["kernels"])
+        previous[fmt::format("{}/{}", arch_name(a), e["name"].get<std::string>())] = e;
+    } catch (const std::exception&) {
+      // An unreadable old catalog only costs a rebuild.
+    }
+  }
+
+  std::vector<json> entries(todo.size());
+  std::vector<std::string> errors(todo.size());
+  std::vector<char> fresh(todo.size(), 0);
+  std::atomic<size_t> next{0};
+  std::atomic<int> done{0};
+  std::mutex progress_mutex;
+  auto say = [&](const std::string& line) {
+    if (!opts.progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    opts.progress(line);
+  };
+  auto worker = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      const KernelSpec& s = todo[i];
+      try {
+        CompiledKernel k = compile_kernel(s, opts.code_object_version);
+        std::string co_name = s.name() + ".co";
+        fs::path staged = mla_dir(staging, s.arch) / co_name;
+        fs::path existing = mla_dir(out, s.arch) / co_name;
+        auto prev = previous.find(fmt::format("{}/{}", arch_name(s.arch), s.name()));
+        bool reuse = prev != previous.end() && prev->second.value("asm_sha256", "") == k.asm_sha256 &&
+                     prev->second.value("generator_version", "") == MLA_GENERATOR_VERSION && fs::exists(existing) &&
+                     sha256_file(existing.string()) == prev->second.value("co_sha256", "");
+        if (reuse) {
+          fs::copy_file(existing, staged, fs::copy_options::overwrite_existing);
+        } else {
+          assemble_code_object(k.asm_text, *k.program.target, staged.string());
+          fresh[i] = 1;
+        }
+        entries[i] = kernel_entry(k, co_name, sha256_file(staged.string()));
+        say(fmt::format("[{}/{}] {} {} ({})", ++done, todo.size(), reuse ? "up to date" : "built", s.name(),
+                        arch_name(s.arch)));
+      } catch (const std::exception& e) {
+        errors[i] = fmt::format("{} ({}, from {}): {}", s.name(), arch_name(s.arch), s.source_config, e.what());
+        say(fmt::format("[{}/{}] FAILED {} ({})", ++done, todo.size(), s.name(), arch_name(s.arch)));
+      }
+    }
+  };
+  int jobs = std::max(1, std::min<int>(opts.jobs, int(todo.size())));
+  std::vector<std::thread> pool;
+  for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+
+  std::vector<std::string> failed;
+  for (const auto& e : errors)
+    if (!e.empty()) failed.push_back(e);
+  if (!failed.empty()) {
+    fs::remove_all(staging);
+    throw std::runtime_error(fmt::format("{} of {} kernels failed; {} left unchanged:\n  {}", failed.size(),
+                                         todo.size(), out.string(), fmt::join(failed, "\n  ")));
+  }
+
+  // Per-target catalog files, then swap the staged folders in.
+  for (Arch a : archs) {
+    json cat{{"target", arch_name(a)},
+             {"target_id", target(a).target_id},
+             {"generator_version", MLA_GENERATOR_VERSION},
+             {"kernels", json::array()},
+             {"not_built", json::array()}};
+    std::string csv = aiter_csv_header(a) + "\n";
+    for (size_t i = 0; i < todo.size(); ++i) {
+      if (todo[i].arch != a) continue;
+      cat["kernels"].push_back(entries[i]);
+      if (todo[i].is_mla()) csv += csv_row(todo[i], entries[i]["co"]) + "\n";
+    }
+    for (const auto& nb : report.not_built)
+      if (nb.find(fmt::format("({},", arch_name(a))) != std::string::npos) cat["not_built"].push_back(nb);
+    write_file_atomic(mla_dir(staging, a) / "catalog.json", cat.dump(2) + "\n");
+    write_file_atomic(mla_dir(staging, a) / "mla_asm.csv", csv);
+  }
+  for (Arch a : archs) {
+    fs::path dst = mla_dir(out, a);
+    fs::create_directories(dst.parent_path());
+    fs::path old = dst;
+    old += fmt::format(".old-{}", getpid());
+    if (fs::exists(dst)) fs::rename(dst, old);
+    fs::rename(mla_dir(staging, a), dst);
+    fs::remove_all(old);
+  }
+  fs::remove_all(staging);
+  for (char f : fresh) report.built += f;
+  report.up_to_date = int(todo.size()) - report.built;
+  return report;
+}
+
+std::vector<json> read_catalog(const std::string& out_dir) {
+  std::vector<json> out;
+  fs::path hsa = fs::path(out_dir) / "hsa";
+  if (fs::is_directory(hsa))
+    for (const auto& d : fs::directory_iterator(hsa)) {
+      fs::path cj = d.path() / "mla" / "catalog.json";
+      if (fs::exists(cj)) out.push_back(read_json_file(cj));
+    }
+  if (out.empty()) throw std::runtime_error(fmt::format("{}: no catalog found (expected hsa/<gfx>/mla/catalog.json)", out_dir));
+  std::sort(out.begin(), out.end(), [](const json& a, const json& b) { return a["target"] < b["target"]; });
+  return out;
+}
+
+}  // namespace mla::gen

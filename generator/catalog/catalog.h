@@ -1,0 +1,40 @@
+// The catalog: out/hsa/<gfx>/mla/<kernel>.co, plus mla_asm.csv (aiter's columns) and
+// catalog.json (shape, target ID, kernarg layout, register and LDS use, source config,
+// generator version, sha256 of each .co) in the same folder.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+
+namespace mla::gen {
+
+struct BuildOptions {
+  std::string out_dir = "out";
+  int jobs = 1;
+  int code_object_version = 5;
+  bool require_all = false;  // kernels without a builder are an error instead of a warning
+  std::function<void(const std::string&)> progress;  // one line per event; may be empty
+};
+
+struct BuildReport {
+  int built = 0;
+  int up_to_date = 0;
+  std::vector<std::string> not_built;  // "name (gfx): reason"
+};
+
+// Builds every kernel of the configs. Stages into out_dir/.staging-<pid> and swaps the
+// finished per-target folders in only when every kernel succeeded: a failure leaves out_dir
+// as it was. Kernels whose .s text and .co are unchanged are not reassembled.
+BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions& opts);
+
+// Reads every out_dir/hsa/*/mla/catalog.json. Throws std::runtime_error if none exist.
+std::vector<nlohmann::json> read_catalog(const std::string& out_dir);
+
+// aiter's mla_asm.csv header for the target (gfx942 lacks the cprr column).
+std::string aiter_csv_header(Arch arch);
+
+}  // namespace mla::gen

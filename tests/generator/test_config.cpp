@@ -1,0 +1,144 @@
+// Config validation: every bad input names the file, the field, the value and what is allowed.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/config.h"
+#include "test_util.h"
+
+using namespace mla::gen;
+
+namespace {
+
+std::string entry(const std::string& fields) {
+  return R"({"deployment": "t", "kernels": [{ )" + fields + "}]}";
+}
+
+const std::string kGood = R"("target": "gfx950", "heads": 12, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 1, "page_size": [1, 128])";
+
+// Parses and returns the ConfigError message (fails the test if there is none).
+std::string error_of(const std::string& text, const std::string& path = "configs/bad.json") {
+  try {
+    parse_config(text, path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("expected a ConfigError for: " << text);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a good config expands lists into kernels with shape names") {
+  Config c = parse_config(entry(kGood), "configs/k3.json");
+  REQUIRE(c.kernels.size() == 2);
+  CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h12_qs1_pg1");
+  CHECK(c.kernels[1].name() == "mla_decode_fp8fp8_h12_qs1_pg128");
+  CHECK(c.kernels[1].arch == Arch::gfx950);
+  CHECK(c.kernels[1].source_config == "configs/k3.json");
+}
+
+TEST_CASE("variant knobs appear in the kernel name") {
+  Config c = parse_config(entry(R"("target": "gfx942", "heads": 16, "q_dtype": "bf16", "kv_dtype": "fp8", "qseqlen": 4, "page_size": 16, "return_lse": true, "logit_cap": true)"), "x.json");
+  REQUIRE(c.kernels.size() == 1);
+  CHECK(c.kernels[0].name() == "mla_decode_bf16fp8_h16_qs4_pg16_lse_softcap");
+}
+
+TEST_CASE("unknown key is named with the allowed keys") {
+  std::string e = error_of(entry(kGood + R"(, "hedas": 12)"));
+  CHECK_THAT(e, Catch::Contains("configs/bad.json"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].hedas"));
+  CHECK_THAT(e, Catch::Contains("unknown key"));
+  CHECK_THAT(e, Catch::Contains("heads"));
+}
+
+TEST_CASE("unknown top-level key is named") {
+  std::string e = error_of(R"({"deployment": "t", "kernel": []})");
+  CHECK_THAT(e, Catch::Contains("kernel: unknown key"));
+}
+
+TEST_CASE("7 heads is rejected with the allowed head counts") {
+  std::string e = error_of(entry(R"("target": "gfx950", "heads": 7, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].heads"));
+  CHECK_THAT(e, Catch::Contains("7 is not supported"));
+  CHECK_THAT(e, Catch::Contains("8, 12, 16, 32, 64, 128"));
+}
+
+TEST_CASE("fp8 q with bf16 kv is rejected with the allowed pairs") {
+  std::string e = error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "bf16", "page_size": 1)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0]"));
+  CHECK_THAT(e, Catch::Contains("fp8/fp8, bf16/fp8, bf16/bf16"));
+}
+
+TEST_CASE("page size 3 is rejected with the allowed sizes") {
+  std::string e = error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": [1, 3])"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].page_size"));
+  CHECK_THAT(e, Catch::Contains("3 is not supported"));
+  CHECK_THAT(e, Catch::Contains("1, 2, 4, 8, 16, 32, 64, 128, 256"));
+}
+
+TEST_CASE("unknown target is rejected with the allowed targets") {
+  std::string e = error_of(entry(R"("target": "gfx90a", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].target"));
+  CHECK_THAT(e, Catch::Contains("\"gfx90a\""));
+  CHECK_THAT(e, Catch::Contains("gfx942, gfx950"));
+}
+
+TEST_CASE("qseqlen outside 1..4, wrong types, missing fields and bad JSON are named") {
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 5, "page_size": 1)")),
+             Catch::Contains("kernels[0].qseqlen: 5 is not supported (allowed: 1, 2, 3, 4)"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": "12", "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: \"12\" is not an integer"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: missing"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp4", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].q_dtype: \"fp4\" is not supported (allowed: fp8, bf16)"));
+  CHECK_THAT(error_of(entry(R"("kind": "mla_prefill", "target": "gfx950")")), Catch::Contains("kernels[0].kind"));
+  CHECK_THAT(error_of(R"({"deployment": "t", "kernels": [)"), Catch::Contains("configs/bad.json: not valid JSON"));
+  CHECK_THAT(error_of(R"({"deployment": "t", "kernels": []})"), Catch::Contains("kernels: missing or empty"));
+}
+
+TEST_CASE("two entries of one config producing the same kernel are rejected") {
+  std::string text = R"({"deployment": "t", "kernels": [{ )" + kGood + "}, {" + kGood + "}]}";
+  std::string e = error_of(text);
+  CHECK_THAT(e, Catch::Contains("kernels[1]"));
+  CHECK_THAT(e, Catch::Contains("mla_decode_fp8fp8_h12_qs1_pg1 for gfx950 is also produced by kernels[0]"));
+}
+
+TEST_CASE("two configs producing the same kernel name are rejected, naming both files") {
+  TempDir dir;
+  std::string a = dir.write("a.json", entry(kGood));
+  std::string b = dir.write("b.json", entry(kGood));
+  try {
+    load_configs({a, b});
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains(a));
+    CHECK_THAT(msg, Catch::Contains(b));
+    CHECK_THAT(msg, Catch::Contains("mla_decode_fp8fp8_h12_qs1_pg1"));
+  }
+}
+
+TEST_CASE("the shipped configs are valid and cover the deployments") {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(mla::build::kSourceDir) + "/configs"))
+    files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  auto configs = load_configs(files);
+  bool k3 = false, k27 = false, ds942 = false, ds950 = false;
+  for (const auto& c : configs)
+    for (const auto& s : c.kernels) {
+      if (!s.is_mla()) continue;
+      k3 |= s.arch == Arch::gfx950 && s.heads == 12 && s.q_dtype == DType::fp8 && s.kv_dtype == DType::fp8 &&
+            s.qseqlen == 1 && s.page_size == 128;
+      k27 |= s.arch == Arch::gfx942 && s.heads == 16 && s.q_dtype == DType::bf16 && s.kv_dtype == DType::fp8;
+      ds942 |= s.arch == Arch::gfx942 && s.heads == 16 && c.deployment.find("DeepSeek") != std::string::npos;
+      ds950 |= s.arch == Arch::gfx950 && s.heads == 16 && c.deployment.find("DeepSeek") != std::string::npos;
+    }
+  CHECK(k3);
+  CHECK(k27);
+  CHECK(ds942);
+  CHECK(ds950);
+}

@@ -1,0 +1,122 @@
+// The mlagen command line: build (parallel, incremental, atomic), list, asm, check, --help.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "catalog/compile.h"
+#include "codeobj/tools.h"
+#include "test_util.h"
+
+using namespace mla::gen;
+namespace fs = std::filesystem;
+
+namespace {
+
+ToolResult mlagen(std::vector<std::string> args) {
+  args.insert(args.begin(), MLAGEN_EXE);
+  return run_tool(args);
+}
+
+std::string config_path(const std::string& name) { return std::string(mla::build::kSourceDir) + "/configs/" + name; }
+
+}  // namespace
+
+TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") {
+  TempDir dir;
+  std::string out = (dir.path / "out").string();
+  ToolResult r = mlagen({"build", config_path("pipeline_smoke.json"), config_path("kimi_k3_tp8_gfx950.json"), "--out", out, "-j", "2"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("[6/6]"));
+  CHECK_THAT(r.err, Catch::Contains("6 built, 0 up to date, 2 not built"));
+  CHECK_THAT(r.err, Catch::Contains("warning: not built: mla_decode_fp8fp8_h12_qs1_pg128 (gfx950"));
+  for (const char* gfx : {"gfx942", "gfx950"}) {
+    fs::path mla = fs::path(out) / "hsa" / gfx / "mla";
+    std::ifstream f(mla / "catalog.json");
+    nlohmann::json cat;
+    f >> cat;
+    CHECK(cat["target"] == gfx);
+    REQUIRE(cat["kernels"].size() == 3);
+    for (const auto& k : cat["kernels"]) {
+      fs::path co = mla / k["co"].get<std::string>();
+      REQUIRE(fs::exists(co));
+      CHECK(k["co_sha256"] == sha256_file(co.string()));
+      CHECK(k["target_id"] == std::string(gfx) + ":sramecc+:xnack-");
+      CHECK(k["generator_version"] == MLA_GENERATOR_VERSION);
+      CHECK(k["source_config"] == config_path("pipeline_smoke.json"));
+      CHECK(k["args"].size() >= 3);
+    }
+    std::ifstream csv(mla / "mla_asm.csv");
+    std::string header;
+    std::getline(csv, header);
+    CHECK(header == (std::string(gfx) == "gfx942" ? "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,knl_name,co_name"
+                                                  : "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,cprr,knl_name,co_name"));
+    // No staging leftovers.
+    for (const auto& e : fs::directory_iterator(out)) CHECK(e.path().filename().string().rfind(".staging", 0) != 0);
+  }
+  auto mtime = fs::last_write_time(fs::path(out) / "hsa/gfx942/mla/pipe_vector_copy_b32.co");
+  ToolResult again = mlagen({"build", config_path("pipeline_smoke.json"), config_path("kimi_k3_tp8_gfx950.json"), "--out", out, "-j", "2"});
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.err, Catch::Contains("0 built, 6 up to date"));
+  CHECK(fs::exists(fs::path(out) / "hsa/gfx942/mla/pipe_vector_copy_b32.co"));
+  (void)mtime;
+
+  ToolResult list = mlagen({"list", out});
+  REQUIRE(list.exit_code == 0);
+  CHECK_THAT(list.out, Catch::Contains("pipe_mfma_16x16x32_fp8"));
+  CHECK_THAT(list.out, Catch::Contains("not built: mla_decode_fp8fp8_h12_qs1_pg1 "));
+
+  ToolResult strict = mlagen({"build", config_path("kimi_k3_tp8_gfx950.json"), "--out", out, "--require-all"});
+  CHECK(strict.exit_code != 0);
+  CHECK_THAT(strict.err, Catch::Contains("no builder"));
+}
+
+TEST_CASE("mlagen build with a bad config exits non-zero and leaves nothing in out/") {
+  TempDir dir;
+  std::string bad = dir.write("bad.json", R"({"deployment": "x", "kernels": [{"target": "gfx950", "heads": 7, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1}]})");
+  std::string out = (dir.path / "out").string();
+  ToolResult r = mlagen({"build", config_path("pipeline_smoke.json"), bad, "--out", out});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains(bad + ": kernels[0].heads: 7 is not supported"));
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("mlagen build over an existing catalog keeps it when a config is bad") {
+  TempDir dir;
+  std::string out = (dir.path / "out").string();
+  REQUIRE(mlagen({"build", config_path("pipeline_smoke.json"), "--out", out}).exit_code == 0);
+  std::string before = sha256_file(out + "/hsa/gfx950/mla/catalog.json");
+  std::string bad = dir.write("dup.json", R"({"deployment": "x", "kernels": [{"kind": "vector_copy", "target": "gfx950"}]})");
+  ToolResult r = mlagen({"build", config_path("pipeline_smoke.json"), bad, "--out", out});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("pipe_vector_copy_b32"));
+  CHECK_THAT(r.err, Catch::Contains("also produced by"));
+  CHECK(sha256_file(out + "/hsa/gfx950/mla/catalog.json") == before);
+}
+
+TEST_CASE("mlagen check, asm and --help") {
+  ToolResult check = mlagen({"check", config_path("deepseek_v3_tp8.json")});
+  REQUIRE(check.exit_code == 0);
+  CHECK_THAT(check.out, Catch::Contains("mla_decode_fp8fp8_h16_qs2_pg64"));
+  CHECK_THAT(check.out, Catch::Contains("mla_decode_bf16bf16_h16_qs1_pg64_lse"));
+
+  ToolResult a = mlagen({"asm", config_path("pipeline_smoke.json"), "pipe_fp8_dequant_f32", "--target", "gfx942"});
+  REQUIRE(a.exit_code == 0);
+  CHECK_THAT(a.out, Catch::Contains("v_cvt_pk_f32_fp8"));
+  CHECK_THAT(a.out, Catch::Contains("gfx942:sramecc+:xnack-"));
+  ToolResult ambiguous = mlagen({"asm", config_path("pipeline_smoke.json"), "pipe_fp8_dequant_f32"});
+  CHECK(ambiguous.exit_code != 0);
+  CHECK_THAT(ambiguous.err, Catch::Contains("--target"));
+  ToolResult missing = mlagen({"asm", config_path("pipeline_smoke.json"), "nope"});
+  CHECK(missing.exit_code != 0);
+  CHECK_THAT(missing.err, Catch::Contains("pipe_vector_copy_b32"));
+
+  for (const char* sub : {"build", "list", "asm", "check"}) {
+    ToolResult h = mlagen({sub, "--help"});
+    CHECK(h.exit_code == 0);
+    CHECK_THAT(h.out, Catch::Contains("Usage"));
+  }
+}
