@@ -15,6 +15,7 @@ struct HazardStats {
   int nops_inserted = 0;      // s_nop instructions added
   int wait_states_added = 0;  // total wait states they provide
   std::vector<std::string> rules_hit;  // one entry per insertion: "<rule name> @ <instruction>"
+  int iterations = 0;         // fixed-point sweeps over the CFG
 };
 
 HazardStats insert_hazard_nops(Program& p);

@@ -5,9 +5,10 @@ namespace mla::gen {
 namespace {
 
 // MFMA menus. Pass counts from LLVM's SISchedule.td / GCNHazardRecognizer (gfx940 and gfx950
-// XDL write latencies): 16x16 fp8 K=32 = 4 passes, 32x32 fp8 K=16 = 8 passes, 16x16x16 bf16 =
-// 4 (gfx942: 8 cycles? kept at 4 passes = 16 cycles, conservative for hazards), gfx950
-// 16x16x128 f8f6f4 = 8 passes, 32x32x64 = 16 passes, 16x16x32 bf16 = 8, 32x32x16 bf16 = 16.
+// XDL write latencies), each measured with llc 22 (docs/hazards.md): 16x16 fp8 K=32 = 4 passes,
+// 32x32 fp8 K=16 = 8, 16x16x16 bf16 = 4, 32x32x8 bf16 = 8 (both targets); gfx950 16x16x32 bf16 = 4,
+// 32x32x16 bf16 = 8, 16x16x128 f8f6f4 = 8 and 32x32x64 f8f6f4 = 16 with fp8/bf8 operands (fp6/fp4
+// operands take fewer passes; the fp8 count is the conservative one for hazards).
 const std::vector<MfmaShape> kMfma942 = {
     {"v_mfma_f32_16x16x32_fp8_fp8", 16, 16, 32, 2, 2, 4, 4},
     {"v_mfma_f32_32x32x16_fp8_fp8", 32, 32, 16, 2, 2, 16, 8},
@@ -20,16 +21,79 @@ const std::vector<MfmaShape> kMfma950 = {
     {"v_mfma_f32_32x32x16_fp8_fp8", 32, 32, 16, 2, 2, 16, 8},
     {"v_mfma_f32_16x16x16_bf16", 16, 16, 16, 2, 2, 4, 4},
     {"v_mfma_f32_32x32x8_bf16", 32, 32, 8, 2, 2, 16, 8},
-    {"v_mfma_f32_16x16x32_bf16", 16, 16, 32, 4, 4, 4, 8},
-    {"v_mfma_f32_32x32x16_bf16", 32, 32, 16, 4, 4, 16, 16},
+    // Passes corrected from 8 / 16 (hazards): LLVM 22's gfx950 schedule model gives these 4 and 8
+    // passes (llc -mcpu=gfx950 -run-pass=post-RA-hazard-rec asks 8 / 12 wait states before a
+    // dependent SrcA read = passes + 3 + 1; see docs/hazards.md).
+    {"v_mfma_f32_16x16x32_bf16", 16, 16, 32, 4, 4, 4, 4},
+    {"v_mfma_f32_32x32x16_bf16", 32, 32, 16, 4, 4, 16, 8},
     {"v_mfma_f32_16x16x128_f8f6f4", 16, 16, 128, 8, 8, 4, 8},
     {"v_mfma_f32_32x32x64_f8f6f4", 32, 32, 64, 8, 8, 16, 16},
 };
 
+// ---- HazardNumbers (GCNHazardRecognizer.cpp; every value re-measured with llc 22, docs/hazards.md) ----
+// XDL tables, columns = producer passes 2 / 4 / 8 / 16:
+//   SrcC same         gfx940 "GFX940_SMFMA4x4WritesVGPRFullSrcCWaitStates" = 2 for 2 passes, else 0
+//   SrcC overlapped   GFX940_XDL_N_PassWritesVGPROverlappedXDLOrSMFMASrcCWaitStates = passes + 1 (+1 gfx950)
+//   SrcA/B            GFX940_XDL_N_PassWritesVGPROverlappedSrcABWaitStates = passes + 3 (+1 gfx950 if > 2 passes)
+//   VALU/mem read     GFX940_XDL_N_PassWriteVgprVALUMemExpReadWaitStates   = passes + 3 (+1 gfx950 if > 2 passes)
+//   overwrite (WAW)   GFX940_XDL_N_PassWriteVgprVALUWawWaitStates          = passes + 3 (+1 gfx950 if > 2 passes)
+//   SrcC read (WAR)   SMFMA4x4 / GFX940_XDL4Pass / SMFMA16x16 / SMFMA32x32 ReadVgprVALUWarWaitStates = 1/3/7/15
+const HazardNumbers kHazards942{
+    /*xdl_write_then_srcc_same=*/{2, 0, 0, 0},
+    /*xdl_write_then_srcc_overlapped=*/{3, 5, 9, 17},
+    /*xdl_write_then_srcab=*/{5, 7, 11, 19},
+    /*xdl_write_then_valu_read=*/{5, 7, 11, 19},
+    /*xdl_write_then_mem_read=*/{5, 7, 11, 19},
+    /*xdl_write_then_overwrite=*/{5, 7, 11, 19},
+    /*xdl_srcc_read_then_overwrite=*/{1, 3, 7, 15},
+    /*valu_write_vgpr_then_mfma_read=*/2,       // checkMAIHazards90A LegacyVALUNotDotWritesVGPRWaitStates
+    /*valu_write_exec_then_mfma=*/4,            // checkMAIHazards90A VALUWritesExecWaitStates
+    /*trans_write_then_valu_read=*/1,           // checkVALUHazards TransDefWaitstates (hasTransForwardingHazard)
+    /*valu_dst_sel_write_then_valu_use=*/1,     // checkVALUHazards Shift16DefWaitstates (hasDstSelForwardingHazard)
+    /*valu_write_sgpr_then_valu_read=*/2,       // checkVALUHazards VALUWriteSGPRVALUReadWaitstates (hasVDecCoExecHazard)
+    /*valu_write_vgpr_then_readlane=*/1,        // checkVALUHazards VALUWriteVGPRReadlaneRead
+    /*valu_write_exec_then_rwlane=*/4,          // checkVALUHazards VALUWriteEXECRWLane
+    /*valu_write_sgpr_then_lane_select=*/4,     // checkRWLaneHazards RWLaneWaitStates
+    /*valu_write_sgpr_then_vmem_read=*/5,       // checkVMEMHazards VmemSgprWaitStates
+    /*any_write_vgpr_then_dpp_read=*/2,         // checkDPPHazards DppVgprWaitStates
+    /*valu_write_exec_then_dpp=*/5,             // checkDPPHazards DppExecWaitStates
+    /*salu_write_m0_then_lds_dma=*/1,           // checkReadM0Hazards ReadM0WaitStates (hasReadM0LdsDmaHazard)
+    /*wide_store_then_valu_write_data=*/2,      // checkVALUHazardsHelper VALUWaitStates (gfx940: 2)
+    /*valu_write_vgpr_then_permlane_swap=*/0,   // gfx942 has no v_permlane*_swap
+    /*vcmpx_write_exec_then_permlane_swap=*/0,
+    /*max_wait_states_per_nop=*/16,             // CDNA3 ISA S_NOP: SIMM16[3:0] + 1 wait states
+};
+// gfx950 = gfx942 plus one wait state after XDL writes (PR 126132) and the permlane-swap rules.
+const HazardNumbers kHazards950{
+    /*xdl_write_then_srcc_same=*/{2, 0, 0, 0},
+    /*xdl_write_then_srcc_overlapped=*/{4, 6, 10, 18},
+    /*xdl_write_then_srcab=*/{5, 8, 12, 20},
+    /*xdl_write_then_valu_read=*/{5, 8, 12, 20},
+    /*xdl_write_then_mem_read=*/{5, 8, 12, 20},
+    /*xdl_write_then_overwrite=*/{5, 8, 12, 20},
+    /*xdl_srcc_read_then_overwrite=*/{1, 3, 7, 15},
+    /*valu_write_vgpr_then_mfma_read=*/2,
+    /*valu_write_exec_then_mfma=*/4,
+    /*trans_write_then_valu_read=*/1,
+    /*valu_dst_sel_write_then_valu_use=*/1,
+    /*valu_write_sgpr_then_valu_read=*/2,
+    /*valu_write_vgpr_then_readlane=*/1,
+    /*valu_write_exec_then_rwlane=*/4,
+    /*valu_write_sgpr_then_lane_select=*/4,
+    /*valu_write_sgpr_then_vmem_read=*/5,
+    /*any_write_vgpr_then_dpp_read=*/2,
+    /*valu_write_exec_then_dpp=*/5,
+    /*salu_write_m0_then_lds_dma=*/1,
+    /*wide_store_then_valu_write_data=*/2,
+    /*valu_write_vgpr_then_permlane_swap=*/2,   // checkPermlaneHazards VALUWritesVDstWaitStates
+    /*vcmpx_write_exec_then_permlane_swap=*/4,  // checkPermlaneHazards VCmpXWritesExecWaitStates
+    /*max_wait_states_per_nop=*/16,
+};
+
 const Target kGfx942{Arch::gfx942, "gfx942", "gfx942:sramecc+:xnack-", 304, 64 * 1024, 102, 256, 256, 512,
-                     Fp8Format::FNUZ, 5.3e12, false, false, kMfma942};
+                     Fp8Format::FNUZ, 5.3e12, false, false, kMfma942, kHazards942};
 const Target kGfx950{Arch::gfx950, "gfx950", "gfx950:sramecc+:xnack-", 256, 160 * 1024, 102, 256, 256, 512,
-                     Fp8Format::OCP, 8.0e12, true, true, kMfma950};
+                     Fp8Format::OCP, 8.0e12, true, true, kMfma950, kHazards950};
 
 }  // namespace
 

@@ -20,6 +20,52 @@ struct MfmaShape {
   int passes;                   // 4-cycle passes; sets the XDL hazard windows
 };
 
+// ---- HazardNumbers: manually inserted wait states (the only hazard data of a target) ----
+// Numbers from LLVM llvm/lib/Target/AMDGPU/GCNHazardRecognizer.cpp (gfx940 and gfx950 paths;
+// gfx950's extra XDL wait state: LLVM PR 126132), cross-checked against llc 22 run as
+// `-run-pass=post-RA-hazard-rec` on MIR for both targets (docs/hazards.md). The rules that read
+// them live in passes/hazards/rules.h, one documented item per pair.
+
+// Wait states after an XDL (MFMA) instruction, by its pass count (2, 4, 8 or 16 passes).
+struct XdlPassTable {
+  int pass2, pass4, pass8, pass16;
+  // Pass counts other than 2/4/8 round up to the next column (never under-waits).
+  int at(int passes) const { return passes <= 2 ? pass2 : passes <= 4 ? pass4 : passes <= 8 ? pass8 : pass16; }
+};
+
+struct HazardNumbers {
+  // XDL write -> MFMA reads the same register tuple as SrcC (accumulation chain).
+  XdlPassTable xdl_write_then_srcc_same;
+  // XDL write -> XDL reads an overlapping (not identical) tuple as SrcC.
+  XdlPassTable xdl_write_then_srcc_overlapped;
+  // XDL write -> MFMA reads it as SrcA/SrcB.
+  XdlPassTable xdl_write_then_srcab;
+  // XDL write -> VALU (incl. v_accvgpr_read, v_readlane, permlane) reads it.
+  XdlPassTable xdl_write_then_valu_read;
+  // XDL write -> VMEM / LDS / LDS-DMA reads it (address or store data).
+  XdlPassTable xdl_write_then_mem_read;
+  // XDL write -> VALU / VMEM load / LDS read writes it again (WAW).
+  XdlPassTable xdl_write_then_overwrite;
+  // XDL reads SrcC -> VALU / VMEM load / LDS read overwrites it (WAR).
+  XdlPassTable xdl_srcc_read_then_overwrite;
+  int valu_write_vgpr_then_mfma_read;     // VALU (not MFMA) writes VGPR/AGPR -> MFMA reads it
+  int valu_write_exec_then_mfma;          // VALU writes EXEC -> MFMA
+  int trans_write_then_valu_read;         // v_exp/v_log/v_rcp writes -> non-trans VALU reads
+  int valu_dst_sel_write_then_valu_use;   // VALU writes a 16-bit half (op_sel dst / SDWA) -> VALU touches it
+  int valu_write_sgpr_then_valu_read;     // VALU writes SGPR/VCC -> VALU reads it
+  int valu_write_vgpr_then_readlane;      // VALU writes VGPR -> v_readlane/v_readfirstlane reads it
+  int valu_write_exec_then_rwlane;        // VALU writes EXEC -> v_readlane/v_readfirstlane/v_writelane
+  int valu_write_sgpr_then_lane_select;   // VALU writes SGPR -> v_readlane/v_writelane lane select
+  int valu_write_sgpr_then_vmem_read;     // VALU writes SGPR/EXEC -> VMEM reads it (rsrc, soffset, saddr, exec)
+  int any_write_vgpr_then_dpp_read;       // any write of a VGPR -> DPP reads it
+  int valu_write_exec_then_dpp;           // VALU writes EXEC -> DPP
+  int salu_write_m0_then_lds_dma;         // SALU writes M0 -> LDS DMA (buffer/global load ... lds)
+  int wide_store_then_valu_write_data;    // >64-bit store -> VALU overwrites its data VGPRs
+  int valu_write_vgpr_then_permlane_swap; // VALU writes VGPR -> v_permlane16/32_swap reads it (0: no such op)
+  int vcmpx_write_exec_then_permlane_swap;// v_cmp* writes EXEC -> v_permlane16/32_swap (0: no such op)
+  int max_wait_states_per_nop;            // s_nop simm16[3:0] + 1
+};
+
 struct Target {
   Arch arch;
   std::string_view name;       // "gfx942"
@@ -35,6 +81,7 @@ struct Target {
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
   bool has_global_load_lds_x4; // global_load_lds_dwordx4 (gfx950)
   std::vector<MfmaShape> mfma;
+  HazardNumbers hazards;       // manually inserted wait states (see HazardNumbers)
 
   // Number of 4-cycle passes of an MFMA by mnemonic; nullopt if the target lacks it.
   std::optional<MfmaShape> find_mfma(std::string_view mnemonic) const;

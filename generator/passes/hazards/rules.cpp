@@ -1,0 +1,362 @@
+#include "passes/hazards/rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mla::gen::hazard_rules {
+
+namespace {
+
+// ---- Registers an instruction touches, as ranges of one register file. Special registers live in
+// the SGPR file at their hardware numbers (vcc = s[106:107], m0 = s124, exec = s[126:127]) so that
+// "writes vcc" and "reads vcc_lo" overlap.
+enum class File : uint8_t { S, V, A };
+struct Range {
+  File file;
+  int first, count;
+};
+
+bool overlap(const Range& a, const Range& b) {
+  return a.file == b.file && a.first < b.first + b.count && b.first < a.first + a.count;
+}
+bool same(const Range& a, const Range& b) { return a.file == b.file && a.first == b.first && a.count == b.count; }
+
+constexpr Range kVcc{File::S, 106, 2}, kM0{File::S, 124, 1}, kExec{File::S, 126, 2};
+
+std::optional<Range> range_of(const Operand& o) {
+  switch (o.kind) {
+    case Operand::Kind::SGPR: return Range{File::S, o.index, o.count};
+    case Operand::Kind::VGPR: return Range{File::V, o.index, o.count};
+    case Operand::Kind::AGPR: return Range{File::A, o.index, o.count};
+    case Operand::Kind::Special:
+      switch (SpecialId(o.index)) {
+        case SpecialId::vcc: return kVcc;
+        case SpecialId::vcc_lo: return Range{File::S, 106, 1};
+        case SpecialId::vcc_hi: return Range{File::S, 107, 1};
+        case SpecialId::exec: return kExec;
+        case SpecialId::exec_lo: return Range{File::S, 126, 1};
+        case SpecialId::exec_hi: return Range{File::S, 127, 1};
+        case SpecialId::m0: return kM0;
+        case SpecialId::scc: return std::nullopt;  // SCC has no wait-state rule on gfx9
+      }
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+void add(std::vector<Range>& out, const std::vector<Operand>& ops) {
+  for (const auto& o : ops)
+    if (auto r = range_of(o)) out.push_back(*r);
+}
+
+// Registers written: destinations, EXEC for kDefExec, and both operands of a permlane swap.
+std::vector<Range> writes(const Inst& i) {
+  std::vector<Range> w;
+  add(w, i.dst);
+  if (i.has(kDefExec)) w.push_back(kExec);
+  if (i.has(kPermlane))
+    for (const auto& o : i.src)
+      if (o.kind == Operand::Kind::VGPR) w.push_back(*range_of(o));
+  return w;
+}
+
+// Registers read as written in the instruction (no implicit ones).
+std::vector<Range> explicit_reads(const Inst& i) {
+  std::vector<Range> r;
+  add(r, i.src);
+  if (i.has(kPermlane)) add(r, i.dst);  // a swap reads both of its operands
+  return r;
+}
+
+// Registers read, including the implicit EXEC / VCC / M0 reads the opcode table records.
+std::vector<Range> reads(const Inst& i) {
+  std::vector<Range> r = explicit_reads(i);
+  if (i.has(kUseExec)) r.push_back(kExec);
+  if (i.has(kUseVcc)) r.push_back(kVcc);
+  if (i.has(kUseM0)) r.push_back(kM0);
+  return r;
+}
+
+bool any_overlap(const std::vector<Range>& a, const std::vector<Range>& b) {
+  for (const auto& x : a)
+    for (const auto& y : b)
+      if (overlap(x, y)) return true;
+  return false;
+}
+bool any_overlap(const std::vector<Range>& a, const Range& b) { return any_overlap(a, std::vector<Range>{b}); }
+
+std::vector<Range> only(std::vector<Range> v, File f) {
+  std::erase_if(v, [f](const Range& r) { return r.file != f; });
+  return v;
+}
+std::vector<Range> vector_regs(std::vector<Range> v) {
+  std::erase_if(v, [](const Range& r) { return r.file == File::S; });
+  return v;
+}
+
+// ---- Instruction kinds, in LLVM's terms.
+bool is_xdl(const Inst& i) { return i.cls() == OpClass::Mfma; }
+// "Legacy" VALU: a vector ALU instruction that is not an MFMA (v_accvgpr_* included).
+bool is_valu(const Inst& i) { return i.is_valu(); }
+// LLVM's SIInstrInfo::isVALU: every vector ALU instruction, MFMA included.
+bool is_any_valu(const Inst& i) { return i.is_valu() || is_xdl(i); }
+bool is_mem(const Inst& i) { return i.is_vmem() || i.is_lds(); }
+bool is_salu(const Inst& i) { return i.cls() == OpClass::Salu; }
+bool is_real(const Inst& i) { return i.cls() != OpClass::Label && i.cls() != OpClass::Nop; }
+bool is_rwlane(const Inst& i) { return i.name() == "v_readlane_b32" || i.name() == "v_writelane_b32"; }
+bool is_dpp(const Inst& i) {
+  return is_valu(i) && (i.mods.find("quad_perm:") != std::string::npos || i.mods.find("row_") != std::string::npos ||
+                        i.mods.find("wave_") != std::string::npos);
+}
+
+// The MFMA's pass count from the target's menu; an MFMA the target lacks is a generator bug.
+int passes(const Target& t, const Inst& mfma) {
+  auto shape = t.find_mfma(mfma.name());
+  if (!shape)
+    throw std::logic_error(fmt::format("hazards: {} is not in the {} MFMA menu, its pass count is unknown",
+                                       mfma.name(), t.name));
+  return shape->passes;
+}
+
+// MFMA operands: dst[0] = D, src = {A, B, C}.
+std::optional<Range> mfma_dst(const Inst& i) { return i.dst.empty() ? std::nullopt : range_of(i.dst[0]); }
+std::optional<Range> mfma_src(const Inst& i, int k) {
+  return int(i.src.size()) > k ? range_of(i.src[k]) : std::nullopt;
+}
+
+// Parses "op_sel:[a,b,...]" from the modifiers; empty if absent.
+std::vector<int> op_sel(const Inst& i) {
+  std::vector<int> bits;
+  auto at = i.mods.find("op_sel:[");
+  if (at == std::string::npos) return bits;
+  for (size_t k = at + 8; k < i.mods.size() && i.mods[k] != ']'; ++k)
+    if (i.mods[k] == '0' || i.mods[k] == '1') bits.push_back(i.mods[k] - '0');
+  return bits;
+}
+
+// A VALU that writes only one 16-bit half of its destination (the result is shifted on forwarding):
+// VOP3 op_sel with the destination bit (the last of [src..., dst]) set, or SDWA dst_sel other than DWORD.
+bool writes_dst_half(const Inst& i) {
+  if (!is_any_valu(i) || i.dst.empty()) return false;
+  auto sel = i.mods.find("dst_sel:");
+  if (sel != std::string::npos && i.mods.compare(sel, 13, "dst_sel:DWORD") != 0) return true;
+  std::vector<int> bits = op_sel(i);
+  if (bits.empty() || bits.back() == 0) return false;
+  if (bits.size() == i.src.size() + 1) return true;           // [src0.., dst]
+  if (i.name().starts_with("v_pk_")) return false;            // VOP3P: one bit per source, none for dst
+  return true;                                                // unknown layout: assume the dst bit
+}
+
+// The data VGPRs of a store wider than 64 bits that creates the store-data hazard, if any:
+// global_* (FLAT) always; buffer_* (MUBUF) only when soffset (the last operand) is not a register.
+std::optional<Range> wide_store_data(const Inst& i) {
+  if (i.cls() != OpClass::VmemStore) return std::nullopt;
+  const bool mubuf = i.name().starts_with("buffer_");
+  if (mubuf && !i.src.empty() && i.src.back().kind != Operand::Kind::Imm) return std::nullopt;
+  for (const auto& o : i.src)  // the address is 1 (MUBUF) or 2 (FLAT) VGPRs; data is 3 or 4
+    if (o.kind == Operand::Kind::VGPR && o.count > 2) return range_of(o);
+  return std::nullopt;
+}
+
+const HazardNumbers& n(const Target& t) { return t.hazards; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- XDL producers
+
+int XdlWriteThenSrcCSame::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !is_xdl(c)) return 0;
+  auto d = mfma_dst(p), src_c = mfma_src(c, 2);
+  if (!d || !src_c || !same(*d, *src_c)) return 0;
+  return n(t).xdl_write_then_srcc_same.at(passes(t, p));
+}
+
+int XdlWriteThenSrcCOverlapped::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !is_xdl(c)) return 0;
+  auto d = mfma_dst(p), src_c = mfma_src(c, 2);
+  if (!d || !src_c || !overlap(*d, *src_c) || same(*d, *src_c)) return 0;
+  return n(t).xdl_write_then_srcc_overlapped.at(passes(t, p));
+}
+
+int XdlWriteThenMfmaSrcAB::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !is_xdl(c)) return 0;
+  auto d = mfma_dst(p);
+  if (!d) return 0;
+  for (int k : {0, 1})
+    if (auto s = mfma_src(c, k); s && overlap(*d, *s)) return n(t).xdl_write_then_srcab.at(passes(t, p));
+  return 0;
+}
+
+int XdlWriteThenValuRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !is_valu(c)) return 0;
+  auto d = mfma_dst(p);
+  if (!d || !any_overlap(explicit_reads(c), *d)) return 0;
+  return n(t).xdl_write_then_valu_read.at(passes(t, p));
+}
+
+int XdlWriteThenMemRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !is_mem(c)) return 0;
+  auto d = mfma_dst(p);
+  if (!d || !any_overlap(explicit_reads(c), *d)) return 0;
+  return n(t).xdl_write_then_mem_read.at(passes(t, p));
+}
+
+int XdlWriteThenOverwrite::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !(is_valu(c) || is_mem(c))) return 0;
+  auto d = mfma_dst(p);
+  if (!d || !any_overlap(writes(c), *d)) return 0;
+  return n(t).xdl_write_then_overwrite.at(passes(t, p));
+}
+
+int XdlSrcCReadThenOverwrite::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_xdl(p) || !(is_valu(c) || is_mem(c))) return 0;
+  auto src_c = mfma_src(p, 2);
+  if (!src_c || !any_overlap(writes(c), *src_c)) return 0;
+  return n(t).xdl_srcc_read_then_overwrite.at(passes(t, p));
+}
+
+// ---------------------------------------------------------------- VALU producers
+
+int ValuWriteVgprThenMfmaRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_valu(p) || !is_xdl(c)) return 0;
+  if (!any_overlap(vector_regs(writes(p)), explicit_reads(c))) return 0;
+  return n(t).valu_write_vgpr_then_mfma_read;
+}
+
+int ValuWriteExecThenMfma::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_valu(p) || !is_xdl(c) || !any_overlap(writes(p), kExec)) return 0;
+  return n(t).valu_write_exec_then_mfma;
+}
+
+int TransWriteThenValuRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (p.cls() != OpClass::ValuTrans || !is_any_valu(c) || c.cls() == OpClass::ValuTrans) return 0;
+  if (!any_overlap(writes(p), explicit_reads(c))) return 0;
+  return n(t).trans_write_then_valu_read;
+}
+
+int ValuDstSelWriteThenValuUse::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(c) || !writes_dst_half(p)) return 0;
+  std::vector<Range> touched = reads(c);
+  for (const auto& w : writes(c)) touched.push_back(w);
+  if (!any_overlap(only(writes(p), File::V), touched)) return 0;
+  return n(t).valu_dst_sel_write_then_valu_use;
+}
+
+int ValuWriteSgprThenValuRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !is_any_valu(c)) return 0;
+  std::vector<Range> r = only(explicit_reads(c), File::S);
+  if (c.has(kUseVcc)) r.push_back(kVcc);
+  if (!any_overlap(only(writes(p), File::S), r)) return 0;
+  return n(t).valu_write_sgpr_then_valu_read;
+}
+
+int ValuWriteVgprThenReadlane::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !c.has(kReadlane) || c.src.empty()) return 0;
+  auto src0 = range_of(c.src[0]);
+  if (!src0 || !any_overlap(writes(p), *src0)) return 0;
+  return n(t).valu_write_vgpr_then_readlane;
+}
+
+int ValuWriteExecThenRwlane::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !(c.has(kReadlane) || c.has(kWritelane))) return 0;
+  if (!any_overlap(writes(p), kExec)) return 0;
+  return n(t).valu_write_exec_then_rwlane;
+}
+
+int ValuWriteSgprThenLaneSelect::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !is_rwlane(c) || c.src.size() < 2) return 0;
+  auto select = range_of(c.src[1]);
+  if (!select || select->file != File::S || !any_overlap(writes(p), *select)) return 0;
+  return n(t).valu_write_sgpr_then_lane_select;
+}
+
+int ValuWriteExecThenDpp::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !is_dpp(c) || !any_overlap(writes(p), kExec)) return 0;
+  return n(t).valu_write_exec_then_dpp;
+}
+
+int AnyWriteVgprThenDppRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_real(p) || !is_dpp(c)) return 0;
+  if (!any_overlap(only(writes(p), File::V), only(explicit_reads(c), File::V))) return 0;
+  return n(t).any_write_vgpr_then_dpp_read;
+}
+
+int ValuWriteVgprThenPermlaneSwap::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !c.has(kPermlane)) return 0;
+  if (!any_overlap(only(writes(p), File::V), only(explicit_reads(c), File::V))) return 0;
+  return n(t).valu_write_vgpr_then_permlane_swap;
+}
+
+int VcmpxWriteExecThenPermlaneSwap::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_valu(p) || !p.name().starts_with("v_cmp") || !c.has(kPermlane)) return 0;
+  if (!any_overlap(writes(p), kExec)) return 0;
+  return n(t).vcmpx_write_exec_then_permlane_swap;
+}
+
+// ---------------------------------------------------------------- memory
+
+int ValuWriteSgprThenVmemRead::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(p) || !c.is_vmem()) return 0;
+  if (!any_overlap(only(writes(p), File::S), only(reads(c), File::S))) return 0;
+  return n(t).valu_write_sgpr_then_vmem_read;
+}
+
+int SaluWriteM0ThenLdsDma::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_salu(p) || c.cls() != OpClass::LdsDma || !any_overlap(writes(p), kM0)) return 0;
+  return n(t).salu_write_m0_then_lds_dma;
+}
+
+int WideStoreThenValuWriteData::required(const Target& t, const Inst& p, const Inst& c) {
+  if (!is_any_valu(c)) return 0;
+  auto data = wide_store_data(p);
+  if (!data || !any_overlap(writes(c), *data)) return 0;
+  return n(t).wide_store_then_valu_write_data;
+}
+
+// ---------------------------------------------------------------- the list
+
+namespace {
+template <class R>
+constexpr Rule rule() {
+  return Rule{R::name, &R::required};
+}
+constexpr Rule kRules[] = {
+    rule<XdlWriteThenSrcCSame>(),          rule<XdlWriteThenSrcCOverlapped>(),
+    rule<XdlWriteThenMfmaSrcAB>(),         rule<XdlWriteThenValuRead>(),
+    rule<XdlWriteThenMemRead>(),           rule<XdlWriteThenOverwrite>(),
+    rule<XdlSrcCReadThenOverwrite>(),      rule<ValuWriteVgprThenMfmaRead>(),
+    rule<ValuWriteExecThenMfma>(),         rule<TransWriteThenValuRead>(),
+    rule<ValuDstSelWriteThenValuUse>(),    rule<ValuWriteSgprThenValuRead>(),
+    rule<ValuWriteVgprThenReadlane>(),     rule<ValuWriteExecThenRwlane>(),
+    rule<ValuWriteSgprThenLaneSelect>(),   rule<ValuWriteExecThenDpp>(),
+    rule<AnyWriteVgprThenDppRead>(),       rule<ValuWriteVgprThenPermlaneSwap>(),
+    rule<VcmpxWriteExecThenPermlaneSwap>(), rule<ValuWriteSgprThenVmemRead>(),
+    rule<SaluWriteM0ThenLdsDma>(),         rule<WideStoreThenValuWriteData>(),
+};
+}  // namespace
+
+std::span<const Rule> all() { return kRules; }
+
+int horizon(const Target& t) {
+  const HazardNumbers& h = t.hazards;
+  int m = 0;
+  for (const XdlPassTable* x : {&h.xdl_write_then_srcc_same, &h.xdl_write_then_srcc_overlapped, &h.xdl_write_then_srcab,
+                                &h.xdl_write_then_valu_read, &h.xdl_write_then_mem_read, &h.xdl_write_then_overwrite,
+                                &h.xdl_srcc_read_then_overwrite})
+    m = std::max({m, x->pass2, x->pass4, x->pass8, x->pass16});
+  for (int v : {h.valu_write_vgpr_then_mfma_read, h.valu_write_exec_then_mfma, h.trans_write_then_valu_read,
+                h.valu_dst_sel_write_then_valu_use, h.valu_write_sgpr_then_valu_read, h.valu_write_vgpr_then_readlane,
+                h.valu_write_exec_then_rwlane, h.valu_write_sgpr_then_lane_select, h.valu_write_sgpr_then_vmem_read,
+                h.any_write_vgpr_then_dpp_read, h.valu_write_exec_then_dpp, h.salu_write_m0_then_lds_dma,
+                h.wide_store_then_valu_write_data, h.valu_write_vgpr_then_permlane_swap,
+                h.vcmpx_write_exec_then_permlane_swap})
+    m = std::max(m, v);
+  return m;
+}
+
+}  // namespace mla::gen::hazard_rules
