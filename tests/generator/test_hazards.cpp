@@ -541,3 +541,30 @@ TEST_CASE("hazards: a loop whose body is all hazards reaches a fixed point") {
     CHECK(again.wait_states_added == 0);
   }
 }
+
+TEST_CASE("hazards: the same s_nop as LLVM on clang-compiled kernels (docs/hazards.md)") {
+  // clang-22 -O2 -x cl, __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8 twice into one accumulator,
+  // then v_pk_add_f32 on the result: LLVM emits no wait between the MFMAs and s_nop 6 (gfx942) /
+  // s_nop 7 (gfx950) before the v_pk_add_f32.
+  for (auto [a, n] : {std::pair{Arch::gfx942, 7}, std::pair{Arch::gfx950, 8}}) {
+    Result r = run(a, [](Builder& b) {
+      b.v_mfma_f32_16x16x32_fp8_fp8(v(2, 4), v(6, 2), v(8, 2), v(2, 4));
+      b.v_mfma_f32_16x16x32_fp8_fp8(v(2, 4), v(6, 2), v(8, 2), v(2, 4));
+      b.emit("v_pk_add_f32", {op(v(4, 2))}, {op(v(4, 2)), op(v(4, 2))});
+    });
+    INFO(fmt::format("{}", fmt::join(r.lines, "\n")));
+    CHECK(r.lines[2] == fmt::format("s_nop {}", n - 1));
+    CHECK(r.stats.wait_states_added == n);
+  }
+  // gfx950, __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4 (fp8) then v_exp_f32 of a result
+  // lane and v_add_f32 of the exp: LLVM emits s_nop 11 before v_exp_f32 and s_nop 0 before v_add.
+  Result r = run(Arch::gfx950, [](Builder& b) {
+    b.v_mfma_f32_16x16x128_f8f6f4(v(2, 4), v(2, 8), v(10, 8), v(20, 4));
+    b.v_exp_f32(v(2), v(2));
+    b.v_add_f32(v(3), v(3), v(2));
+  });
+  INFO(fmt::format("{}", fmt::join(r.lines, "\n")));
+  REQUIRE(r.lines.size() == 6);
+  CHECK(r.lines[1] == "s_nop 11");
+  CHECK(r.lines[3] == "s_nop 0");
+}
