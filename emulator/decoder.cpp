@@ -413,6 +413,19 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
     std::vector<int64_t> imms;
     std::string text;
     bool ok = decode_one(mc, p, end - pc, pc, size, text, &imms);
+    bool forced_clamp = false;
+    if (!ok && end - pc >= 8 && (p[3] >> 2) == 0x34 && (p[1] & 0x80)) {
+      // A VOP3 encoding with the clamp bit set on an opcode whose LLVM definition has no clamp
+      // operand (e.g. v_cvt_pk_fp8_f32): decode without the bit and honour it as clamp.
+      uint8_t copy[16];
+      std::memcpy(copy, p, std::min<uint64_t>(16, end - pc));
+      copy[1] &= 0x7f;
+      imms.clear();
+      ok = decode_one(mc, copy, std::min<uint64_t>(16, end - pc), pc, size, text, &imms);
+      forced_clamp = ok;
+      (void)forced_clamp;
+      if (ok) text += " clamp";
+    }
     in.size = uint8_t(size);
     if (!ok) {
       in.text = fmt::format(".long 0x{:08x} (not a valid {} instruction)", end - pc >= 4 ? *reinterpret_cast<const uint32_t*>(p) : 0u,

@@ -252,9 +252,10 @@ void setreg(Wave& w, unsigned simm, uint32_t val) {
   unsigned id = simm & 0x3f, off = (simm >> 6) & 31, sz = ((simm >> 11) & 31) + 1;
   uint32_t mask = (sz >= 32 ? 0xffffffffu : ((1u << sz) - 1)) << off;
   w.hwreg[id] = (w.hwreg[id] & ~mask) | ((val << off) & mask);
-  if (id == 1) {  // HW_REG_MODE: FP_DENORM at [7:4] (single [5:4])
+  if (id == 1) {  // HW_REG_MODE: FP_DENORM at [7:4] (single [5:4]), FP16_OVFL at [23]
     w.denorm32 = ((w.hwreg[1] >> 4) & 3) != 0;
     w.denorm16 = ((w.hwreg[1] >> 6) & 3) != 0;
+    w.fp16_ovfl = (w.hwreg[1] >> 23) & 1;
   }
 }
 void s_setreg_b32(Wave& w, const Inst& in) { setreg(w, unsigned(in.simm), sread(w, in.ops[0])); }

@@ -637,7 +637,8 @@ void v_cvt_pk_f8_f32(Wave& w, const Inst& in) {
   uint64_t mask = w.exec();
   fetch(w, in, 1, 2, true, S, mask);
   unsigned word = (in.op_sel >> 2) & 1;
-  bool clamp = in.flags & F_CLAMP;
+  // Saturation: the VOP3 clamp bit or MODE.FP16_OVFL (docs/emulator-numerics.md).
+  bool clamp = (in.flags & F_CLAMP) || w.fp16_ovfl;
   auto f = fp8fmt(w);
   uint32_t* d = vdst(w, in, 0);
   for (int l = 0; l < 64; ++l) {

@@ -410,6 +410,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             w.denorm16 = kd.float_denorm_mode_16_64() != 0;
             w.ieee = kd.ieee_mode();
             w.dx10_clamp = kd.dx10_clamp();
+            w.fp16_ovfl = (kd.rsrc1 >> 26) & 1;
             // User SGPRs.
             unsigned s = 0;
             auto put = [&](uint64_t v, unsigned n) { for (unsigned j = 0; j < n; ++j) w.s[s++] = uint32_t(v >> (32 * j)); };

@@ -65,7 +65,7 @@ struct Wave {
   uint8_t gpr_idx_mode = 0;   // bit0 src0, bit1 src1, bit2 src2, bit3 dst
   uint32_t hwreg[64] = {};
   uint64_t mode_clock_setreg[64] = {};
-  bool denorm32 = true, denorm16 = true, ieee = true, dx10_clamp = true;
+  bool denorm32 = true, denorm16 = true, ieee = true, dx10_clamp = true, fp16_ovfl = false;
   // Strictness state.
   uint64_t clock = 0;         // wait-state clock
   std::vector<RegHist> hist;  // kNumRegIds
