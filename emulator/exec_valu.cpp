@@ -285,6 +285,21 @@ OP(CeilF32, { return b32(std::ceil(f32(a))); })
 OP(RndneF32, { return b32(std::nearbyint(f32(a))); })
 OP(LdexpF32, { return b32(std::ldexp(f32(a), int32_t(b))); })
 
+// v_fmac_f32 / v_mac_f32: d = s0 * s1 + d
+void v_fmac_f32(Wave& w, const Inst& in) {
+  Srcs S;
+  uint64_t mask = w.exec();
+  fetch(w, in, 1, 2, true, S, mask);
+  const uint32_t* c = vdst(w, in, 0);
+  alignas(64) uint32_t res[64];
+  for (int l = 0; l < 64; ++l) {
+    uint32_t cb = c[l];
+    if (!w.denorm32 && (cb & 0x7f800000u) == 0) cb &= 0x80000000u;
+    res[l] = quiet(b32(std::fma(f32(S.p[0][l]), f32(S.p[1][l]), f32(cb))));
+  }
+  writeback(w, in, 0, res, mask, true);
+}
+
 // ---- specials ----
 void v_cndmask_b32(Wave& w, const Inst& in) {
   Srcs S;
@@ -745,7 +760,8 @@ void register_valu_ops() {
   add("v_subrev_f32", valu<SubrevF32, 2, true>, 1, FL);
   add("v_mul_f32", valu<MulF32, 2, true>, 1, FL);
   add("v_fma_f32", valu<FmaF32, 3, true>, 1, FL);
-  add("v_mac_f32", valu<FmaF32, 3, true>, 1, FL | K_READS_DST);
+  add("v_mac_f32", v_fmac_f32, 1, FL | K_READS_DST);
+  add("v_fmac_f32", v_fmac_f32, 1, FL | K_READS_DST);
   add("v_max_f32", valu<MaxF32, 2, true>, 1, FL);
   add("v_min_f32", valu<MinF32, 2, true>, 1, FL);
   add("v_max3_f32", valu<Max3F32, 3, true>, 1, FL);
