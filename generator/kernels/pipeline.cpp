@@ -13,8 +13,8 @@ constexpr int kWaveLanes = 64;
 }
 
 // out[i] = in[i] for i < n, dword granular. Grid-stride over tiles of 256 dwords: workgroup
-// w handles tiles w, w + num_groups, ...; buffer range checking (num_records = 4n) drops
-// the tail lanes, so there is no per-lane branch.
+// w handles tiles w, w + num_groups, ...; buffer range checking (num_records = 4n) returns 0
+// for the tail lanes' loads and drops their stores, so there is no per-lane branch.
 // Args: out (u32*), in (u32*), n (u32), num_groups (u32). Block 256.
 void build_vector_copy(Program& p) {
   auto& abi = p.abi;
@@ -39,15 +39,18 @@ void build_vector_copy(Program& p) {
   b.s_add_u32(num_tiles, counts[0], Imm(255));
   b.s_lshr_b32(num_tiles, num_tiles, Imm(8));
   b.s_mov_b32(tile, b.workgroup_id(0));
-  VReg lane_off = ra.vgpr(1, "lane_offset"), data = ra.vgpr(1, "data");
+  VReg lane_off = ra.vgpr(1, "lane_offset"), addr = ra.vgpr(1, "addr"), data = ra.vgpr(1, "data");
   b.v_lshlrev_b32(lane_off, Imm(2), b.workitem_ids());
   Label loop = b.new_label("tile_loop"), done = b.new_label("done");
   b.s_cmp_ge_u32(tile, num_tiles);
   b.s_cbranch_scc1(done);
   b.bind(loop);
+  // The tile offset goes into the VGPR address: the range check (num_records) applies to
+  // vaddr + inst_offset only, never to soffset (gfx9 MUBUF addressing).
   b.s_lshl_b32(tile_off, tile, Imm(10));
-  b.buffer_load_dword(data, lane_off, in_rsrc, tile_off);
-  b.buffer_store_dword(data, lane_off, out_rsrc, tile_off);
+  b.v_add_u32(addr, tile_off, lane_off);
+  b.buffer_load_dword(data, addr, in_rsrc, Imm(0));
+  b.buffer_store_dword(data, addr, out_rsrc, Imm(0));
   b.s_add_u32(tile, tile, counts[1]);
   b.s_cmp_lt_u32(tile, num_tiles);
   b.s_cbranch_scc1(loop);

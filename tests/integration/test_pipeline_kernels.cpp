@@ -1,0 +1,146 @@
+// The pipeline kernels of the catalog, run on the emulator under its strict checks and
+// compared with values computed here, independently of both generator and emulator.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "catalog/compile.h"
+#include "codeobj/assemble.h"
+#include "config/config.h"
+#include "emulator/device.h"
+#include "mla/build_paths.h"
+
+using namespace mla;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Built {
+  std::shared_ptr<const emu::CodeObject> co;
+  std::string name;
+};
+
+// Builds one pipeline kernel for `arch` into a temp file and loads it.
+Built build_kernel(gen::KernelKind kind, gen::Arch arch) {
+  gen::KernelSpec s;
+  s.kind = kind;
+  s.arch = arch;
+  gen::CompiledKernel k = gen::compile_kernel(s);
+  fs::path dir = fs::temp_directory_path() / fmt::format("mla-it-{}", getpid());
+  fs::create_directories(dir);
+  std::string co = (dir / fmt::format("{}_{}.co", s.name(), gen::arch_name(arch))).string();
+  gen::assemble_code_object(k.asm_text, *k.program.target, co);
+  return {emu::CodeObject::load_file(co), s.name()};
+}
+
+emu::Gfx gfx_of(gen::Arch a) { return a == gen::Arch::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950; }
+
+// e4m3 decode written from the format definitions: FNUZ (gfx942) has bias 8, no infinities,
+// no negative zero, 0x80 = NaN; OCP e4m3fn (gfx950) has bias 7, 0x7f/0xff = NaN.
+double e4m3_value(uint8_t b, bool fnuz) {
+  int sign = b >> 7, exp = (b >> 3) & 15, man = b & 7;
+  if (fnuz && b == 0x80) return NAN;
+  if (!fnuz && (b & 0x7f) == 0x7f) return NAN;
+  int bias = fnuz ? 8 : 7;
+  double mag = exp == 0 ? std::ldexp(man / 8.0, 1 - bias) : std::ldexp(1.0 + man / 8.0, exp - bias);
+  return sign ? -mag : mag;
+}
+
+const gen::Arch kArchs[] = {gen::Arch::gfx942, gen::Arch::gfx950};
+
+}  // namespace
+
+TEST_CASE("integration: vector copy copies exactly n dwords, grid-stride, and writes nothing else") {
+  for (gen::Arch arch : kArchs) {
+    INFO(gen::arch_name(arch));
+    Built k = build_kernel(gen::KernelKind::VectorCopy, arch);
+    emu::Device dev(gfx_of(arch));
+    const uint32_t n = 3 * 256 * 2 + 77;  // 7 tiles for 3 workgroups, with a ragged tail
+    std::mt19937 rng(1234);
+    std::vector<uint32_t> in(n);
+    for (auto& v : in) v = rng();
+    uint64_t d_in = dev.alloc(n * 4, 256, "in");
+    uint64_t d_out = dev.alloc(n * 4 + 64, 256, "out", 0xcd);  // poisoned, with slack past n
+    dev.write(d_in, in.data(), n * 4);
+    emu::KernargBuilder ka;
+    ka.put<uint64_t>(0, d_out).put<uint64_t>(8, d_in).put<uint32_t>(16, n).put<uint32_t>(20, 3);
+    emu::Counters c = dev.dispatch(k.co, k.name, {3, 1, 1}, {256, 1, 1}, ka.bytes);
+    auto out = dev.read_vector<uint32_t>(d_out, n + 16);
+    for (uint32_t i = 0; i < n; ++i) REQUIRE(out[i] == in[i]);
+    for (uint32_t i = n; i < n + 16; ++i) CHECK(out[i] == 0xcdcdcdcdu);
+    CHECK(c.total.global_write_bytes == uint64_t(n) * 4);
+  }
+}
+
+TEST_CASE("integration: fp8 dequant decodes every byte value in the target's fp8 format") {
+  for (gen::Arch arch : kArchs) {
+    INFO(gen::arch_name(arch));
+    Built k = build_kernel(gen::KernelKind::Fp8Dequant, arch);
+    emu::Device dev(gfx_of(arch));
+    const uint32_t n = 2048;  // every byte value 8 times, shuffled
+    std::vector<uint8_t> in(n);
+    for (uint32_t i = 0; i < n; ++i) in[i] = uint8_t(i);
+    std::shuffle(in.begin(), in.end(), std::mt19937(7));
+    const float scale = 0.375f;
+    uint64_t d_in = dev.alloc(n, 256, "in");
+    uint64_t d_out = dev.alloc(n * 4, 256, "out", 0xff);
+    dev.write(d_in, in.data(), n);
+    emu::KernargBuilder ka;
+    float sc = scale;
+    ka.put<uint64_t>(0, d_out).put<uint64_t>(8, d_in).put<uint32_t>(16, n).put<float>(20, sc);
+    dev.dispatch(k.co, k.name, {n / 1024, 1, 1}, {256, 1, 1}, ka.bytes);
+    auto out = dev.read_vector<float>(d_out, n);
+    bool fnuz = arch == gen::Arch::gfx942;
+    for (uint32_t i = 0; i < n; ++i) {
+      double want = e4m3_value(in[i], fnuz) * scale;
+      INFO("byte 0x" << std::hex << int(in[i]));
+      if (std::isnan(want))
+        CHECK(std::isnan(out[i]));
+      else
+        CHECK(out[i] == float(want));  // exact: fp8 times a power-of-two-ish scale fits f32
+    }
+  }
+}
+
+TEST_CASE("integration: one MFMA tile equals the plain matrix product") {
+  for (gen::Arch arch : kArchs) {
+    INFO(gen::arch_name(arch));
+    Built k = build_kernel(gen::KernelKind::MfmaTile, arch);
+    emu::Device dev(gfx_of(arch));
+    bool fnuz = arch == gen::Arch::gfx942;
+    std::mt19937 rng(99);
+    // Finite fp8 values only (no NaN bytes), both signs.
+    auto draw = [&] {
+      for (;;) {
+        uint8_t b = uint8_t(rng());
+        if (!std::isnan(e4m3_value(b, fnuz)) && std::fabs(e4m3_value(b, fnuz)) < 64) return b;
+      }
+    };
+    std::vector<uint8_t> a(16 * 32), bt(16 * 32);
+    for (auto& x : a) x = draw();
+    for (auto& x : bt) x = draw();
+    uint64_t d_a = dev.alloc(a.size(), 256, "a"), d_b = dev.alloc(bt.size(), 256, "bt");
+    uint64_t d_d = dev.alloc(16 * 16 * 4, 256, "d", 0xee);
+    dev.write(d_a, a.data(), a.size());
+    dev.write(d_b, bt.data(), bt.size());
+    emu::KernargBuilder ka;
+    ka.put<uint64_t>(0, d_d).put<uint64_t>(8, d_a).put<uint64_t>(16, d_b);
+    emu::Counters c = dev.dispatch(k.co, k.name, {1, 1, 1}, {64, 1, 1}, ka.bytes);
+    auto d = dev.read_vector<float>(d_d, 256);
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) {
+        double want = 0, mag = 0;
+        for (int kk = 0; kk < 32; ++kk) {
+          double p = e4m3_value(a[i * 32 + kk], fnuz) * e4m3_value(bt[j * 32 + kk], fnuz);
+          want += p;
+          mag += std::fabs(p);
+        }
+        INFO("D[" << i << "][" << j << "]");
+        CHECK(std::fabs(d[i * 16 + j] - want) <= 1e-6 * mag + 1e-30);
+      }
+    CHECK(c.total.mfma_macs == 16u * 16u * 32u);
+  }
+}
