@@ -81,6 +81,7 @@ std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> by
   // Sections with contents that occupy memory.
   auto secs = elf.sections();
   if (!secs) fail(name, "malformed section table: " + toString(secs.takeError()));
+  if (secs->size() > bytes.size() / sizeof(ELF::Elf64_Shdr) + 1) fail(name, "malformed section table");
   for (const auto& sh : *secs) {
     if (!(sh.sh_flags & ELF::SHF_ALLOC) || sh.sh_type == ELF::SHT_NOBITS) continue;
     auto contents = elf.getSectionContents(sh);
@@ -98,11 +99,13 @@ std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> by
   struct FuncSym { uint64_t addr, size; };
   std::map<std::string, FuncSym> funcs;
   std::vector<std::pair<std::string, uint64_t>> kds;
+  size_t max_syms = bytes.size() / sizeof(ELF::Elf64_Sym) + 1, nsyms = 0;
   for (const auto& sym : obj.symbols()) {
+    if (++nsyms > max_syms) fail(name, "malformed symbol table (more entries than the file can hold)");
     auto nm = sym.getName();
-    if (!nm) { consumeError(nm.takeError()); continue; }
+    if (!nm) fail(name, "malformed symbol table: " + toString(nm.takeError()));
     auto addr = sym.getAddress();
-    if (!addr) { consumeError(addr.takeError()); continue; }
+    if (!addr) fail(name, "malformed symbol table: " + toString(addr.takeError()));
     std::string n = nm->str();
     if (n.size() > 3 && n.compare(n.size() - 3, 3, ".kd") == 0) kds.emplace_back(n.substr(0, n.size() - 3), *addr);
     else {

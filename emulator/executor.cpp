@@ -338,6 +338,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   // Kernarg segment.
   size_t provided = kernarg.size();
   size_t kasize = std::max<size_t>({provided, k.kd.kernarg_size, k.metadata_kernarg_size});
+  if (kasize > (1u << 20)) throw Error("dispatch", fmt::format("kernel {}: kernarg segment of {} bytes is implausible", k.name, kasize));
   kernarg.resize(kasize, 0);
   fill_hidden_args(k, kernarg, provided, grid, block);
   ds.kernarg_addr = dev.alloc(std::max<size_t>(kasize, 4), 256, "kernarg");

@@ -1,0 +1,77 @@
+// Decoder: the emulator's disassembly equals llvm-objdump -d on several code objects.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "emu_test_util.h"
+#include "emulator/program.h"
+
+using namespace mla::emu;
+using namespace emutest;
+
+namespace {
+std::map<uint64_t, std::string> objdump(const std::string& co) {
+  std::string out;
+  REQUIRE(run_cmd(fmt::format("{} -d {}", mla::build::kLlvmObjdump, co), &out) == 0);
+  std::map<uint64_t, std::string> m;
+  std::istringstream is(out);
+  std::string line;
+  while (std::getline(is, line)) {
+    auto c = line.find("// ");
+    if (c == std::string::npos || line.empty() || line[0] != '\t') continue;
+    std::string text = line.substr(0, c);
+    text.erase(0, text.find_first_not_of(" \t"));
+    text.erase(text.find_last_not_of(" \t") + 1);
+    uint64_t addr = std::stoull(line.substr(c + 3, line.find(':', c) - c - 3), nullptr, 16);
+    m[addr] = text;
+  }
+  return m;
+}
+void compare(const std::string& path) {
+  auto co = CodeObject::load_file(path);
+  auto ref = objdump(path);
+  REQUIRE(!ref.empty());
+  auto mine = disassemble(*co);
+  size_t matched = 0;
+  for (auto& l : mine) {
+    auto it = ref.find(l.address);
+    if (it == ref.end()) continue;
+    INFO(path << " @0x" << std::hex << l.address);
+    CHECK(l.text == it->second);
+    ++matched;
+  }
+  CHECK(matched == ref.size());
+}
+}  // namespace
+
+TEST_CASE("disasm: matches llvm-objdump on golden kernels and OpenCL code", "[disasm]") {
+  std::string g = mla::build::kGoldenDir;
+  for (const char* name : {"mfma_f32_16x16x32_fp8_fp8_special_gfx942", "pk_fma_f32_neg_gfx950", "read_b64_tr_b16_lin_gfx950",
+                           "cvt_f32_fp8_sdwa_byte2_gfx942", "permlane32_swap_b32_bcfi_exec_gfx950",
+                           "mfma_scale_f32_16x16x128_f8f6f4_randomscale_normal_gfx950"}) {
+    std::ifstream f(g + "/" + name + ".s");
+    if (!f) continue;
+    std::string src((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    Gfx gfx = std::string(name).find("gfx942") != std::string::npos ? Gfx::gfx942 : Gfx::gfx950;
+    compare(assemble_file(src, gfx, std::string("dis_") + name));
+  }
+  const char* cl = R"(__kernel void k(__global float* x, __global const int* y, int n) {
+    uint i = __builtin_amdgcn_workitem_id_x() + __builtin_amdgcn_workgroup_id_x() * 64;
+    float acc = 0;
+    for (int j = 0; j < n; ++j) acc += x[(i + j) & 1023] * (float)y[j];
+    x[i] = acc; })";
+  compare(compile_cl(cl, Gfx::gfx942, "dis_cl942"));
+  compare(compile_cl(cl, Gfx::gfx950, "dis_cl950"));
+}
+
+TEST_CASE("disasm: mlaemu disasm runs", "[disasm]") {
+  std::string co = compile_cl("__kernel void k(__global int* x) { x[0] = 1; }", Gfx::gfx950, "dis_cli");
+  std::string exe = std::string(mla::build::kSourceDir) + "/../build-emu/emulator/mlaemu";
+  (void)exe;  // the CLI is exercised by test_dispatch_json through the library; here only the API
+  auto lines = disassemble(*CodeObject::load_file(co));
+  bool found_end = false;
+  for (auto& l : lines) found_end |= l.text == "s_endpgm";
+  CHECK(found_end);
+}
