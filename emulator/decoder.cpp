@@ -370,6 +370,7 @@ static std::string parse_text(const std::string& text, Inst& in, std::string& mn
       in.ops[in.nops++] = o;
       if (!more) operands = false;
     } else {
+      if (t.find('(') != std::string::npos) continue;  // vmcnt(0), hwreg(...): taken from the MCInst immediates
       if (!parse_modifier(t, in)) return "unknown modifier '" + t + "'";
     }
   }
