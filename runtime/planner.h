@@ -1,0 +1,100 @@
+// Host-side split planner of MLA decode (docs/planner.md).
+//
+// The decode kernel is launched with one workgroup per WorkUnit; a unit attends the rows of
+// one row group of one request over a token range [kv_start, kv_end) of that request. A request
+// whose tokens are split over several units gets one partial slot per split, and the reduce
+// kernel merges its partials (one ReduceEntry per such request). The binary layouts below are
+// what the kernels read: keep them in sync with the kernel builders.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mla::rt {
+
+struct Problem;
+
+// One workgroup of the decode kernel: int32[8], in the work-unit buffer in launch order
+// (workgroup id x reads unit x).
+struct WorkUnit {
+  int32_t qo_row;     // first q row of the request (= qo_indptr[b]); the unit covers q rows qo_row .. qo_row+qseqlen-1
+  int32_t page_base;  // kv_indptr[b]: token t of the request is in page kv_indices[page_base + t / page_size]
+  int32_t kv_start;   // token range [kv_start, kv_end) within the request, kv_start < kv_end;
+  int32_t kv_end;     //   kv_start is a multiple of tile_tokens, and so is kv_end unless kv_end == kv_len
+  int32_t kv_len;     // the request's total tokens (causal limits use it: row r sees tokens < kv_len - qseqlen + r + 1)
+  int32_t partial;    // -1: the unit covers the whole request and writes final o (and lse); else the partial slot
+  int32_t row_group;  // rows [row_group*rows_per_group, ...) of the M = heads*qseqlen rows of the request
+  int32_t batch;      // request index b
+};
+static_assert(sizeof(WorkUnit) == 8 * sizeof(int32_t), "WorkUnit is int32[8]");
+
+// One per request with more than one split: int32[4], in the reduce buffer (workgroups of the
+// reduce kernel index it). The request's partials are slots first_partial .. first_partial +
+// num_splits - 1, in token order.
+struct ReduceEntry {
+  int32_t qo_row;         // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
+  int32_t first_partial;  // first partial slot
+  int32_t num_splits;     // >= 2
+  int32_t batch;          // request index b
+};
+static_assert(sizeof(ReduceEntry) == 4 * sizeof(int32_t), "ReduceEntry is int32[4]");
+
+// Partial slot p holds partial_o[p][M][512] f32 (normalised within the split) and
+// partial_lse[p][M] f32 (natural log of the split's sum of exp(s)), with M = heads*qseqlen and
+// row m = r*heads + h for q row r of the request and head h (the row order of q and o).
+// Units of the same (request, split) but different row groups share one slot and write
+// disjoint rows. The planner guarantees that every unit holds at least one visible token for
+// every row it covers (the last split of a request has >= qseqlen tokens), so no partial row
+// is empty: partial lse is always finite.
+
+struct PlanInputs {
+  std::vector<int> kv_lens;  // tokens per request, each >= qseqlen
+  int qseqlen = 1;
+  int heads = 16;
+  int page_size = 1;             // for WorkUnit::page_base (= sum of ceil(kv_len / page_size) before b)
+  int num_cus = 304;             // 304 on MI300X (gfx942), 256 on MI355X (gfx950)
+  int workgroups_per_cu = 1;     // decode workgroups resident per CU (occupancy)
+  int tile_tokens = 16;          // T: the kernel's token tile; cuts are at multiples of T
+  int rows_per_group = 16;       // 16*consumer waves: row groups = ceil(M / rows_per_group)
+  int min_tiles_per_split = 2;   // preferred minimum split length in tiles (relaxed to 1 when
+                                 // needed to give every CU work)
+  int kv_bytes_per_token = 576;  // 576 (fp8) or 1152 (bf16): prices partial traffic in tokens
+  int max_rounds = 16;           // largest number of units per CU the search considers
+};
+
+struct Plan {
+  std::vector<WorkUnit> units;        // launch order (workgroup id = index)
+  std::vector<ReduceEntry> reduces;   // one per split request, in request order
+  int num_partials = 0;               // partial slots needed
+  int rows = 0;                       // M = heads * qseqlen
+  int row_groups = 0;                 // ceil(M / rows_per_group)
+  int rows_per_group = 0;
+  int tile_tokens = 0;
+  int num_cus = 0;
+  std::vector<int> splits;            // per request (1 = final output written directly)
+  std::vector<int64_t> cu_tokens;     // predicted KV tokens read per CU (round-robin model)
+  std::vector<int> cu_units;          // predicted units per CU
+  double balance = 1.0;               // max / mean of cu_tokens (over all CUs)
+  int cus_used = 0;                   // CUs with at least one unit
+  double predicted_cost = 0.0;        // model cost in token-equivalents (docs/planner.md)
+
+  int64_t total_tokens() const;       // sum of units' token counts (row groups counted each)
+  // Partial buffer sizes in bytes: partial_o = num_partials * M * 512 * 4, partial_lse = num_partials * M * 4.
+  size_t partial_o_bytes() const { return size_t(num_partials) * rows * 512 * 4; }
+  size_t partial_lse_bytes() const { return size_t(num_partials) * rows * 4; }
+  nlohmann::json to_json() const;     // summary for stats.json (no per-unit list)
+};
+
+// Plans the split of every request over the GPU. Throws std::invalid_argument on bad inputs
+// (message names the field, value and what is allowed).
+Plan plan_decode(const PlanInputs& in);
+
+// The kv_len of every request of a problem (reference helper for PlanInputs::kv_lens).
+std::vector<int> kv_lens_of(const Problem& p);
+// PlanInputs with the problem's side filled in (kv_lens, qseqlen, heads, page_size,
+// kv_bytes_per_token); the caller sets the GPU and kernel fields.
+PlanInputs plan_inputs_of(const Problem& p);
+
+}  // namespace mla::rt

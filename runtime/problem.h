@@ -1,0 +1,136 @@
+// An MLA decode problem on disk: problem.json + NumPy tensors (docs/problem-format.md).
+//
+// Loading validates everything up front (shapes, dtypes, index ranges, page ids, kv lengths)
+// so that neither a kernel nor the reference ever reads outside a tensor: every error is a
+// ProblemError whose message names the file, the field, the value and what is allowed.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mla::rt {
+
+// Width of one KV entry (512 latent + 64 rope) and of the value / output part.
+inline constexpr int kQkDim = 576;
+inline constexpr int kVDim = 512;
+
+enum class Target { gfx942, gfx950 };
+enum class DType { fp8, bf16 };
+
+const char* name(Target t);
+const char* name(DType d);
+// Parse "gfx942"/"gfx950" and "fp8"/"bf16"; throw ProblemError naming `what` and the value.
+Target parse_target(const std::string& s, const std::string& what);
+DType parse_dtype(const std::string& s, const std::string& what);
+inline int elem_bytes(DType d) { return d == DType::fp8 ? 1 : 2; }
+
+struct ProblemError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Raw element bits of one tensor, C order, little-endian, exactly as in the .npy payload.
+struct RawTensor {
+  std::vector<size_t> shape;
+  int elem_bytes = 1;          // 1: fp8 (uint8), 2: bf16 (uint16)
+  std::vector<uint8_t> bytes;  // count() * elem_bytes
+
+  size_t count() const;
+  // Element i as raw bits (fp8 code in the low byte, or bf16 bits).
+  uint16_t bits(size_t i) const {
+    return elem_bytes == 1 ? bytes[i] : uint16_t(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  }
+  void set_bits(size_t i, uint16_t v) {
+    if (elem_bytes == 1) {
+      bytes[i] = uint8_t(v);
+    } else {
+      bytes[2 * i] = uint8_t(v);
+      bytes[2 * i + 1] = uint8_t(v >> 8);
+    }
+  }
+};
+
+struct Problem {
+  // problem.json
+  Target target = Target::gfx942;
+  DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
+  int heads = 16;
+  int qseqlen = 1;
+  int page_size = 1;
+  double sm_scale = 0.0, q_scale = 1.0, kv_scale = 1.0;
+  double logit_cap = 0.0;  // 0 = off
+  bool return_lse = false;
+
+  // Tensors
+  RawTensor q;   // [batch*qseqlen, heads, 576]
+  RawTensor kv;  // [num_pages, page_size, 576]
+  std::vector<int32_t> qo_indptr;          // [batch+1]
+  std::vector<int32_t> kv_indptr;          // [batch+1], prefix sums of pages per request
+  std::vector<int32_t> kv_indices;         // [kv_indptr[batch]] page ids
+  std::vector<int32_t> kv_last_page_lens;  // [batch], 1..page_size
+
+  int batch() const { return int(kv_last_page_lens.size()); }
+  int rows() const { return batch() * qseqlen; }  // q / o rows
+  int num_pages() const { return kv.shape.empty() ? 0 : int(kv.shape[0]); }
+  int pages_of(int b) const { return kv_indptr[b + 1] - kv_indptr[b]; }
+  // Tokens of request b: (pages - 1) * page_size + last_page_len.
+  int kv_len(int b) const { return (pages_of(b) - 1) * page_size + kv_last_page_lens[b]; }
+  // Page id holding token t of request b (slot t % page_size).
+  int page_of(int b, int t) const { return kv_indices[size_t(kv_indptr[b]) + size_t(t / page_size)]; }
+  // Index of kv element (token t of request b, dim d) in kv.bits().
+  size_t kv_elem(int b, int t, int d) const {
+    return (size_t(page_of(b, t)) * page_size + size_t(t % page_size)) * kQkDim + size_t(d);
+  }
+  size_t q_elem(int row, int head, int d) const { return (size_t(row) * heads + head) * kQkDim + d; }
+
+  nlohmann::json metadata_json() const;  // the problem.json content
+};
+
+// Loads and validates `dir`/problem.json and the .npy inputs. Throws ProblemError.
+Problem load_problem(const std::string& dir);
+// Checks an in-memory problem with the same rules as load_problem (`where` prefixes messages).
+void validate_problem(const Problem& p, const std::string& where = "problem");
+// Writes problem.json and the input .npy files (creates `dir`).
+void save_problem(const std::string& dir, const Problem& p);
+
+// Outputs: o.npy [rows, heads, 512] bf16 bits, lse.npy [rows, heads] f32 (if lse != nullptr),
+// stats.json. Sizes are checked against the problem.
+void save_outputs(const std::string& dir, const Problem& p, const std::vector<uint16_t>& o_bits,
+                  const std::vector<float>* lse, const nlohmann::json& stats);
+struct Outputs {
+  std::vector<uint16_t> o_bits;
+  std::vector<float> lse;  // empty when lse.npy is absent
+  bool has_lse = false;
+};
+Outputs load_outputs(const std::string& dir, const Problem& p);
+
+struct ProblemParams {
+  Target target = Target::gfx942;
+  int heads = 16;
+  int qseqlen = 1;
+  DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
+  int page_size = 1;
+  std::vector<int> kv_lens;  // one per request, each >= qseqlen
+  uint64_t seed = 1;
+  double sm_scale = 0.07216878364870322;  // 1/sqrt(192)
+  double q_scale = 1.0, kv_scale = 1.0;
+  double logit_cap = 0.0;
+  bool return_lse = false;
+  int extra_pages = 0;  // unused pages, so page ids are not simply 0..used-1
+};
+
+// Q and KV ~ N(0,1) encoded into the target's fp8 / bf16 (round to nearest even, saturating),
+// pages handed out in a shuffled order. Unused slots of last pages and unused pages hold random
+// values too, so a kernel that reads past kv_len produces a visibly wrong result.
+Problem make_random_problem(const ProblemParams& params);
+
+// Encoders (round to nearest even, saturate to the format's max finite value; NaN stays NaN).
+// fp8 is FNUZ e4m3 on gfx942 (bias 8, max 240) and OCP e4m3fn on gfx950 (bias 7, max 448).
+uint8_t encode_fp8(double x, Target t);
+uint16_t encode_bf16(double x);
+uint16_t encode(double x, DType d, Target t);
+
+}  // namespace mla::rt

@@ -1,0 +1,191 @@
+#include "tests/reference/mla_reference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace mla::ref {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// value = (-1)^s * 2^(E - bias) * (1 + M/8) for E > 0, 2^(1 - bias) * M/8 for E = 0.
+double e4m3(uint8_t bits, int bias) {
+  int s = bits >> 7, e = (bits >> 3) & 0xf, m = bits & 7;
+  double mag = e == 0 ? std::ldexp(m / 8.0, 1 - bias) : std::ldexp(1.0 + m / 8.0, e - bias);
+  return s ? -mag : mag;
+}
+
+}  // namespace
+
+double decode_fp8_fnuz(uint8_t bits) {
+  if (bits == 0x80) return kNaN;  // the only NaN; there is no -0 and no inf
+  return e4m3(bits, 8);
+}
+
+double decode_fp8_ocp(uint8_t bits) {
+  if ((bits & 0x7f) == 0x7f) return kNaN;  // S.1111.111; no inf
+  return e4m3(bits, 7);
+}
+
+double decode_bf16(uint16_t bits) {
+  uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+double decode(uint16_t bits, rt::DType d, rt::Target t) {
+  if (d == rt::DType::bf16) return decode_bf16(bits);
+  return t == rt::Target::gfx942 ? decode_fp8_fnuz(uint8_t(bits)) : decode_fp8_ocp(uint8_t(bits));
+}
+
+uint16_t bf16_bits(double x) {
+  if (std::isnan(x)) return 0x7fc0;
+  // Round |x| on the bf16 grid of its binade (8 significant bits; subnormal grid below 2^-126)
+  // directly from double, ties to even: no double rounding through float.
+  double a = std::fabs(x), v = a;
+  if (a != 0.0 && std::isfinite(a)) {
+    int e = std::max(std::ilogb(a), -126);
+    double quantum = std::ldexp(1.0, e - 7);
+    v = std::nearbyint(a / quantum) * quantum;
+  }
+  float f = float(std::signbit(x) ? -v : v);  // exact: v is a bf16 value (or overflows to inf)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t(u >> 16);
+}
+
+double bf16_round(double x) { return decode_bf16(bf16_bits(x)); }
+
+Reference run_reference(const rt::Problem& p) {
+  const int H = p.heads, Q = p.qseqlen;
+  Reference r;
+  r.rows = p.rows();
+  r.heads = H;
+  r.o.assign(size_t(r.rows) * H * 512, 0.0);
+  r.lse.assign(size_t(r.rows) * H, 0.0);
+
+  // Decode tables: every raw code once (fp8: 256 codes; bf16: decoded on the fly).
+  auto table = [&](rt::DType d) {
+    std::vector<double> t;
+    if (d == rt::DType::fp8) {
+      t.resize(256);
+      for (int c = 0; c < 256; ++c) t[c] = decode(uint16_t(c), d, p.target);
+    }
+    return t;
+  };
+  const std::vector<double> qt = table(p.q_dtype), kt = table(p.kv_dtype);
+  auto qval = [&](size_t i) { return qt.empty() ? decode_bf16(p.q.bits(i)) : qt[p.q.bits(i)]; };
+  auto kval = [&](size_t i) { return kt.empty() ? decode_bf16(p.kv.bits(i)) : kt[p.kv.bits(i)]; };
+
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
+  std::vector<double> qv(size_t(Q) * H * 576), kv(576), s;
+  for (int b = 0; b < p.batch(); ++b) {
+    const int len = p.kv_len(b), row0 = p.qo_indptr[b];
+    for (int r0 = 0; r0 < Q; ++r0)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < 576; ++d) qv[(size_t(r0) * H + h) * 576 + d] = qval(p.q_elem(row0 + r0, h, d));
+    // Pass 1: scores of every (row, head) against every token (invisible ones are skipped later).
+    s.assign(size_t(Q) * H * len, 0.0);
+    for (int t = 0; t < len; ++t) {
+      for (int d = 0; d < 576; ++d) kv[d] = kval(p.kv_elem(b, t, d));
+      for (int m = 0; m < Q * H; ++m) {
+        const double* q = &qv[size_t(m) * 576];
+        double acc = 0.0;
+        for (int d = 0; d < 576; ++d) acc += q[d] * kv[d];
+        double x = scale * acc;
+        if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
+        s[size_t(m) * len + t] = x;
+      }
+    }
+    // Softmax per row over its visible prefix; lse = max + log(sum exp(s - max)).
+    std::vector<int> visible(Q);
+    for (int r0 = 0; r0 < Q; ++r0) visible[r0] = len - Q + r0 + 1;
+    for (int m = 0; m < Q * H; ++m) {
+      double* sm = &s[size_t(m) * len];
+      int vis = visible[m / H];
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int t = 0; t < vis; ++t) mx = std::max(mx, sm[t]);
+      double sum = 0.0;
+      for (int t = 0; t < vis; ++t) {
+        sm[t] = std::exp(sm[t] - mx);
+        sum += sm[t];
+      }
+      for (int t = 0; t < vis; ++t) sm[t] /= sum;
+      r.lse[size_t(row0 + m / H) * H + m % H] = mx + std::log(sum);
+    }
+    // Pass 2: o = kv_scale * sum_t p_t * v_t.
+    for (int t = 0; t < len; ++t) {
+      for (int d = 0; d < 512; ++d) kv[d] = kval(p.kv_elem(b, t, d));
+      for (int m = 0; m < Q * H; ++m) {
+        if (t >= visible[m / H]) continue;
+        double pt = s[size_t(m) * len + t] * p.kv_scale;
+        double* o = &r.o[(size_t(row0 + m / H) * H + m % H) * 512];
+        for (int d = 0; d < 512; ++d) o[d] += pt * kv[d];
+      }
+    }
+  }
+  return r;
+}
+
+bool Compare::passes(double max_d, double max_rel, double max_lse_err) const {
+  if (!clean() || !(d <= max_d) || !(max_abs_err <= max_rel * max_abs_ref)) return false;
+  return !lse_checked || lse_max_abs_err <= max_lse_err;
+}
+
+std::string Compare::summary() const {
+  std::string s = fmt::format("d={:.3e} max_abs_err={:.4g} max|ref|={:.4g} ({:.3f}%) unwritten={} nonfinite={}", d, max_abs_err,
+                              max_abs_ref, max_abs_ref > 0 ? 100.0 * max_abs_err / max_abs_ref : 0.0, unwritten, nonfinite);
+  if (first_bad >= 0) s += fmt::format(" first_bad={}", first_bad);
+  if (lse_checked) s += fmt::format(" lse_max_abs_err={:.3e} lse_nonfinite={}", lse_max_abs_err, lse_nonfinite);
+  return s;
+}
+
+Compare compare(const Reference& ref, const std::vector<uint16_t>& o_bits, const std::vector<float>* lse) {
+  if (o_bits.size() != ref.o.size())
+    throw std::invalid_argument(fmt::format("compare: o has {} elements, the reference {}", o_bits.size(), ref.o.size()));
+  if (lse && lse->size() != ref.lse.size())
+    throw std::invalid_argument(fmt::format("compare: lse has {} elements, the reference {}", lse->size(), ref.lse.size()));
+  Compare c;
+  c.count = o_bits.size();
+  double xy = 0.0, xx_yy = 0.0;
+  for (size_t i = 0; i < o_bits.size(); ++i) {
+    double y = ref.o[i];
+    c.max_abs_ref = std::max(c.max_abs_ref, std::fabs(y));
+    if (o_bits[i] == kUnwrittenBf16) {
+      ++c.unwritten;
+      if (c.first_bad < 0) c.first_bad = long(i);
+      continue;
+    }
+    double x = decode_bf16(o_bits[i]);
+    if (!std::isfinite(x)) {
+      ++c.nonfinite;
+      if (c.first_bad < 0) c.first_bad = long(i);
+      continue;
+    }
+    xy += x * y;
+    xx_yy += x * x + y * y;
+    c.max_abs_err = std::max(c.max_abs_err, std::fabs(x - y));
+  }
+  c.d = xx_yy > 0 ? 1.0 - 2.0 * xy / xx_yy : 0.0;
+  if (lse) {
+    c.lse_checked = true;
+    for (size_t i = 0; i < lse->size(); ++i) {
+      double x = (*lse)[i];
+      if (!std::isfinite(x)) {
+        ++c.lse_nonfinite;
+        continue;
+      }
+      c.lse_max_abs_err = std::max(c.lse_max_abs_err, std::fabs(x - ref.lse[i]));
+    }
+  }
+  return c;
+}
+
+}  // namespace mla::ref
