@@ -449,8 +449,10 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
           }
           // Schedule.
           size_t rr = 0;
+          std::vector<Wave*> runnable;
+          runnable.reserve(nwaves);
           for (;;) {
-            std::vector<Wave*> runnable;
+            runnable.clear();
             unsigned alive = 0;
             for (auto& wp : wg.waves) {
               if (wp->done) continue;

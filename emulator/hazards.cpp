@@ -183,7 +183,10 @@ void record_hazards(Wave& w, const Inst& in) {
   uint8_t kind;
   if (k & K_MFMA) kind = (k & K_XDL) ? W_XDL : W_SMFMA;
   else if (k & K_VALU) {
-    bool partial = ((in.flags & F_SDWA) && in.dst_sel != 6) || (k & K_DST_OPSEL);
+    // LLVM getDstSelForwardingOperand: SDWA with dst_sel != DWORD, or a VOP3 whose op_sel
+    // destination bit selects the high half (v_cvt_pk_fp8_f32 op_sel:[_,_,1]).
+    unsigned nsrc = in.nops - I.ndst;
+    bool partial = ((in.flags & F_SDWA) && in.dst_sel != 6) || ((k & K_DST_OPSEL) && ((in.op_sel >> nsrc) & 1));
     kind = partial ? W_DSTSEL : (k & K_TRANS) ? W_TRANS : W_VALU;
   } else if (k & K_SALU) kind = W_SALU;
   else kind = W_OTHER;
