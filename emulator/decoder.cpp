@@ -192,6 +192,9 @@ bool parse_operand(std::string_view t, Operand& o) {
   if (fn("neg")) { if (!parse_operand(t.substr(4, t.size() - 5), o)) return false; o.neg = true; return true; }
   if (fn("abs")) { if (!parse_operand(t.substr(4, t.size() - 5), o)) return false; o.abs = true; return true; }
   if (fn("sext")) { if (!parse_operand(t.substr(5, t.size() - 6), o)) return false; o.sext = true; return true; }
+  // Forced literal encodings of values that would fit an inline constant: lit(0x18), lit64(...)
+  if (fn("lit")) { if (!parse_operand(t.substr(4, t.size() - 5), o) || o.kind != Operand::Const) return false; o.literal = true; return true; }
+  if (fn("lit64")) { if (!parse_operand(t.substr(6, t.size() - 7), o) || o.kind != Operand::Const) return false; o.literal = true; return true; }
   if (t == "off") { o.kind = Operand::None; return true; }
   if (parse_reg(t, o)) return true;
   // Numbers.
@@ -354,8 +357,10 @@ static std::string parse_text(const std::string& text, Inst& in, std::string& mn
       bool more = !t.empty() && t.back() == ',';
       if (more) t.pop_back();
       // Tokens that are syntax but not register/constant operands.
-      bool skip = t.find('(') != std::string::npos && t.rfind("neg(", 0) != 0 && t.rfind("abs(", 0) != 0 &&
-                  t.rfind("sext(", 0) != 0;
+      // Symbolic immediates whose values come from the MCInst (s_waitcnt, hwreg, gpr_idx, sendmsg).
+      bool skip = false;
+      for (const char* p : {"vmcnt(", "expcnt(", "lgkmcnt(", "hwreg(", "gpr_idx(", "sendmsg("})
+        if (t.rfind(p, 0) == 0) skip = true;
       if (skip) {
         if (!more) operands = false;
         continue;
@@ -370,7 +375,7 @@ static std::string parse_text(const std::string& text, Inst& in, std::string& mn
       in.ops[in.nops++] = o;
       if (!more) operands = false;
     } else {
-      if (t.find('(') != std::string::npos) continue;  // vmcnt(0), hwreg(...): taken from the MCInst immediates
+      if (t.rfind("vmcnt(", 0) == 0 || t.rfind("expcnt(", 0) == 0 || t.rfind("lgkmcnt(", 0) == 0) continue;  // from the MCInst
       if (!parse_modifier(t, in)) return "unknown modifier '" + t + "'";
     }
   }
