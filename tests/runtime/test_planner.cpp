@@ -1,0 +1,261 @@
+// Split planner: coverage, tile alignment, partial slots, round-robin balance at the seed shapes.
+#include <catch2/catch.hpp>
+
+#include "runtime/planner.h"
+#include "runtime/problem.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+using namespace mla;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Checks every structural promise of a plan against its inputs.
+void check_plan(const rt::PlanInputs& in, const rt::Plan& p) {
+  const int B = int(in.kv_lens.size()), M = in.heads * in.qseqlen, T = in.tile_tokens;
+  const int G = (M + in.rows_per_group - 1) / in.rows_per_group;
+  REQUIRE(p.rows == M);
+  REQUIRE(p.row_groups == G);
+  REQUIRE(int(p.splits.size()) == B);
+
+  // (request, row group) -> token ranges; (request, split start) -> partial slot.
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> ranges;
+  std::map<std::pair<int, int>, int> slot_of;
+  std::vector<int> page_base(B + 1, 0);
+  for (int b = 0; b < B; ++b) page_base[b + 1] = page_base[b] + (in.kv_lens[b] + in.page_size - 1) / in.page_size;
+  for (const auto& u : p.units) {
+    REQUIRE(u.batch >= 0);
+    REQUIRE(u.batch < B);
+    REQUIRE(u.row_group >= 0);
+    REQUIRE(u.row_group < G);
+    const int len = in.kv_lens[u.batch];
+    CHECK(u.qo_row == u.batch * in.qseqlen);
+    CHECK(u.page_base == page_base[u.batch]);
+    CHECK(u.kv_len == len);
+    REQUIRE(u.kv_start < u.kv_end);
+    REQUIRE(u.kv_end <= len);
+    // Whole tiles except the last unit of a request.
+    CHECK(u.kv_start % T == 0);
+    CHECK((u.kv_end % T == 0 || u.kv_end == len));
+    ranges[{u.batch, u.row_group}].push_back({u.kv_start, u.kv_end});
+    if (p.splits[u.batch] == 1) {
+      CHECK(u.partial == -1);
+    } else {
+      CHECK(u.partial >= 0);
+      CHECK(u.partial < p.num_partials);
+      auto [it, inserted] = slot_of.insert({{u.batch, u.kv_start}, u.partial});
+      CHECK(it->second == u.partial);  // row groups of one split share its slot
+    }
+  }
+  // Every (request, row group, token) exactly once; the last split has >= qseqlen tokens.
+  for (int b = 0; b < B; ++b)
+    for (int g = 0; g < G; ++g) {
+      auto r = ranges[{b, g}];
+      std::sort(r.begin(), r.end());
+      REQUIRE(int(r.size()) == p.splits[b]);
+      int at = 0;
+      for (auto [s, e] : r) {
+        CHECK(s == at);
+        at = e;
+      }
+      CHECK(at == in.kv_lens[b]);
+      CHECK(r.back().second - r.back().first >= in.qseqlen);
+    }
+  // Partial slots: distinct per split, consecutive in token order, matching the reduce entries.
+  std::set<int> slots;
+  for (auto& [k, s] : slot_of) slots.insert(s);
+  CHECK(int(slots.size()) == p.num_partials);
+  int expect_first = 0;
+  size_t e = 0;
+  for (int b = 0; b < B; ++b) {
+    if (p.splits[b] == 1) continue;
+    REQUIRE(e < p.reduces.size());
+    const auto& r = p.reduces[e++];
+    CHECK(r.batch == b);
+    CHECK(r.qo_row == b * in.qseqlen);
+    CHECK(r.num_splits == p.splits[b]);
+    CHECK(r.first_partial == expect_first);
+    int j = 0, prev = -1;
+    for (auto& [k, s] : slot_of)
+      if (k.first == b) {
+        CHECK(s == r.first_partial + j++);
+        CHECK(k.second > prev);
+        prev = k.second;
+      }
+    expect_first += p.splits[b];
+  }
+  CHECK(e == p.reduces.size());
+  CHECK(p.num_partials == expect_first);
+  // The predicted per-CU work is what round-robin dispatch (unit i -> CU i mod C) gives.
+  std::vector<int64_t> cu(in.num_cus, 0);
+  for (size_t i = 0; i < p.units.size(); ++i) cu[i % in.num_cus] += p.units[i].kv_end - p.units[i].kv_start;
+  CHECK(cu == p.cu_tokens);
+}
+
+rt::PlanInputs inputs(std::vector<int> kv_lens, int heads, int num_cus, int qseqlen = 1) {
+  rt::PlanInputs in;
+  in.kv_lens = std::move(kv_lens);
+  in.heads = heads;
+  in.qseqlen = qseqlen;
+  in.num_cus = num_cus;
+  in.tile_tokens = 16;
+  in.rows_per_group = 16;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("planner: structural properties over many random shapes", "[planner]") {
+  std::mt19937 rng(12345);
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  for (int iter = 0; iter < 150; ++iter) {
+    rt::PlanInputs in;
+    in.qseqlen = pick({1, 2, 3, 4});
+    in.heads = pick({8, 12, 16, 32, 64, 128});
+    in.page_size = pick({1, 16, 64, 256});
+    in.num_cus = pick({304, 256, 7, 40});
+    in.workgroups_per_cu = pick({1, 2});
+    in.tile_tokens = pick({16, 32, 64});
+    in.rows_per_group = pick({16, 32, 64});
+    in.min_tiles_per_split = pick({1, 2, 4});
+    int batch = pick({1, 2, 5, 16, 64, 300});
+    int maxlen = pick({8, 100, 5000, 70000});
+    for (int b = 0; b < batch; ++b) in.kv_lens.push_back(in.qseqlen + int(rng() % uint32_t(maxlen)));
+    INFO("iter " << iter << " batch " << batch << " maxlen " << maxlen << " heads " << in.heads << " qs " << in.qseqlen << " T "
+                 << in.tile_tokens << " rpg " << in.rows_per_group << " cus " << in.num_cus);
+    rt::Plan p = rt::plan_decode(in);
+    check_plan(in, p);
+  }
+}
+
+TEST_CASE("planner: the last split keeps a visible token for every query row", "[planner]") {
+  // kv_len = 1 tile + 1 token, single-tile splits allowed: the 1-token tail alone would hide
+  // it from rows 0..2 of qseqlen 4, so it is merged into the previous split.
+  rt::PlanInputs in = inputs({16 * 40 + 1}, 16, 304, 4);
+  in.min_tiles_per_split = 1;
+  rt::Plan p = rt::plan_decode(in);
+  check_plan(in, p);
+  CHECK(p.splits[0] > 1);
+}
+
+TEST_CASE("planner: batch 1 at 32K spreads over every CU", "[planner]") {
+  for (int cus : {304, 256})
+    for (int wpc : {1, 2}) {
+      rt::PlanInputs in = inputs({32768}, 16, cus);
+      in.workgroups_per_cu = wpc;
+      rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      INFO("cus " << cus << " wpc " << wpc << " " << p.to_json().dump());
+      CHECK(p.cus_used == cus);
+      CHECK(p.splits[0] >= cus);
+      CHECK(p.balance <= 1.05);
+      REQUIRE(p.reduces.size() == 1);
+      CHECK(p.reduces[0].num_splits == p.splits[0]);
+    }
+}
+
+TEST_CASE("planner: balance <= 1.05 at the seed shapes", "[planner]") {
+  SECTION("Kimi-K3 TP8 on MI355X: 12 heads, c16 and c24 at kv_len ~68.4K, 256 CUs") {
+    for (int batch : {16, 24}) {
+      std::vector<int> lens;
+      for (int b = 0; b < batch; ++b) lens.push_back(68430 + b % 5);
+      rt::PlanInputs in = inputs(lens, 12, 256);
+      rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      INFO("c" << batch << " " << p.to_json().dump());
+      CHECK(p.balance <= 1.05);
+      CHECK(p.cus_used == 256);
+    }
+  }
+  SECTION("seed-001 table: 32K..256K x c1..c16, 16 heads, 304 CUs") {
+    for (int ctx : {32768, 65536, 131072, 262144})
+      for (int batch : {1, 2, 4, 8, 16}) {
+        rt::PlanInputs in = inputs(std::vector<int>(batch, ctx), 16, 304);
+        rt::Plan p = rt::plan_decode(in);
+        check_plan(in, p);
+        INFO("ctx " << ctx << " c" << batch << " " << p.to_json().dump());
+        CHECK(p.balance <= 1.05);
+        CHECK(p.cus_used == 304);
+      }
+  }
+  SECTION("bf16/fp8 Kimi-K2.7 shape with 2 workgroups per CU and 64-row groups") {
+    for (int batch : {1, 8, 16}) {
+      rt::PlanInputs in = inputs(std::vector<int>(batch, 65536), 16, 304);
+      in.workgroups_per_cu = 2;
+      in.rows_per_group = 64;
+      rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      INFO("c" << batch << " " << p.to_json().dump());
+      CHECK(p.balance <= 1.05);
+    }
+  }
+}
+
+TEST_CASE("planner: requests that fit whole get partial -1 and no reduce entry", "[planner]") {
+  // 304 equal requests on 304 CUs: one unit each, nothing to merge.
+  rt::PlanInputs in = inputs(std::vector<int>(304, 4096), 16, 304);
+  rt::Plan p = rt::plan_decode(in);
+  check_plan(in, p);
+  CHECK(p.units.size() == 304);
+  CHECK(p.reduces.empty());
+  CHECK(p.num_partials == 0);
+  for (const auto& u : p.units) CHECK(u.partial == -1);
+  CHECK(p.balance == Approx(1.0));
+
+  // Mixed: short requests stay whole, the long one is split.
+  rt::PlanInputs mixed = inputs({100000, 20, 30}, 16, 64);
+  rt::Plan q = rt::plan_decode(mixed);
+  check_plan(mixed, q);
+  CHECK(q.splits[1] == 1);
+  CHECK(q.splits[2] == 1);
+  CHECK(q.splits[0] > 1);
+  CHECK(q.reduces.size() == 1);
+}
+
+TEST_CASE("planner: row groups each cover all tokens and share partial slots", "[planner]") {
+  rt::PlanInputs in = inputs({5000, 300}, 128, 64, 2);  // M = 256 rows, 64 per group -> 4 groups
+  in.rows_per_group = 64;
+  rt::Plan p = rt::plan_decode(in);
+  check_plan(in, p);
+  CHECK(p.row_groups == 4);
+  CHECK(p.units.size() % 4 == 0);
+}
+
+TEST_CASE("planner: bad inputs are rejected with the field and value", "[planner]") {
+  rt::PlanInputs in = inputs({10, 2}, 16, 304, 3);
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens[1] = 2 < qseqlen = 3"));
+  in = inputs({}, 16, 304);
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens is empty"));
+  in = inputs({100}, 16, 0);
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("num_cus = 0"));
+  in = inputs({100}, 16, 304);
+  in.tile_tokens = 0;
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("tile_tokens = 0"));
+}
+
+TEST_CASE("planner: plan_inputs_of and to_json", "[planner]") {
+  rt::ProblemParams prm;
+  prm.page_size = 16;
+  prm.kv_lens = {40, 17, 300};
+  prm.qseqlen = 2;
+  prm.heads = 8;
+  prm.kv_dtype = rt::DType::bf16;
+  rt::Problem prob = rt::make_random_problem(prm);
+  CHECK(rt::kv_lens_of(prob) == prm.kv_lens);
+  rt::PlanInputs in = rt::plan_inputs_of(prob);
+  CHECK(in.kv_bytes_per_token == 1152);
+  in.num_cus = 8;
+  rt::Plan p = rt::plan_decode(in);
+  check_plan(in, p);
+  // page_base matches the problem's kv_indptr.
+  for (const auto& u : p.units) CHECK(u.page_base == prob.kv_indptr[u.batch]);
+  auto j = p.to_json();
+  CHECK(j["units"] == p.units.size());
+  CHECK(j["num_partials"] == p.num_partials);
+  CHECK(j["splits"].size() == 3);
+  CHECK(j.contains("balance"));
+}
