@@ -51,7 +51,7 @@ std::vector<std::pair<int, int>> cut_request(const Shape& sh, int b, int s) {
     int base = n / s, extra = n % s, tile = 0;
     for (int j = 0; j < s; ++j) {
       int nt = base + (j >= s - extra ? 1 : 0);
-      r.emplace_back(tile * T, std::min(len, (tile + nt) * T));
+      r.emplace_back(tile * T, int(std::min<int64_t>(len, int64_t(tile + nt) * T)));
       tile += nt;
     }
     if (s == 1 || r.back().second - r.back().first >= sh.in.qseqlen) return r;
