@@ -47,10 +47,19 @@ std::string format_operand(const Operand& op) {
     case Operand::Kind::SGPR: return reg_range('s', op.index, op.count);
     case Operand::Kind::VGPR: return reg_range('v', op.index, op.count);
     case Operand::Kind::AGPR: return reg_range('a', op.index, op.count);
-    case Operand::Kind::Special: return special_name(SpecialId(op.index));
+    case Operand::Kind::Special:
+      if (op.index == 0xff) return "off";  // the absent SGPR base of a global access
+      return special_name(SpecialId(op.index));
     case Operand::Kind::Imm:
-      // Integer inline constants print as decimal; everything else as a 32-bit literal.
+      // Integer inline constants print as decimal, float inline constants by name (the
+      // hardware supplies the same 32-bit pattern), everything else as a 32-bit literal.
       if (op.imm >= -16 && op.imm <= 64) return fmt::format("{}", op.imm);
+      for (float f : {0.5f, 1.0f, 2.0f, 4.0f}) {
+        uint32_t bits;
+        __builtin_memcpy(&bits, &f, 4);
+        if (uint32_t(op.imm) == bits) return fmt::format("{:.1f}", f);
+        if (uint32_t(op.imm) == (bits | 0x80000000u)) return fmt::format("{:.1f}", -f);
+      }
       return fmt::format("0x{:x}", uint32_t(op.imm));
     case Operand::Kind::Label: return fmt::format(".L{}", op.index);
     case Operand::Kind::None: break;
@@ -79,6 +88,7 @@ std::string format_inst(const Program& p, const Inst& inst) {
   bool first = true;
   for (const auto* list : {&inst.dst, &inst.src})
     for (const auto& o : *list) {
+      if (list == &inst.src && inst.printed_src >= 0 && &o - inst.src.data() >= inst.printed_src) break;
       s += first ? " " : ", ";
       // An SMEM byte offset is an address field, printed in hex as LLVM does.
       if (inst.cls() == OpClass::Smem && o.kind == Operand::Kind::Imm)

@@ -75,10 +75,11 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
 }
 
 std::string csv_row(const KernelSpec& s, const std::string& co_name) {
-  // qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,[cprr,]knl_name,co_name
-  std::string row = fmt::format("{},{},{},{},{},0,{},{},", s.q_dtype == DType::fp8 ? "fp8" : "bf16",
-                                s.kv_dtype == DType::fp8 ? "fp8" : "bf16", s.heads, s.page_size, s.qseqlen,
-                                s.qseqlen > 1 ? 1 : 0, s.return_lse ? 1 : 0);
+  // qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,[cprr,]knl_name,co_name. In aiter `ps` is
+  // the persistent-kernel flag (ours are not persistent: 0); the page size has no column, so
+  // kernels that differ only in page size share a key here: catalog.json tells them apart.
+  std::string row = fmt::format("{},{},{},0,{},0,{},{},", dtype_name(s.q_dtype), dtype_name(s.kv_dtype), s.heads,
+                                s.qseqlen, s.qseqlen > 1 ? 1 : 0, s.return_lse ? 1 : 0);
   if (s.arch != Arch::gfx942) row += "0,";
   return row + fmt::format("{},{}", s.name(), co_name);
 }

@@ -5,7 +5,8 @@
 namespace mla::gen {
 
 bool has_builder(KernelKind kind) {
-  return kind == KernelKind::VectorCopy || kind == KernelKind::Fp8Dequant || kind == KernelKind::MfmaTile;
+  return kind == KernelKind::VectorCopy || kind == KernelKind::Fp8Dequant || kind == KernelKind::MfmaTile ||
+         kind == KernelKind::MlaDecode;
 }
 
 Program build_program(const KernelSpec& spec) {
@@ -16,6 +17,7 @@ Program build_program(const KernelSpec& spec) {
     case KernelKind::VectorCopy: build_vector_copy(p); break;
     case KernelKind::Fp8Dequant: build_fp8_dequant(p); break;
     case KernelKind::MfmaTile: build_mfma_tile(p); break;
+    case KernelKind::MlaDecode: build_mla_decode(p, spec); break;
     default:
       throw NoBuilderError(fmt::format("{} ({}): this generator version has no builder for kind '{}'", p.name,
                                        arch_name(spec.arch), kind_name(spec.kind)));

@@ -22,4 +22,7 @@ void build_vector_copy(Program& p);
 void build_fp8_dequant(Program& p);
 void build_mfma_tile(Program& p);
 
+// MLA kernels (see kernels/mla_geometry.h for their geometry and argument layout).
+void build_mla_decode(Program& p, const KernelSpec& spec);
+
 }  // namespace mla::gen

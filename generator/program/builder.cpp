@@ -99,15 +99,49 @@ void Builder::v_accvgpr_write_b32(AReg d, VSrc a) {
   emit("v_accvgpr_write_b32", {Operand::of(d)}, {a.op});
 }
 
-void Builder::mfma(std::string_view mnemonic, AccReg d, VReg a, VReg b, AccReg c, std::string mods) {
+void Builder::mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, std::string mods) {
   auto shape = target().find_mfma(mnemonic);
   if (!shape)
     throw std::invalid_argument(fmt::format("{} is not available on {}", mnemonic, target().name));
   check_width(mnemonic, d.op.count, shape->cd_regs, "dst");
-  check_width(mnemonic, c.op.count, shape->cd_regs, "src2");
-  check_width(mnemonic, a.count, shape->a_regs, "src0");
-  check_width(mnemonic, b.count, shape->b_regs, "src1");
-  emit(mnemonic, {d.op}, {Operand::of(a), Operand::of(b), c.op}, std::move(mods));
+  if (c.op.kind != Operand::Kind::Imm) check_width(mnemonic, c.op.count, shape->cd_regs, "src2");
+  check_width(mnemonic, a.op.count, shape->a_regs, "src0");
+  check_width(mnemonic, b.op.count, shape->b_regs, "src1");
+  emit(mnemonic, {d.op}, {a.op, b.op, c.op}, std::move(mods));
+}
+
+void Builder::v_pk_mul_f32_bcast_lo(VReg d2, VReg a2, VReg b2) {
+  check_width("v_pk_mul_f32", d2.count, 2, "dst");
+  check_width("v_pk_mul_f32", a2.count, 2, "src0");
+  check_width("v_pk_mul_f32", b2.count, 2, "src1");
+  emit("v_pk_mul_f32", {Operand::of(d2)}, {Operand::of(a2), Operand::of(b2)}, "op_sel_hi:[1,0]");
+}
+
+void Builder::v_cvt_pk_fp8_f32(VReg d, VSrc a, VSrc b, int word) {
+  check_width("v_cvt_pk_fp8_f32", d.count, 1, "dst");
+  if (word != 0 && word != 1) throw std::invalid_argument("v_cvt_pk_fp8_f32: word must be 0 or 1");
+  // Writing word 1 keeps word 0: the destination is also read.
+  Inst& i = emit("v_cvt_pk_fp8_f32", {Operand::of(d)}, {a.op, b.op}, word ? "op_sel:[0,0,1]" : "");
+  if (word) {
+    i.src.push_back(Operand::of(d));
+    i.printed_src = 2;
+  }
+}
+
+void Builder::global_load(std::string_view m, VReg d, int width, VReg addr64, uint32_t offset) {
+  check_width(m, d.count, width, "vdst");
+  check_width(m, addr64.count, 2, "vaddr");
+  if (offset > 4095) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 12 bits", m, offset));
+  emit(m, {Operand::of(d)}, {Operand::of(addr64), Operand{Operand::Kind::Special, 0xff, 0, 0}},
+       offset ? fmt::format("offset:{}", offset) : "");
+}
+
+void Builder::global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t offset) {
+  check_width("global_load_dword", d.count, 1, "vdst");
+  check_width("global_load_dword", offset32.count, 1, "vaddr");
+  check_width("global_load_dword", base64.count, 2, "saddr");
+  emit("global_load_dword", {Operand::of(d)}, {Operand::of(offset32), Operand::of(base64)},
+       offset ? fmt::format("offset:{}", offset) : "");
 }
 
 void Builder::smem(std::string_view m, SReg d, int width, SReg base, uint32_t offset) {

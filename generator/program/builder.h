@@ -55,6 +55,7 @@ class Builder {
   void s_cmp_lg_u32(SSrc a, SSrc b) { emit("s_cmp_lg_u32", {}, {a.op, b.op}); }
   void s_cmp_lt_u32(SSrc a, SSrc b) { emit("s_cmp_lt_u32", {}, {a.op, b.op}); }
   void s_cmp_ge_u32(SSrc a, SSrc b) { emit("s_cmp_ge_u32", {}, {a.op, b.op}); }
+  void s_cmp_le_u32(SSrc a, SSrc b) { emit("s_cmp_le_u32", {}, {a.op, b.op}); }
   void s_cmp_lt_i32(SSrc a, SSrc b) { emit("s_cmp_lt_i32", {}, {a.op, b.op}); }
 
   // ---- Scalar memory ----
@@ -81,6 +82,7 @@ class Builder {
   void v_add3_u32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_add3_u32", d, {a, b, c}); }
   void v_and_b32(VReg d, VSrc a, VSrc b) { vop("v_and_b32", d, {a, b}); }
   void v_or_b32(VReg d, VSrc a, VSrc b) { vop("v_or_b32", d, {a, b}); }
+  void v_xor_b32(VReg d, VSrc a, VSrc b) { vop("v_xor_b32", d, {a, b}); }
   void v_lshlrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshlrev_b32", d, {shift, a}); }
   void v_lshrrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshrrev_b32", d, {shift, a}); }
   void v_lshl_add_u32(VReg d, VSrc a, VSrc shift, VSrc b) { vop("v_lshl_add_u32", d, {a, shift, b}); }
@@ -91,8 +93,28 @@ class Builder {
   void v_perm_b32(VReg d, VSrc a, VSrc b, VSrc sel) { vop("v_perm_b32", d, {a, b, sel}); }
   // mask: VCC or an SGPR pair holding a per-lane condition.
   void v_cndmask_b32(VReg d, VSrc if_false, VSrc if_true, SSrc mask) { vop("v_cndmask_b32", d, {if_false, if_true}, mask); }
+  // Compares write a lane mask: VCC or an SGPR pair.
   void v_cmp_lt_u32(SSrc d, VSrc a, VSrc b);
   void v_cmp_gt_u32(SSrc d, VSrc a, VSrc b);
+  void v_cmp_gt_i32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_i32", {d.op}, {a.op, b.op}); }
+  void v_cmp_gt_f32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_f32", {d.op}, {a.op, b.op}); }
+  void v_cmp_eq_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_eq_u32", {d.op}, {a.op, b.op}); }
+  void v_max3_f32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_max3_f32", d, {a, b, c}); }
+  void v_min_u32(VReg d, VSrc a, VSrc b) { vop("v_min_u32", d, {a, b}); }
+  void v_mul_hi_u32(VReg d, VSrc a, VSrc b) { vop("v_mul_hi_u32", d, {a, b}); }
+  void v_add_co_u32(VReg d, SSrc carry_out, VSrc a, VSrc b) { emit("v_add_co_u32", {Operand::of(d), carry_out.op}, {a.op, b.op}); }
+  void v_addc_co_u32(VReg d, SSrc carry_out, VSrc a, VSrc b, SSrc carry_in) {
+    emit("v_addc_co_u32", {Operand::of(d), carry_out.op}, {a.op, b.op, carry_in.op});
+  }
+  // d2 = a2 * (b2.lo, b2.lo): both halves scaled by the low half of b (op_sel_hi:[1,0]).
+  void v_pk_mul_f32_bcast_lo(VReg d2, VReg a2, VReg b2);
+  // Two f32 to two fp8 (target format) in word `word` (0: bytes [1:0], 1: bytes [3:2]) of d;
+  // the other word of d is kept.
+  void v_cvt_pk_fp8_f32(VReg d, VSrc a, VSrc b, int word);
+  // Two f32 to two bf16, round to nearest even (gfx950).
+  void v_cvt_pk_bf16_f32(VReg d, VSrc lo, VSrc hi) { vop("v_cvt_pk_bf16_f32", d, {lo, hi}); }
+  void s_and_saveexec_b64(SReg saved, SSrc mask) { sop("s_and_saveexec_b64", saved, 2, {mask}); }
+  void s_mov_exec(SSrc v) { emit("s_mov_b64", {Operand::of(exec)}, {v.op}); }
   void v_add_f32(VReg d, VSrc a, VSrc b) { vop("v_add_f32", d, {a, b}); }
   void v_sub_f32(VReg d, VSrc a, VSrc b) { vop("v_sub_f32", d, {a, b}); }
   void v_mul_f32(VReg d, VSrc a, VSrc b) { vop("v_mul_f32", d, {a, b}); }
@@ -110,14 +132,14 @@ class Builder {
 
   // ---- Matrix ----
   // d = a * b + c on the XDL unit; the target must offer the mnemonic (Target::mfma).
-  void mfma(std::string_view mnemonic, AccReg d, VReg a, VReg b, AccReg c, std::string mods = {});
-  void v_mfma_f32_16x16x32_fp8_fp8(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x32_fp8_fp8", d, a, b, c); }
-  void v_mfma_f32_16x16x128_f8f6f4(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x128_f8f6f4", d, a, b, c); }
-  void v_mfma_f32_16x16x16_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x16_bf16", d, a, b, c); }
-  void v_mfma_f32_32x32x16_fp8_fp8(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x16_fp8_fp8", d, a, b, c); }
-  void v_mfma_f32_32x32x8_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x8_bf16", d, a, b, c); }
-  void v_mfma_f32_16x16x32_bf16(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_16x16x32_bf16", d, a, b, c); }
-  void v_mfma_f32_32x32x64_f8f6f4(AccReg d, VReg a, VReg b, AccReg c) { mfma("v_mfma_f32_32x32x64_f8f6f4", d, a, b, c); }
+  void mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, std::string mods = {});
+  void v_mfma_f32_16x16x32_fp8_fp8(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x32_fp8_fp8", d, a, b, c); }
+  void v_mfma_f32_16x16x128_f8f6f4(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x128_f8f6f4", d, a, b, c); }
+  void v_mfma_f32_16x16x16_bf16(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x16_bf16", d, a, b, c); }
+  void v_mfma_f32_32x32x16_fp8_fp8(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_32x32x16_fp8_fp8", d, a, b, c); }
+  void v_mfma_f32_32x32x8_bf16(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_32x32x8_bf16", d, a, b, c); }
+  void v_mfma_f32_16x16x32_bf16(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x32_bf16", d, a, b, c); }
+  void v_mfma_f32_32x32x64_f8f6f4(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_32x32x64_f8f6f4", d, a, b, c); }
 
   // ---- Vector memory (MUBUF: raw buffer resource, per-lane byte offset in vaddr) ----
   void buffer_load_dword(VReg d, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_load("buffer_load_dword", d, 1, vaddr, rsrc, soffset, offset); }
@@ -129,7 +151,15 @@ class Builder {
   // Loads one dword per lane straight into LDS at M0 + lane*4 + offset.
   void buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0);
 
+  // ---- Global memory (64-bit per-lane address, or SGPR base + 32-bit per-lane offset) ----
+  void global_load_dword(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dword", d, 1, addr64, offset); }
+  void global_load_dwordx2(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dwordx2", d, 2, addr64, offset); }
+  void global_load_dwordx4(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dwordx4", d, 4, addr64, offset); }
+  void global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t offset = 0);
+
   // ---- LDS ----
+  // Lane l reads `data` of lane (addr[l] / 4) % 64 (the LDS crossbar; no LDS memory is touched).
+  void ds_bpermute_b32(VReg d, VReg addr, VReg data) { emit("ds_bpermute_b32", {Operand::of(d)}, {Operand::of(addr), Operand::of(data)}); }
   void ds_read_b32(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b32", d, 1, addr, offset); }
   void ds_read_b64(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b64", d, 2, addr, offset); }
   void ds_read_b128(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b128", d, 4, addr, offset); }
@@ -152,6 +182,7 @@ class Builder {
   void mubuf_load(std::string_view m, VReg d, int width, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset);
   void mubuf_store(std::string_view m, VReg data, int width, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset);
   void ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset);
+  void global_load(std::string_view m, VReg d, int width, VReg addr64, uint32_t offset);
   void ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset);
 
   Program& p_;

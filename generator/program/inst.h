@@ -65,6 +65,9 @@ struct Inst {
   // s_waitcnt counts (-1: no wait on that counter) and s_nop count.
   int vmcnt = -1, lgkmcnt = -1, expcnt = -1;
   int nops = 0;
+  // Source operands beyond this many are read by the hardware but not spelled in the
+  // assembly (e.g. the kept half of a destination written with op_sel); -1 = print all.
+  int printed_src = -1;
   // Extra source operands that are implicitly read by the hardware but not printed
   // (e.g. the data VGPRs of a store are printed as src already; M0 for LDS DMA is a flag).
   std::string comment;

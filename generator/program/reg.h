@@ -113,6 +113,24 @@ struct AccReg {
   AccReg(AReg r) : op(Operand::of(r)) {}
 };
 
+// MFMA A/B operand: VGPR or AGPR (gfx90a and later read both).
+struct AVReg {
+  Operand op;
+  AVReg(VReg r) : op(Operand::of(r)) {}
+  AVReg(AReg r) : op(Operand::of(r)) {}
+};
+
+// MFMA accumulator input: a register range or the inline constant 0 (a fresh accumulation).
+struct AccSrc {
+  Operand op;
+  AccSrc(VReg r) : op(Operand::of(r)) {}
+  AccSrc(AReg r) : op(Operand::of(r)) {}
+  static AccSrc zero() { return AccSrc(Operand::of(Imm(0))); }
+
+ private:
+  explicit AccSrc(Operand o) : op(o) {}
+};
+
 // Labels are objects, bound once.
 struct Label {
   int id = -1;

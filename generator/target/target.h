@@ -80,6 +80,7 @@ struct Target {
   double hbm_bytes_per_s;
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
   bool has_global_load_lds_x4; // global_load_lds_dwordx4 (gfx950)
+  bool has_cvt_pk_bf16;        // v_cvt_pk_bf16_f32 (gfx950); gfx942 rounds to bf16 with integer ops
   std::vector<MfmaShape> mfma;
   HazardNumbers hazards;       // manually inserted wait states (see HazardNumbers)
 

@@ -1,0 +1,658 @@
+// The MLA decode kernel: one workgroup per work unit (request, kv range, row group).
+//
+// Wave 0 is the producer: it only streams the unit's KV tiles (page indices, then token
+// rows) from memory into a two-slot LDS ring. Waves 1..C are consumers: each owns 16 query
+// rows (heads x qseqlen) of the unit and only computes: S^T = K Q^T on MFMA, online
+// softmax, O^T += V^T P^T on MFMA. Rows are independent, so consumers exchange nothing.
+// One s_barrier per tile hands slot i%2 from producer to consumers and back.
+//
+// Register layouts (16x16 MFMAs; lane l, j = l % 16, g = l / 16):
+//   S^T tile s (tokens 16s..16s+15): D[i = token 4g + r][j = row]  -> lane holds row j.
+//   P^T as the B operand of PV:      B[k = KL*g + p][j = row], token of k = 16*(p/4) + 4g + p%4,
+//                                    so every lane feeds PV with its own softmax values.
+//   V^T as the A operand of PV:      A[i = column][k], read 4 columns per token from LDS and
+//                                    transposed in registers (v_perm_b32).
+//   O^T block n:                     D[i = column 4g + r][j = row]; the lane owns row j, and for
+//                                    column group nb the 16 columns 64nb + 16g .. +15.
+// See docs/mla-decode.md for the schedule and the LDS layout.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "kernels/mla_geometry.h"
+#include "kernels/registry.h"
+#include "program/builder.h"
+
+namespace mla::gen {
+
+namespace {
+
+constexpr uint32_t kNegFltMax = 0xff7fffffu;  // -FLT_MAX: running max start, finite so exp2 never sees -inf - -inf
+constexpr uint32_t kNegInf = 0xff800000u;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+int log2i(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  if ((1 << r) != v) throw std::logic_error(fmt::format("{} is not a power of two", v));
+  return r;
+}
+
+FImm f32(float v) { return FImm{v}; }
+
+// Byte selectors for v_perm_b32 (D.byte[i] = {S0, S1}.byte[sel.byte[i]], S1 = bytes 0-3).
+uint32_t sel(int b0, int b1, int b2, int b3) { return uint32_t(b0) | b1 << 8 | b2 << 16 | uint32_t(b3) << 24; }
+
+class MlaDecodeBuilder {
+ public:
+  MlaDecodeBuilder(Program& p, const KernelSpec& s) : p_(p), s_(s), g_(mla_geometry(s)) {
+    auto& abi = p_.abi;
+    namespace A = mla_decode_args;
+    abi.add_buffer("q", s.q_dtype == DType::fp8 ? "const uint8_t*" : "const uint16_t*");
+    abi.add_buffer("kv", s.kv_dtype == DType::fp8 ? "const uint8_t*" : "const uint16_t*");
+    abi.add_buffer("kv_indices", "const int32_t*");
+    abi.add_buffer("work", "const int32_t*");
+    abi.add_buffer("o", "uint16_t*");
+    abi.add_buffer("lse", "float*");
+    abi.add_buffer("partial_o", "float*");
+    abi.add_buffer("partial_lse", "float*");
+    abi.add_value("scale", 4, "float");
+    abi.add_value("kv_scale", 4, "float");
+    abi.add_value("logit_cap", 4, "float");
+    abi.add_value("reserved", 4, "uint32_t");
+    if (abi.kernarg_size != A::size || abi.find("scale")->offset != A::scale)
+      throw std::logic_error("mla_decode: kernarg layout drifted from mla_decode_args");
+    abi.max_workgroup_size = uint32_t(g_.workgroup_size);
+    abi.lds_bytes = uint32_t(g_.lds_bytes);
+  }
+
+  void build() {
+    Builder b(p_);
+    b_ = &b;
+    auto& ra = b.regs();
+    // Kernel arguments and this workgroup's work unit (8 int32).
+    args_ = ra.sgpr(int(mla_decode_args::size / 4), "kernargs");
+    b.s_load_dwordx8(args_.sub(0, 8), b.kernarg_ptr(), 0);
+    b.s_load_dwordx8(args_.sub(8, 8), b.kernarg_ptr(), 32);
+    b.s_load_dwordx4(args_.sub(16, 4), b.kernarg_ptr(), 64);
+    SReg uaddr = ra.sgpr(2, "unit_addr");
+    b.s_lshl_b32(uaddr[0], b.workgroup_id(0), Imm(5));
+    b.s_add_u32(uaddr[0], args_[6], uaddr[0]);
+    b.s_addc_u32(uaddr[1], args_[7], Imm(0));
+    unit_ = ra.sgpr(8, "work_unit");
+    b.s_load_dwordx8(unit_, uaddr, 0);
+    ra.release(uaddr);
+    // n_tiles = ceil((kv_end - kv_start) / T)
+    ntiles_ = ra.sgpr(1, "n_tiles");
+    b.s_sub_u32(ntiles_, kv_end(), kv_start());
+    b.s_add_u32(ntiles_, ntiles_, Imm(g_.tile_tokens - 1));
+    b.s_lshr_b32(ntiles_, ntiles_, Imm(log2i(g_.tile_tokens)));
+    // Wave role from the work-item id (uniform per wave).
+    VReg tmp = ra.vgpr(1, "tmp");
+    wave_ = ra.sgpr(1, "wave_id");
+    b.v_lshrrev_b32(tmp, Imm(6), b.workitem_ids());
+    b.v_readfirstlane_b32(wave_, tmp);
+    lane_ = ra.vgpr(1, "lane");
+    b.v_and_b32(lane_, Imm(63), b.workitem_ids());
+    ra.release(tmp);
+    iter_ = ra.sgpr(1, "tile_iter");
+    Label consumer = b.new_label("consumer");
+    b.s_cmp_lg_u32(wave_, Imm(0));
+    b.s_cbranch_scc1(consumer);
+    producer();
+    b.bind(consumer);
+    consumer_wave();
+  }
+
+ private:
+  SReg ptr(uint32_t offset) const { return args_.sub(int(offset / 4), 2); }
+  SReg argf(uint32_t offset) const { return args_[int(offset / 4)]; }
+  SReg qo_row() const { return unit_[0]; }
+  SReg page_base() const { return unit_[1]; }
+  SReg kv_start() const { return unit_[2]; }
+  SReg kv_end() const { return unit_[3]; }
+  SReg kv_len() const { return unit_[4]; }
+  SReg partial() const { return unit_[5]; }
+  SReg row_group() const { return unit_[6]; }
+
+  int slot_bytes() const { return g_.tile_tokens * g_.lds_row_bytes; }
+
+  // Emits `body` when cond(s) holds: scc-based skip. `skip_if_scc1` says which scc skips.
+  template <class F>
+  void unless_scc1(F&& body) {
+    Label skip = b_->new_label("skip");
+    b_->s_cbranch_scc1(skip);
+    body();
+    b_->bind(skip);
+  }
+
+  // ------------------------------------------------------------------ producer
+  void producer() {
+    Builder& b = *b_;
+    auto& ra = b.regs();
+    const int T = g_.tile_tokens, lanes_per_token = 64 / T, E = g_.lds_row_bytes;
+    const int chunk = E / lanes_per_token, loads = chunk / 16;
+    if (chunk % 16 != 0) throw std::logic_error("mla_decode: token row does not split into 16-byte lane chunks");
+    VReg vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"),
+         lds_off = ra.vgpr(1, "p_lds_offset");
+    b.v_lshrrev_b32(vt, Imm(log2i(lanes_per_token)), lane_);
+    b.v_and_b32(part_off, Imm(lanes_per_token - 1), lane_);
+    b.v_mul_u32_u24(part_off, Imm(chunk), part_off);
+    b.v_mul_u32_u24(lds_off, Imm(E), vt);
+    b.v_add_u32(lds_off, lds_off, part_off);
+    SReg last_tok = ra.sgpr(1, "p_last_token"), row_bytes = ra.sgpr(1, "p_row_bytes");
+    b.s_mov_b32(row_bytes, Imm(E));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
+    // v_addc_co_u32 reads VCC already: the kv base's high half must come from a VGPR.
+    VReg kv_hi = ra.vgpr(1, "p_kv_base_hi");
+    b.v_mov_b32(kv_hi, ptr(mla_decode_args::kv)[1]);
+    b.s_sub_u32(last_tok, kv_end(), Imm(1));
+    VReg idx = ra.vgpr(1, "p_page_id"), tok = ra.vgpr(1, "p_token"), addr = ra.vgpr(2, "p_addr");
+    VReg data = ra.vgpr(4 * loads, "p_tile_data", 4);
+    SReg tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
+
+    // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so the
+    // tail of the last tile re-reads a valid row that the consumers mask out).
+    auto load_index = [&] {
+      b.s_lshl_b32(slot, tile, Imm(log2i(T)));
+      b.s_add_u32(slot, slot, kv_start());
+      b.v_add_u32(tok, slot, vt);
+      b.v_min_u32(tok, last_tok, tok);
+      b.v_lshrrev_b32(addr[0], Imm(log2i(s_.page_size)), tok);
+      b.v_add_u32(addr[0], page_base(), addr[0]);
+      b.v_lshlrev_b32(addr[0], Imm(2), addr[0]);
+      b.global_load_dword(idx, addr[0], ptr(mla_decode_args::kv_indices));
+    };
+    // Token row = page_id * page_size + token % page_size; byte = row * E + part offset.
+    auto load_data = [&] {
+      b.v_lshlrev_b32(addr[0], Imm(log2i(s_.page_size)), idx);
+      if (s_.page_size > 1) {
+        b.v_and_b32(addr[1], Imm(s_.page_size - 1), tok);
+        b.v_add_u32(addr[0], addr[0], addr[1]);
+      }
+      b.v_mul_hi_u32(addr[1], row_bytes, addr[0]);
+      b.v_mul_lo_u32(addr[0], row_bytes, addr[0]);
+      b.v_add_co_u32(addr[0], vcc, addr[0], part_off);
+      b.v_addc_co_u32(addr[1], vcc, addr[1], Imm(0), vcc);
+      b.v_add_co_u32(addr[0], vcc, ptr(mla_decode_args::kv)[0], addr[0]);
+      b.v_addc_co_u32(addr[1], vcc, kv_hi, addr[1], vcc);
+      for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data.sub(4 * k, 4), addr, uint32_t(16 * k));
+    };
+    auto write_tile = [&](SReg tile_index) {
+      b.s_and_b32(slot, tile_index, Imm(1));
+      b.s_mul_i32(slot, slot, Imm(slot_bytes()));
+      b.v_add_u32(addr[0], slot, lds_off);
+      for (int k = 0; k < loads; ++k) b.ds_write_b128(addr[0], data.sub(4 * k, 4), uint32_t(16 * k));
+    };
+    // if (tile < n) { body }
+    auto if_tile_exists = [&](auto&& body) {
+      b.s_cmp_ge_u32(tile, ntiles_);
+      unless_scc1(body);
+    };
+
+    // Prologue: tile 0 into slot 0, tile 1's loads and tile 2's page ids in flight.
+    b.s_mov_b32(tile, Imm(0));
+    load_index();
+    load_data();
+    b.s_mov_b32(tile, Imm(1));
+    if_tile_exists(load_index);
+    b.s_mov_b32(tile, Imm(0));
+    write_tile(tile);
+    b.s_mov_b32(tile, Imm(1));
+    if_tile_exists(load_data);
+    b.s_mov_b32(tile, Imm(2));
+    if_tile_exists(load_index);
+    b.s_barrier();
+
+    // Iteration i: write tile i+1, load tile i+2, fetch page ids of tile i+3, then hand over.
+    b.s_mov_b32(iter_, Imm(0));
+    Label loop = b.new_label("producer_loop");
+    b.bind(loop);
+    b.s_add_u32(tile, iter_, Imm(1));
+    if_tile_exists([&] { write_tile(tile); });
+    b.s_add_u32(tile, iter_, Imm(2));
+    if_tile_exists(load_data);
+    b.s_add_u32(tile, iter_, Imm(3));
+    if_tile_exists(load_index);
+    b.s_barrier();
+    b.s_add_u32(iter_, iter_, Imm(1));
+    b.s_cmp_lt_u32(iter_, ntiles_);
+    b.s_cbranch_scc1(loop);
+    b.s_endpgm();
+    for (VReg r : {vt, part_off, lds_off, idx, tok, addr, data, kv_hi}) ra.release(r);
+    for (SReg r : {last_tok, row_bytes, tile, slot}) ra.release(r);
+  }
+
+  // ------------------------------------------------------------------ consumer
+  void consumer_wave() {
+    Builder& b = *b_;
+    auto& ra = b.regs();
+    const int T = g_.tile_tokens, E = g_.lds_row_bytes, kvb = g_.kv_bytes, qb = g_.q_bytes;
+    const int M = g_.rows, sub_tiles = T / 16;
+    const int kl_qk = g_.qk_k / 4;                  // k values per lane in QK
+    const int qk_blocks = kMlaDim / g_.qk_k;        // MFMAs per 16 tokens
+    const int q_regs = kl_qk * qb / 4;              // Q operand registers per k block
+    const bool widen_k = qb == 2 && kvb == 1;       // fp8 K widened to bf16 for a bf16 QK
+    const int k_read_bytes = kl_qk * kvb;           // K bytes a lane reads per k block
+
+    // v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs.
+    for (uint32_t v : {sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu}) {
+      SReg k = ra.sgpr(1, fmt::format("c_const_{:x}", v));
+      b.s_mov_b32(k, Imm(v));
+      consts_[v] = k;
+    }
+    VReg j = ra.vgpr(1, "c_row_lane"), g4 = ra.vgpr(1, "c_group_x4"), row = ra.vgpr(1, "c_row");
+    b.v_and_b32(j, Imm(15), lane_);
+    b.v_lshrrev_b32(g4, Imm(4), lane_);
+    b.v_lshlrev_b32(g4, Imm(2), g4);
+    // Row of the request this lane owns: row_group * rows_per_group + 16 * consumer + j.
+    SReg srow = ra.sgpr(1, "c_row_base");
+    b.s_mul_i32(srow, row_group(), Imm(g_.rows_per_group));
+    b.s_sub_u32(wave_, wave_, Imm(1));
+    b.s_lshl_b32(wave_, wave_, Imm(4));
+    b.s_add_u32(srow, srow, wave_);
+    b.v_add_u32(row, srow, j);
+
+    // Q rows of this request: buffer over exactly M rows, so padded rows read zeros.
+    SReg qrsrc = ra.sgpr(4, "c_q_rsrc"), base = ra.sgpr(2, "c_base");
+    request_base(base, ptr(mla_decode_args::q), kMlaDim * qb);
+    b.make_buffer_resource(qrsrc, base, Imm(M * kMlaDim * qb));
+    VReg qoff = ra.vgpr(1, "c_q_offset");
+    b.v_mul_u32_u24(qoff, Imm(kMlaDim * qb), row);
+    VReg gq = ra.vgpr(1, "c_tmp");
+    b.v_mul_u32_u24(gq, Imm(kl_qk * qb / 4), g4);  // (4g) * kl_qk*qb/4 = g * kl_qk * qb
+    b.v_add_u32(qoff, qoff, gq);
+    AReg qa = ra.agpr(qk_blocks * q_regs, "c_q_operand", 2);
+    VReg qstage = ra.vgpr(4, "c_q_stage", 4);
+    for (int kb = 0; kb < qk_blocks; ++kb) {
+      VReg st = qstage.sub(0, q_regs);
+      uint32_t off = uint32_t(kb * g_.qk_k * qb);
+      if (q_regs == 2)
+        b.buffer_load_dwordx2(st, qoff, qrsrc, Imm(0), off);
+      else
+        b.buffer_load_dwordx4(st, qoff, qrsrc, Imm(0), off);
+      for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
+    }
+    ra.release(qstage);
+    ra.release(qoff);
+    ra.release(qrsrc);
+
+    // Visible-token limit of this lane's row: min(kv_end, kv_len - qseqlen + 1 + row / heads).
+    VReg lim = ra.vgpr(1, "c_limit");
+    row_div_heads(lim, row);
+    SReg slim = ra.sgpr(1, "c_limit_base");
+    b.s_sub_u32(slim, kv_len(), Imm(s_.qseqlen - 1));
+    b.v_add_u32(lim, slim, lim);
+    b.v_min_u32(lim, kv_end(), lim);
+    // Scalar: the smallest limit over all rows (row 0); tiles below it need no mask.
+    b.s_min_u32(slim, slim, kv_end());
+
+    // Scales (uniform): x = s * scale * log2(e) feeds exp2.
+    VReg xscale = ra.vgpr(1, "c_x_scale"), cap_out = ra.vgpr(1, "c_cap_out");
+    b.v_mov_b32(xscale, argf(mla_decode_args::scale));
+    if (s_.logit_cap) {
+      // tanh(s / cap) = 1 - 2 / (exp2(2 * log2e * s / cap) + 1); x = cap * log2e * tanh.
+      b.v_rcp_f32(cap_out, argf(mla_decode_args::logit_cap));
+      b.v_mul_f32(xscale, xscale, cap_out);
+      b.v_mul_f32(xscale, f32(2 * kLog2e), xscale);
+      b.v_mov_b32(cap_out, argf(mla_decode_args::logit_cap));
+      b.v_mul_f32(cap_out, f32(kLog2e), cap_out);
+    } else {
+      b.v_mul_f32(xscale, f32(kLog2e), xscale);
+    }
+    // ds_bpermute addresses of the lanes 16 and 32 away (the other row groups of the same row).
+    VReg perm16 = ra.vgpr(1, "c_perm16"), perm32 = ra.vgpr(1, "c_perm32");
+    b.v_xor_b32(perm16, Imm(16), lane_);
+    b.v_lshlrev_b32(perm16, Imm(2), perm16);
+    b.v_xor_b32(perm32, Imm(32), lane_);
+    b.v_lshlrev_b32(perm32, Imm(2), perm32);
+
+    // Accumulators: O^T blocks (32 x 4 VGPRs), running max and sum (alpha needs a pair).
+    VReg o = ra.vgpr(4 * (kMlaVDim / 16), "c_o_acc", 4);
+    for (int r = 0; r < o.count; ++r) b.v_mov_b32(o[r], Imm(0));
+    VReg mrun = ra.vgpr(1, "c_max"), lrun = ra.vgpr(1, "c_sum"), alpha = ra.vgpr(2, "c_alpha", 2);
+    b.v_mov_b32(mrun, Imm(int64_t(kNegFltMax)));
+    b.v_mov_b32(lrun, Imm(0));
+    b.v_mov_b32(alpha[1], Imm(0));
+
+    // LDS addresses: K operand row j, k offset (kl*g) elements; V reads token 4g, columns 4j.
+    VReg kaddr = ra.vgpr(1, "c_k_addr"), vaddr = ra.vgpr(1, "c_v_addr");
+    VReg kbase = ra.vgpr(1, "c_k_base"), vbase = ra.vgpr(1, "c_v_base");
+    b.v_mul_u32_u24(kbase, Imm(E), j);
+    b.v_mul_u32_u24(gq, Imm(kl_qk * kvb / 4), g4);
+    b.v_add_u32(kbase, kbase, gq);
+    b.v_mul_u32_u24(vbase, Imm(E), g4);
+    b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
+    b.v_add_u32(vbase, vbase, gq);
+
+    VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
+    const int kchunk = widen_k ? 6 : (qk_blocks > 18 ? 12 : qk_blocks);
+    const int kraw_regs = std::max(1, k_read_bytes / 4);
+    VReg kraw = ra.vgpr(kraw_regs * kchunk, "c_k_raw", 2);
+    VReg kop = widen_k ? ra.vgpr(q_regs * kchunk, "c_k_bf16", 2) : kraw;
+    const int p_regs = g_.pv_k / 4 * kvb / 4;        // P^T operand registers
+    VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
+    const int v_regs_per_token = kvb;                // 4 columns: 1 dword (fp8) or 2 (bf16)
+    const int klpv = g_.pv_k / 4;                    // tokens per lane in PV
+    VReg vraw = ra.vgpr(klpv * v_regs_per_token, "c_v_raw", 2);
+    const int x_regs = klpv * kvb / 4;               // A operand registers per column
+    VReg xop = ra.vgpr(4 * x_regs, "c_v_transposed", 2);
+    VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
+    VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
+    // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
+    VReg neg_inf = ra.vgpr(1, "c_neg_inf");
+    b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
+    SReg tb = ra.sgpr(1, "c_tile_base"), sslot = ra.sgpr(1, "c_slot");
+
+    b.s_barrier();  // pairs with the producer's prologue barrier: tile 0 is in slot 0
+    b.s_mov_b32(iter_, Imm(0));
+    Label loop = b.new_label("consumer_loop");
+    b.bind(loop);
+    b.s_and_b32(sslot, iter_, Imm(1));
+    b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
+    b.s_lshl_b32(tb, iter_, Imm(log2i(T)));
+    b.s_add_u32(tb, tb, kv_start());
+    b.v_add_u32(kaddr, sslot, kbase);
+    b.v_add_u32(vaddr, sslot, vbase);
+
+    // S^T = K Q^T per 16-token sub-tile.
+    for (int st = 0; st < sub_tiles; ++st) {
+      VReg sdst = sacc.sub(4 * st, 4);
+      for (int k0 = 0; k0 < qk_blocks; k0 += kchunk) {
+        int n = std::min(kchunk, qk_blocks - k0);
+        for (int c = 0; c < n; ++c) {
+          uint32_t off = uint32_t(16 * st * E + (k0 + c) * g_.qk_k * kvb);
+          VReg dst = kraw.sub(c * kraw_regs, kraw_regs);
+          if (k_read_bytes == 4) b.ds_read_b32(dst, kaddr, off);
+          else if (k_read_bytes == 8) b.ds_read_b64(dst, kaddr, off);
+          else b.ds_read_b128(dst, kaddr, off);
+        }
+        if (widen_k) {
+          for (int c = 0; c < n; ++c) widen_fp8_to_bf16(kop.sub(c * q_regs, q_regs), kraw.sub(c * kraw_regs, kraw_regs), xt);
+        }
+        for (int c = 0; c < n; ++c) {
+          int kb = k0 + c;
+          AccSrc acc = kb == 0 ? AccSrc::zero() : AccSrc(sdst);
+          b.mfma(g_.qk_mfma, sdst, kop.sub(c * q_regs, q_regs), qa.sub(kb * q_regs, q_regs), acc);
+        }
+      }
+    }
+
+    // Scores in exp2 units, masked beyond the row's limit.
+    for (int e = 0; e < 4 * sub_tiles; ++e) {
+      if (s_.logit_cap) {
+        b.v_mul_f32(tt, xscale, sacc[e]);
+        b.v_exp_f32(tt, tt);
+        b.v_add_f32(tt, f32(1.0f), tt);
+        b.v_rcp_f32(tt, tt);
+        b.v_fma_f32(tt, tt, f32(-2.0f), f32(1.0f));
+        b.v_mul_f32(sacc[e], cap_out, tt);
+      } else {
+        b.v_mul_f32(sacc[e], xscale, sacc[e]);
+      }
+    }
+    SReg tend = ra.sgpr(1, "c_tile_end");
+    b.s_add_u32(tend, tb, Imm(T));
+    b.s_cmp_le_u32(tend, slim);
+    ra.release(tend);
+    unless_scc1([&] {
+      // lim - tb compared with the token offset 16s + 4g + r of each score.
+      b.v_sub_u32(tt, lim, tb);
+      for (int st = 0; st < sub_tiles; ++st)
+        for (int r = 0; r < 4; ++r) {
+          b.v_add_u32(tsum, Imm(16 * st + r), g4);
+          b.v_cmp_gt_i32(vcc, tt, tsum);
+          b.v_cndmask_b32(sacc[4 * st + r], neg_inf, sacc[4 * st + r], vcc);
+        }
+    });
+
+    // Online softmax: tile max over the lane's tokens, then over the 4 lane groups.
+    b.v_max3_f32(tmax, sacc[0], sacc[1], sacc[2]);
+    for (int e = 3; e < 4 * sub_tiles; ++e) b.v_max_f32(tmax, tmax, sacc[e]);
+    b.ds_bpermute_b32(tt, perm16, tmax);
+    b.v_max_f32(tmax, tmax, tt);
+    b.ds_bpermute_b32(tt, perm32, tmax);
+    b.v_max_f32(tmax, tmax, tt);
+    b.v_max_f32(tmax, mrun, tmax);                 // new running max
+    b.v_sub_f32(alpha[0], mrun, tmax);
+    b.v_exp_f32(alpha[0], alpha[0]);
+    b.v_mov_b32(mrun, tmax);
+    for (int e = 0; e < 4 * sub_tiles; ++e) {
+      b.v_sub_f32(sacc[e], sacc[e], tmax);
+      b.v_exp_f32(sacc[e], sacc[e]);
+    }
+    b.v_add_f32(tsum, sacc[0], sacc[1]);
+    for (int e = 2; e < 4 * sub_tiles; ++e) b.v_add_f32(tsum, tsum, sacc[e]);
+    b.v_fma_f32(lrun, lrun, alpha[0], tsum);
+    for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+
+    // P^T operand: the lane's own probabilities, token order 16*(p/4) + 4g + p%4.
+    if (kvb == 1) {
+      for (int st = 0; st < sub_tiles; ++st) {
+        b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 0], sacc[4 * st + 1], 0);
+        b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 2], sacc[4 * st + 3], 1);
+      }
+    } else {
+      for (int e = 0; e < 4 * sub_tiles; e += 2) pack_bf16(pop[e / 2], sacc[e], sacc[e + 1], tt, tsum);
+    }
+
+    // O^T += V^T P^T, four 16-column blocks per LDS read of 4 columns per token.
+    for (int nb = 0; nb < kMlaVDim / 64; ++nb) {
+      for (int p = 0; p < klpv; ++p) {
+        int token = 16 * (p / 4) + p % 4;  // + 4g, in vaddr
+        uint32_t off = uint32_t(token * E + 64 * nb * kvb);
+        VReg dst = vraw.sub(p * v_regs_per_token, v_regs_per_token);
+        if (kvb == 1) b.ds_read_b32(dst, vaddr, off);
+        else b.ds_read_b64(dst, vaddr, off);
+      }
+      transpose_v(xop, vraw, xt, klpv, kvb);
+      for (int q = 0; q < 4; ++q) {
+        VReg acc = o.sub(4 * (4 * nb + q), 4);
+        b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
+      }
+    }
+
+    b.s_barrier();  // slot i%2 is free for the producer
+    b.s_add_u32(iter_, iter_, Imm(1));
+    b.s_cmp_lt_u32(iter_, ntiles_);
+    b.s_cbranch_scc1(loop);
+
+    epilogue(o, mrun, lrun, alpha, row, j, g4, perm16, perm32, tt, tsum);
+    b.s_endpgm();
+  }
+
+  // base = ptr + qo_row * heads * row_bytes (64-bit, scalar).
+  void request_base(SReg base, SReg ptr64, int row_bytes) {
+    Builder& b = *b_;
+    SReg t = b.regs().sgpr(2, "c_offset64");
+    b.s_mul_i32(t[0], qo_row(), Imm(s_.heads * row_bytes));
+    b.s_mul_hi_u32(t[1], qo_row(), Imm(s_.heads * row_bytes));
+    b.s_add_u32(base[0], ptr64[0], t[0]);
+    b.s_addc_u32(base[1], ptr64[1], t[1]);
+    b.regs().release(t);
+  }
+
+  // d = row / heads, exact for row < 16 * rows_per_group * row_groups.
+  void row_div_heads(VReg d, VReg row) {
+    Builder& b = *b_;
+    const int h = s_.heads;
+    if ((h & (h - 1)) == 0) {
+      b.v_lshrrev_b32(d, Imm(log2i(h)), row);
+      return;
+    }
+    const uint32_t mul = (65536u + uint32_t(h) - 1) / uint32_t(h);
+    for (int r = 0; r < g_.row_groups * g_.rows_per_group; ++r)
+      if (int((uint32_t(r) * mul) >> 16) != r / h)
+        throw std::logic_error(fmt::format("row / {} by multiply-shift is inexact at row {}", h, r));
+    b.v_mul_u32_u24(d, Imm(mul), row);
+    b.v_lshrrev_b32(d, Imm(16), d);
+  }
+
+  // Four fp8 bytes -> four bf16 (exact: every fp8 e4m3 value is a bf16 value). src: 1 dword
+  // (4 bytes) or 2 dwords (8 bytes); dst: 2 or 4 registers.
+  void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp4) {
+    Builder& b = *b_;
+    for (int w = 0; w < src.count; ++w) {
+      b.v_cvt_pk_f32_fp8(tmp4.sub(0, 2), src[w], 0);
+      b.v_cvt_pk_f32_fp8(tmp4.sub(2, 2), src[w], 1);
+      b.v_perm_b32(dst[2 * w], tmp4[1], tmp4[0], K(sel(2, 3, 6, 7)));
+      b.v_perm_b32(dst[2 * w + 1], tmp4[3], tmp4[2], K(sel(2, 3, 6, 7)));
+    }
+  }
+
+  // Two f32 -> packed bf16 (round to nearest even); gfx942 has no conversion instruction.
+  void pack_bf16(VReg d, VReg lo, VReg hi, VReg t0, VReg t1) {
+    Builder& b = *b_;
+    if (b.target().has_cvt_pk_bf16) {
+      b.v_cvt_pk_bf16_f32(d, lo, hi);
+      return;
+    }
+    // bits + 0x7fff + ((bits >> 16) & 1), keep the high half.
+    b.v_bfe_u32(t0, lo, Imm(16), Imm(1));
+    b.v_add3_u32(t0, lo, K(0x7fff), t0);
+    b.v_bfe_u32(t1, hi, Imm(16), Imm(1));
+    b.v_add3_u32(t1, hi, K(0x7fff), t1);
+    b.v_perm_b32(d, t1, t0, K(sel(2, 3, 6, 7)));
+  }
+
+  // vraw holds, per token slot p (klpv of them), 4 consecutive columns (1 dword for fp8,
+  // 2 for bf16). Produce for each column q the A operand: klpv elements in token order.
+  void transpose_v(VReg x, VReg vraw, VReg t, int klpv, int kvb) {
+    Builder& b = *b_;
+    const int x_regs = klpv * kvb / 4;
+    if (kvb == 1) {
+      // 4x4 byte transposes: tokens (4 dwords) x columns (bytes) -> columns x tokens.
+      for (int grp = 0; grp < klpv / 4; ++grp) {
+        VReg d = vraw.sub(4 * grp, 4);
+        b.v_perm_b32(t[0], d[0], d[1], K(sel(4, 0, 6, 2)));  // [d0.b0 d1.b0 d0.b2 d1.b2]
+        b.v_perm_b32(t[1], d[0], d[1], K(sel(5, 1, 7, 3)));  // [d0.b1 d1.b1 d0.b3 d1.b3]
+        b.v_perm_b32(t[2], d[2], d[3], K(sel(4, 0, 6, 2)));
+        b.v_perm_b32(t[3], d[2], d[3], K(sel(5, 1, 7, 3)));
+        b.v_perm_b32(x[0 * x_regs + grp], t[2], t[0], K(sel(0, 1, 4, 5)));  // column 0
+        b.v_perm_b32(x[2 * x_regs + grp], t[2], t[0], K(sel(2, 3, 6, 7)));  // column 2
+        b.v_perm_b32(x[1 * x_regs + grp], t[3], t[1], K(sel(0, 1, 4, 5)));  // column 1
+        b.v_perm_b32(x[3 * x_regs + grp], t[3], t[1], K(sel(2, 3, 6, 7)));  // column 3
+      }
+    } else {
+      // bf16: token p holds columns 0,1 in dword 0 and 2,3 in dword 1. Output dword w of
+      // column q = [token 2w col q, token 2w+1 col q].
+      for (int q = 0; q < 4; ++q)
+        for (int w = 0; w < x_regs; ++w) {
+          VReg lo_tok = vraw.sub(2 * (2 * w), 2), hi_tok = vraw.sub(2 * (2 * w + 1), 2);
+          int h = (q % 2) * 2;
+          b.v_perm_b32(x[q * x_regs + w], hi_tok[q / 2], lo_tok[q / 2], K(sel(h, h + 1, 4 + h, 5 + h)));
+        }
+    }
+  }
+
+  void epilogue(VReg o, VReg mrun, VReg lrun, VReg alpha, VReg row, VReg j, VReg g4, VReg perm16, VReg perm32,
+                VReg t0, VReg t1) {
+    Builder& b = *b_;
+    auto& ra = b.regs();
+    const int M = g_.rows;
+    // Row sum over the 4 lane groups.
+    b.ds_bpermute_b32(t0, perm16, lrun);
+    b.v_add_f32(lrun, lrun, t0);
+    b.ds_bpermute_b32(t0, perm32, lrun);
+    b.v_add_f32(lrun, lrun, t0);
+    // inv = kv_scale / l (0 for a row with no visible token in this unit); lse in natural log.
+    b.v_rcp_f32(alpha[0], lrun);
+    b.v_mul_f32(alpha[0], argf(mla_decode_args::kv_scale), alpha[0]);
+    b.v_cmp_gt_f32(vcc, lrun, Imm(0));
+    b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
+    for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+    VReg lse = t1;
+    b.v_log_f32(lse, lrun);
+    b.v_add_f32(lse, mrun, lse);
+    b.v_mul_f32(lse, f32(kLn2), lse);
+
+    // Byte offset of column 16g of this lane's row (relative to the row-group base).
+    SReg rsrc = ra.sgpr(4, "e_rsrc"), base = ra.sgpr(2, "e_base"), saved = ra.sgpr(2, "e_exec");
+    VReg off = ra.vgpr(1, "e_offset"), stage = ra.vgpr(4, "e_stage", 4);
+    Label partial_path = b.new_label("write_partial"), done = b.new_label("written");
+    b.s_cmp_lt_i32(partial(), Imm(0));
+    b.s_cbranch_scc0(partial_path);
+    {
+      // Final output: bf16 o[(qo_row * heads + row) * 512 + col].
+      request_base(base, ptr(mla_decode_args::o), kMlaVDim * 2);
+      b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 2));
+      b.v_mul_u32_u24(off, Imm(kMlaVDim * 2), row);
+      b.v_mul_u32_u24(t0, Imm(8), g4);  // 16g columns * 2 bytes = 8 * (4g)
+      b.v_add_u32(off, off, t0);
+      for (int nb = 0; nb < kMlaVDim / 64; ++nb)
+        for (int r = 0; r < 4; ++r) {
+          // Columns 64nb + 16g + 4r + q, q = 0..3, live in O block 4nb+q register r.
+          pack_bf16(stage[0], o[4 * (4 * nb + 0) + r], o[4 * (4 * nb + 1) + r], t0, stage[2]);
+          pack_bf16(stage[1], o[4 * (4 * nb + 2) + r], o[4 * (4 * nb + 3) + r], t0, stage[2]);
+          b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t((64 * nb + 4 * r) * 2));
+        }
+      if (s_.return_lse) {
+        request_base(base, ptr(mla_decode_args::lse), 4);
+        b.make_buffer_resource(rsrc, base, Imm(M * 4));
+        write_lse(lse, row, g4, rsrc, saved, off);
+      }
+      b.s_branch(done);
+    }
+    b.bind(partial_path);
+    {
+      // Partial slot p: partial_o[(p * M + row) * 512 + col] f32, partial_lse[p * M + row].
+      partial_base(base, ptr(mla_decode_args::partial_o), M * kMlaVDim * 4);
+      b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 4));
+      b.v_mul_u32_u24(off, Imm(kMlaVDim * 4), row);
+      b.v_mul_u32_u24(t0, Imm(16), g4);  // 16g columns * 4 bytes
+      b.v_add_u32(off, off, t0);
+      for (int nb = 0; nb < kMlaVDim / 64; ++nb)
+        for (int r = 0; r < 4; ++r) {
+          for (int q = 0; q < 4; ++q) b.v_mov_b32(stage[q], o[4 * (4 * nb + q) + r]);
+          b.buffer_store_dwordx4(stage, off, rsrc, Imm(0), uint32_t((64 * nb + 4 * r) * 4));
+        }
+      partial_base(base, ptr(mla_decode_args::partial_lse), M * 4);
+      b.make_buffer_resource(rsrc, base, Imm(M * 4));
+      write_lse(lse, row, g4, rsrc, saved, off);
+    }
+    b.bind(done);
+  }
+
+  // base = ptr + partial * slot_bytes (64-bit).
+  void partial_base(SReg base, SReg ptr64, int slot_bytes) {
+    Builder& b = *b_;
+    SReg t = b.regs().sgpr(2, "e_offset64");
+    b.s_mul_i32(t[0], partial(), Imm(slot_bytes));
+    b.s_mul_hi_u32(t[1], partial(), Imm(slot_bytes));
+    b.s_add_u32(base[0], ptr64[0], t[0]);
+    b.s_addc_u32(base[1], ptr64[1], t[1]);
+    b.regs().release(t);
+  }
+
+  // One lane per row (group 0) stores the row's lse.
+  void write_lse(VReg lse, VReg row, VReg g4, SReg rsrc, SReg saved, VReg off) {
+    Builder& b = *b_;
+    b.v_lshlrev_b32(off, Imm(2), row);
+    b.v_cmp_eq_u32(vcc, Imm(0), g4);
+    b.s_and_saveexec_b64(saved, vcc);
+    b.buffer_store_dword(lse, off, rsrc, Imm(0));
+    b.s_mov_exec(saved);
+  }
+
+  // An SGPR holding `v` (set up at the consumer's start).
+  SReg K(uint32_t v) const {
+    auto it = consts_.find(v);
+    if (it == consts_.end()) throw std::logic_error(fmt::format("mla_decode: constant 0x{:x} not in an SGPR", v));
+    return it->second;
+  }
+
+  std::map<uint32_t, SReg> consts_;
+  Program& p_;
+  const KernelSpec& s_;
+  MlaGeometry g_;
+  Builder* b_ = nullptr;
+  SReg args_, unit_, ntiles_, wave_, iter_;
+  VReg lane_;
+};
+
+}  // namespace
+
+void build_mla_decode(Program& p, const KernelSpec& spec) { MlaDecodeBuilder(p, spec).build(); }
+
+}  // namespace mla::gen

@@ -1,0 +1,58 @@
+#include "kernels/mla_geometry.h"
+
+#include <fmt/format.h>
+
+namespace mla::gen {
+
+nlohmann::json MlaGeometry::to_json() const {
+  return {{"rows", rows},
+          {"consumers", consumers},
+          {"rows_per_group", rows_per_group},
+          {"row_groups", row_groups},
+          {"tile_tokens", tile_tokens},
+          {"ring", ring},
+          {"lds_row_bytes", lds_row_bytes},
+          {"lds_bytes", lds_bytes},
+          {"qk_mfma", qk_mfma},
+          {"pv_mfma", pv_mfma},
+          {"workgroup_size", workgroup_size}};
+}
+
+MlaGeometry mla_geometry(const KernelSpec& s) {
+  const Target& t = target(s.arch);
+  MlaGeometry g;
+  g.rows = s.heads * s.qseqlen;
+  const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
+  g.consumers = std::min(4, blocks);
+  g.rows_per_group = kRowsPerWave * g.consumers;
+  g.row_groups = (g.rows + g.rows_per_group - 1) / g.rows_per_group;
+  g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
+  g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
+  // The bf16 16x16 MFMA with the largest K the target offers.
+  auto bf16_mfma = [&]() -> std::pair<std::string, int> {
+    if (t.find_mfma("v_mfma_f32_16x16x32_bf16")) return {"v_mfma_f32_16x16x32_bf16", 32};
+    return {"v_mfma_f32_16x16x16_bf16", 16};
+  };
+  // QK^T: fp8 x fp8 when both are fp8; otherwise bf16 (fp8 K is widened exactly to bf16).
+  if (s.q_dtype == DType::fp8) {
+    g.qk_mfma = "v_mfma_f32_16x16x32_fp8_fp8", g.qk_k = 32;
+  } else {
+    std::tie(g.qk_mfma, g.qk_k) = bf16_mfma();
+  }
+  // PV: P is rounded to the KV type (fp8 P as aiter does; bf16 P for a bf16 cache).
+  if (s.kv_dtype == DType::fp8) {
+    g.pv_mfma = "v_mfma_f32_16x16x32_fp8_fp8", g.pv_k = 32;
+  } else {
+    std::tie(g.pv_mfma, g.pv_k) = bf16_mfma();
+  }
+  g.tile_tokens = g.pv_k;
+  g.lds_row_bytes = kMlaDim * g.kv_bytes;
+  g.lds_bytes = g.ring * g.tile_tokens * g.lds_row_bytes;
+  g.workgroup_size = 64 * (1 + g.consumers);
+  if (uint32_t(g.lds_bytes) > t.lds_bytes)
+    throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
+                                            t.name, g.lds_bytes, t.lds_bytes));
+  return g;
+}
+
+}  // namespace mla::gen

@@ -1,0 +1,49 @@
+// The geometry of an MLA decode kernel: how a KernelSpec maps onto waves, tiles, LDS and
+// MFMA shapes. The builder, the catalog (which records it for the runtime) and the planner
+// all read this one description.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "spec/kernel_spec.h"
+
+namespace mla::gen {
+
+inline constexpr int kMlaDim = 576;     // latent 512 + rope 64
+inline constexpr int kMlaVDim = 512;    // o covers the latent part
+inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
+
+struct MlaGeometry {
+  int rows = 0;            // M = heads * qseqlen rows per request
+  int consumers = 0;       // consumer waves per workgroup (each owns 16 rows)
+  int rows_per_group = 0;  // 16 * consumers
+  int row_groups = 0;      // workgroups per (request, kv range)
+  int tile_tokens = 0;     // T: tokens per LDS tile = k of the PV MFMA
+  int ring = 2;            // LDS tiles in the ring
+  int q_bytes = 1, kv_bytes = 1;  // element sizes
+  int lds_row_bytes = 0;   // LDS bytes per token row
+  int lds_bytes = 0;       // ring * T * lds_row_bytes
+  std::string qk_mfma, pv_mfma;
+  int qk_k = 0, pv_k = 0;  // K of each MFMA
+  int workgroup_size = 0;  // 64 * (1 + consumers): wave 0 is the producer
+
+  nlohmann::json to_json() const;
+};
+
+// Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
+MlaGeometry mla_geometry(const KernelSpec& spec);
+
+// Kernel argument byte offsets of the decode kernel (8-byte pointers, then f32 values).
+namespace mla_decode_args {
+inline constexpr uint32_t q = 0x00, kv = 0x08, kv_indices = 0x10, work = 0x18, o = 0x20, lse = 0x28,
+                          partial_o = 0x30, partial_lse = 0x38, scale = 0x40, kv_scale = 0x44, logit_cap = 0x48,
+                          size = 0x50;
+}
+// Kernel argument byte offsets of the reduce kernel.
+namespace mla_reduce_args {
+inline constexpr uint32_t reduce_map = 0x00, partial_o = 0x08, partial_lse = 0x10, o = 0x18, lse = 0x20,
+                          size = 0x28;
+}
+
+}  // namespace mla::gen
