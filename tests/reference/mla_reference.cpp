@@ -134,6 +134,83 @@ Reference run_reference(const rt::Problem& p) {
   return r;
 }
 
+namespace {
+
+// Softmax-weighted sum of one (request, q row, head) over tokens [t0, t1) (already clipped to
+// the visible range, non-empty): o normalised, returns lse = log(sum exp(s)).
+double attend_range(const rt::Problem& p, int b, int r, int h, int t0, int t1, double* o) {
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
+  const int row = p.qo_indptr[b] + r;
+  std::vector<double> q(576), s(size_t(t1 - t0));
+  for (int d = 0; d < 576; ++d) q[d] = decode(p.q.bits(p.q_elem(row, h, d)), p.q_dtype, p.target);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int t = t0; t < t1; ++t) {
+    double acc = 0.0;
+    for (int d = 0; d < 576; ++d) acc += q[d] * decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
+    double x = scale * acc;
+    if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
+    s[t - t0] = x;
+    mx = std::max(mx, x);
+  }
+  double sum = 0.0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  std::fill(o, o + 512, 0.0);
+  for (int t = t0; t < t1; ++t) {
+    double w = s[t - t0] / sum * p.kv_scale;
+    for (int d = 0; d < 512; ++d) o[d] += w * decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
+  }
+  return mx + std::log(sum);
+}
+
+}  // namespace
+
+SplitReference run_split_reference(const rt::Problem& p, const rt::Plan& plan) {
+  const int H = p.heads, Q = p.qseqlen, M = H * Q;
+  if (plan.rows != M) throw std::invalid_argument(fmt::format("run_split_reference: plan has {} rows, the problem {}", plan.rows, M));
+  SplitReference sr;
+  sr.num_partials = plan.num_partials;
+  sr.rows_per_request = M;
+  sr.partial_o.assign(size_t(plan.num_partials) * M * 512, 0.0);
+  sr.partial_lse.assign(size_t(plan.num_partials) * M, 0.0);
+  Reference& out = sr.merged;
+  out.rows = p.rows();
+  out.heads = H;
+  out.o.assign(size_t(out.rows) * H * 512, 0.0);
+  out.lse.assign(size_t(out.rows) * H, 0.0);
+  for (const rt::WorkUnit& u : plan.units) {
+    const int m0 = u.row_group * plan.rows_per_group, m1 = std::min(M, m0 + plan.rows_per_group);
+    for (int m = m0; m < m1; ++m) {
+      const int r = m / H, h = m % H;
+      const int t1 = std::min(u.kv_end, u.kv_len - Q + r + 1);
+      if (t1 <= u.kv_start) throw std::logic_error("run_split_reference: a unit has a row with no visible token");
+      if (u.partial < 0) {
+        const size_t i = size_t(u.qo_row + r) * H + h;
+        out.lse[i] = attend_range(p, u.batch, r, h, u.kv_start, t1, &out.o[i * 512]);
+      } else {
+        const size_t i = size_t(u.partial) * M + m;
+        sr.partial_lse[i] = attend_range(p, u.batch, r, h, u.kv_start, t1, &sr.partial_o[i * 512]);
+      }
+    }
+  }
+  // Reduce: o = sum_k w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse).
+  for (const rt::ReduceEntry& e : plan.reduces)
+    for (int m = 0; m < M; ++m) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int k = 0; k < e.num_splits; ++k) mx = std::max(mx, sr.partial_lse[size_t(e.first_partial + k) * M + m]);
+      double wsum = 0.0;
+      const size_t i = size_t(e.qo_row + m / H) * H + m % H;
+      for (int k = 0; k < e.num_splits; ++k) {
+        const size_t pk = size_t(e.first_partial + k) * M + m;
+        double w = std::exp(sr.partial_lse[pk] - mx);
+        wsum += w;
+        for (int d = 0; d < 512; ++d) out.o[i * 512 + d] += w * sr.partial_o[pk * 512 + d];
+      }
+      for (int d = 0; d < 512; ++d) out.o[i * 512 + d] /= wsum;
+      out.lse[i] = mx + std::log(wsum);
+    }
+  return sr;
+}
+
 bool Compare::passes(double max_d, double max_rel, double max_lse_err) const {
   if (!clean() || !(d <= max_d) || !(max_abs_err <= max_rel * max_abs_ref)) return false;
   return !lse_checked || lse_max_abs_err <= max_lse_err;

@@ -4,6 +4,7 @@
 // written from the format definitions, and deliberately does not use emulator/numerics (code
 // under test). Semantics: docs/problem-format.md.
 #pragma once
+#include "runtime/planner.h"
 #include "runtime/problem.h"
 
 #include <cstdint>
@@ -33,6 +34,18 @@ struct Reference {
 // s_t = sm_scale*q_scale*kv_scale*<q, kv[t, 0:576]>, s = cap*tanh(s/cap) if cap != 0, softmax over
 // the visible tokens [0, kv_len - qseqlen + r + 1) of query row r, o = kv_scale * sum_t p_t kv[t, 0:512].
 Reference run_reference(const rt::Problem& p);
+
+// What the decode kernel must leave in the partial buffers for a plan, and the merge of them.
+// partial_o[p][m][512] is normalised within the split, partial_lse[p][m] is the natural log of
+// the split's sum of exp(s) (planner.h); rows m = r*heads + h of the request. `merged` is the
+// reduce's result in the layout of Reference (requests with one split copy the direct result).
+struct SplitReference {
+  int num_partials = 0, rows_per_request = 0;
+  std::vector<double> partial_o;    // [num_partials][M][512]
+  std::vector<double> partial_lse;  // [num_partials][M]
+  Reference merged;
+};
+SplitReference run_split_reference(const rt::Problem& p, const rt::Plan& plan);
 
 // Poison value kernels' outputs are pre-filled with: a bf16 0xFFFF left in o means "not written".
 inline constexpr uint16_t kUnwrittenBf16 = 0xFFFF;
