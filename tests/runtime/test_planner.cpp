@@ -182,6 +182,28 @@ TEST_CASE("planner: balance <= 1.05 at the seed shapes", "[planner]") {
         CHECK(p.cus_used == 304);
       }
   }
+  SECTION("T = 32 (the fp8 kernels' PV tile): balance where tiles allow, quantisation optimum below") {
+    for (int batch : {16, 24}) {
+      rt::PlanInputs in = inputs(std::vector<int>(batch, 68432), 12, 256);
+      in.tile_tokens = 32;
+      rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      CHECK(p.balance <= 1.05);
+    }
+    for (int ctx : {32768, 65536, 131072, 262144})
+      for (int batch : {1, 2, 4, 8, 16}) {
+        rt::PlanInputs in = inputs(std::vector<int>(batch, ctx), 16, 304);
+        in.tile_tokens = 32;
+        rt::Plan p = rt::plan_decode(in);
+        check_plan(in, p);
+        INFO("ctx " << ctx << " c" << batch << " " << p.to_json().dump());
+        CHECK(p.cus_used == 304);
+        int64_t tiles = int64_t(ctx) * batch / 32, max_tokens = *std::max_element(p.cu_tokens.begin(), p.cu_tokens.end());
+        if (int64_t(ctx) * batch >= 65536) CHECK(p.balance <= 1.05);
+        // Never worse than whole tiles allow: ceil(tiles / CUs) tiles on the busiest CU.
+        CHECK(max_tokens <= (tiles + 303) / 304 * 32);
+      }
+  }
   SECTION("bf16/fp8 Kimi-K2.7 shape with 2 workgroups per CU and 64-row groups") {
     for (int batch : {1, 8, 16}) {
       rt::PlanInputs in = inputs(std::vector<int>(batch, 65536), 16, 304);
