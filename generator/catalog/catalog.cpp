@@ -16,6 +16,7 @@
 
 #include "catalog/compile.h"
 #include "codeobj/assemble.h"
+#include "kernels/mla_geometry.h"
 #include "kernels/registry.h"
 
 namespace mla::gen {
@@ -51,7 +52,7 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
   for (const auto& a : k.program.abi.args)
     args.push_back({{"name", a.name}, {"offset", a.offset}, {"size", a.size}, {"value_kind", a.value_kind},
                     {"type", a.type_name}});
-  return {{"name", k.spec.name()},
+  json entry = {{"name", k.spec.name()},
           {"symbol", k.spec.name()},
           {"co", co_name},
           {"shape", k.spec.to_json()},
@@ -72,6 +73,9 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
           {"generator_version", MLA_GENERATOR_VERSION},
           {"asm_sha256", k.asm_sha256},
           {"co_sha256", co_sha}};
+  // How to launch it: the runtime's planner and dispatcher read this.
+  if (k.spec.kind == KernelKind::MlaDecode) entry["geometry"] = mla_geometry(k.spec).to_json();
+  return entry;
 }
 
 std::string csv_row(const KernelSpec& s, const std::string& co_name) {
@@ -94,8 +98,10 @@ std::string aiter_csv_header(Arch arch) {
 BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions& opts) {
   BuildReport report;
   std::vector<KernelSpec> todo;
+  std::set<std::string> queued;  // implied kernels may come from several configs
   for (const auto& c : configs)
     for (const auto& s : c.kernels) {
+      if (!queued.insert(fmt::format("{}@{}", s.name(), arch_name(s.arch))).second) continue;
       if (has_builder(s.kind)) {
         todo.push_back(s);
       } else {
@@ -191,7 +197,7 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
     for (size_t i = 0; i < todo.size(); ++i) {
       if (todo[i].arch != a) continue;
       cat["kernels"].push_back(entries[i]);
-      if (todo[i].is_mla()) csv += csv_row(todo[i], entries[i]["co"]) + "\n";
+      if (todo[i].kind == KernelKind::MlaDecode) csv += csv_row(todo[i], entries[i]["co"]) + "\n";
     }
     for (const auto& nb : report.not_built)
       if (nb.find(fmt::format("({},", arch_name(a))) != std::string::npos) cat["not_built"].push_back(nb);

@@ -155,6 +155,21 @@ Config parse_config(const std::string& text, const std::string& path) {
       c.kernels.push_back(std::move(s));
     }
   }
+  // Every decode shape needs the reduce kernel that merges its split partials.
+  std::vector<KernelSpec> implied;
+  for (const auto& s : c.kernels) {
+    if (s.kind != KernelKind::MlaDecode) continue;
+    KernelSpec r = s;
+    r.kind = KernelKind::MlaReduce;
+    r.page_size = 1;
+    r.logit_cap = false;
+    r.implied = true;
+    std::string key = fmt::format("{}@{}", r.name(), arch_name(r.arch));
+    if (seen.count(key)) continue;
+    seen[key] = "(implied)";
+    implied.push_back(r);
+  }
+  c.kernels.insert(c.kernels.end(), implied.begin(), implied.end());
   return c;
 }
 
@@ -172,6 +187,7 @@ std::vector<Config> load_configs(const std::vector<std::string>& paths) {
   for (const auto& p : paths) {
     Config c = load_config(p);
     for (const auto& s : c.kernels) {
+      if (s.implied) continue;
       std::string key = fmt::format("{}@{}", s.name(), arch_name(s.arch));
       if (auto it = seen.find(key); it != seen.end() && it->second != p)
         throw ConfigError(fmt::format("{}: kernel {} for {} is also produced by {}; each kernel must come from one config",

@@ -327,7 +327,9 @@ class MlaDecodeBuilder {
     b.v_add_u32(vbase, vbase, gq);
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
-    const int kchunk = widen_k ? 6 : (qk_blocks > 18 ? 12 : qk_blocks);
+    // K operands read ahead per batch of MFMAs: 36 VGPRs of them at most (the budget left
+    // beside 128 O accumulators), 6 k blocks when fp8 K is widened to bf16.
+    const int kchunk = widen_k ? 6 : std::min(qk_blocks, 36 / q_regs);
     const int kraw_regs = std::max(1, k_read_bytes / 4);
     VReg kraw = ra.vgpr(kraw_regs * kchunk, "c_k_raw", 2);
     VReg kop = widen_k ? ra.vgpr(q_regs * kchunk, "c_k_bf16", 2) : kraw;

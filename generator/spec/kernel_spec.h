@@ -36,6 +36,9 @@ struct KernelSpec {
   // Where it came from, for messages and the catalog.
   std::string source_config;
   std::string deployment;
+  // Implied by another entry (the reduce kernel of a decode shape); several configs may
+  // imply the same kernel without conflict.
+  bool implied = false;
 
   bool is_mla() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaReduce; }
   // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse,
