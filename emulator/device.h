@@ -47,7 +47,8 @@ struct Allocation {
   uint64_t base = 0;
   std::string name;
   std::vector<uint8_t> data;
-  std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch
+  std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch (lazy)
+  bool internal = false;  // kernarg segment / dispatch packet: not counted as global traffic
 };
 
 class Device {

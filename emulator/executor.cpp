@@ -112,12 +112,20 @@ uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
     w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation", write ? "store" : "load", n, addr));
   }
   size_t off = addr - a->base;
+  if (a->internal) return a->data.data() + off;
+  bool distinct = w.ds->opts.count_distinct;
   if (write) {
     w.ctr->global_write_bytes += n;
-    if (!a->write_map.empty()) mark_bits(a->write_map, off, n);
+    if (distinct) {
+      if (a->write_map.empty()) a->write_map.assign((a->data.size() + 63) / 64, 0);
+      mark_bits(a->write_map, off, n);
+    }
   } else {
     w.ctr->global_read_bytes += n;
-    if (!a->read_map.empty()) mark_bits(a->read_map, off, n);
+    if (distinct) {
+      if (a->read_map.empty()) a->read_map.assign((a->data.size() + 63) / 64, 0);
+      mark_bits(a->read_map, off, n);
+    }
   }
   return a->data.data() + off;
 }
@@ -342,9 +350,11 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   kernarg.resize(kasize, 0);
   fill_hidden_args(k, kernarg, provided, grid, block);
   ds.kernarg_addr = dev.alloc(std::max<size_t>(kasize, 4), 256, "kernarg");
+  dev.find(ds.kernarg_addr, 1)->internal = true;
   dev.write(ds.kernarg_addr, kernarg.data(), kernarg.size());
   if (k.kd.user_sgpr(1)) {
     ds.packet_addr = dev.alloc(64, 64, "dispatch_packet");
+    dev.find(ds.packet_addr, 1)->internal = true;
     uint8_t pkt[64] = {};
     auto p16 = [&](int o, uint16_t v) { std::memcpy(pkt + o, &v, 2); };
     auto p32 = [&](int o, uint32_t v) { std::memcpy(pkt + o, &v, 4); };
@@ -361,10 +371,6 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   for (auto& [b, a] : dev.allocs_) {
     a->read_map.clear();
     a->write_map.clear();
-    if (opts.count_distinct) {
-      a->read_map.assign((a->data.size() + 63) / 64, 0);
-      a->write_map.assign((a->data.size() + 63) / 64, 0);
-    }
   }
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
   g_dma.clear();

@@ -127,6 +127,8 @@ TEST_CASE("opencl: clang-22 kernels run clean and correct on both targets", "[op
         CHECK(c.workgroups == 4);
         CHECK(c.total.barriers == 16);
         CHECK(c.global_write_distinct == uint64_t(n) * 4);
+        CHECK(c.total.global_read_bytes == uint64_t(n) * 4);  // kernarg reads are not global traffic
+        CHECK(c.global_read_distinct == uint64_t(n) * 4);
       }
     }
     SECTION(std::string("reduction ") + tag) {
