@@ -618,7 +618,10 @@ void v_cvt_f32_f8(Wave& w, const Inst& in) {  // v_cvt_f32_fp8 / bf8: SDWA src0_
   Srcs S;
   uint64_t mask = w.exec();
   fetch(w, in, 1, 1, false, S, mask);
-  unsigned byte = (in.flags & F_VOP3) ? ((in.op_sel & 1) | ((in.op_sel >> 1) & 1) << 1) : 0;
+  // Byte selection is SDWA src0_sel (what LLVM emits on gfx942 and gfx950); llvm-mc rejects
+  // op_sel on the VOP3 form, so a nonzero op_sel here is hand-encoded and not modelled.
+  if (in.op_sel) w.fail("unsupported", "op_sel on the VOP3 form of this conversion is not modelled");
+  unsigned byte = 0;
   auto f = fp8fmt(w);
   alignas(64) uint32_t res[64];
   for (int l = 0; l < 64; ++l) {
@@ -632,7 +635,8 @@ void v_cvt_pk_f32_f8(Wave& w, const Inst& in) {  // vdst[2] <- two bytes of the 
   Srcs S;
   uint64_t mask = w.exec();
   fetch(w, in, 1, 1, false, S, mask);
-  unsigned word = (in.flags & F_VOP3) ? (in.op_sel & 1) : 0;
+  if (in.op_sel) w.fail("unsupported", "op_sel on the VOP3 form of this conversion is not modelled (use SDWA src0_sel)");
+  unsigned word = 0;
   auto f = fp8fmt(w);
   uint32_t* d0 = vdst(w, in, 0, 0);
   uint32_t* d1 = vdst(w, in, 0, 1);
