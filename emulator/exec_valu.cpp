@@ -214,6 +214,12 @@ OP(MinU32, { return a < b ? a : b; })
 OP(MaxU32, { return a > b ? a : b; })
 OP(MinI32, { return int32_t(a) < int32_t(b) ? a : b; })
 OP(MaxI32, { return int32_t(a) > int32_t(b) ? a : b; })
+OP(Max3U32, { return std::max(std::max(a, b), c); })
+OP(Min3U32, { return std::min(std::min(a, b), c); })
+OP(Max3I32, { return uint32_t(std::max(std::max(int32_t(a), int32_t(b)), int32_t(c))); })
+OP(Min3I32, { return uint32_t(std::min(std::min(int32_t(a), int32_t(b)), int32_t(c))); })
+OP(Med3U32, { return std::max(std::min(a, b), std::min(std::max(a, b), c)); })
+OP(Med3I32, { int32_t x = int32_t(a), y = int32_t(b), z = int32_t(c); return uint32_t(std::max(std::min(x, y), std::min(std::max(x, y), z))); })
 OP(BcntU32, { return __builtin_popcount(a) + b; })
 OP(BfrevB32, { return bitrev32(a); })
 OP(FfbhU32, { return a ? uint32_t(__builtin_clz(a)) : 0xffffffffu; })
@@ -465,6 +471,39 @@ void v_cmp(Wave& w, const Inst& in) {
   else swrite64(w, in.ops[0], r);
   if (X) w.set_exec(r);
 }
+// 64-bit integer compares (T: 0 u64, 1 i64)
+template <int C, int T, bool X>
+void v_cmp64(Wave& w, const Inst& in) {
+  uint64_t mask = w.exec();
+  uint32_t t[4][64];
+  const uint32_t* a0 = vsrc(w, in, 1, 0, t[0]);
+  const uint32_t* a1 = vsrc(w, in, 1, 1, t[1]);
+  const uint32_t* b0 = vsrc(w, in, 2, 0, t[2]);
+  const uint32_t* b1 = vsrc(w, in, 2, 1, t[3]);
+  uint64_t r = 0;
+  for (int l = 0; l < 64; ++l) {
+    if (!((mask >> l) & 1)) continue;
+    uint64_t a = (uint64_t(a1[l]) << 32) | a0[l], b = (uint64_t(b1[l]) << 32) | b0[l];
+    bool v;
+    auto cmp = [&](auto x, auto y) {
+      switch (C) {
+        case C_F: return false;
+        case C_LT: return x < y;
+        case C_EQ: return x == y;
+        case C_LE: return x <= y;
+        case C_GT: return x > y;
+        case C_NE: return x != y;
+        case C_GE: return x >= y;
+        default: return true;
+      }
+    };
+    v = T == 0 ? cmp(a, b) : cmp(int64_t(a), int64_t(b));
+    if (v) r |= 1ull << l;
+  }
+  swrite64(w, in.ops[0], r);
+  if (X) w.set_exec(r);
+}
+
 void v_cmp_class_f32(Wave& w, const Inst& in) {
   Srcs S;
   uint64_t mask = w.exec();
@@ -681,6 +720,28 @@ void add(const char* name, Handler fn, uint8_t ndst, uint32_t kind = 0, InstClas
 }
 
 template <int T, bool X>
+void add_cmps64(const char* ty) {
+  const char* x = X ? "x" : "";
+  auto reg = [&](const char* c, Handler h) {
+    OpInfo i;
+    i.name = fmt::format("v_cmp{}_{}_{}", x, c, ty);
+    i.fn = h;
+    i.cls = InstClass::VALU;
+    i.ndst = 1;
+    i.kind = K_VALU | (X ? K_CMPX : 0);
+    add_op(i);
+  };
+  reg("f", v_cmp64<C_F, T, X>);
+  reg("lt", v_cmp64<C_LT, T, X>);
+  reg("eq", v_cmp64<C_EQ, T, X>);
+  reg("le", v_cmp64<C_LE, T, X>);
+  reg("gt", v_cmp64<C_GT, T, X>);
+  reg("ne", v_cmp64<C_NE, T, X>);
+  reg("ge", v_cmp64<C_GE, T, X>);
+  reg("t", v_cmp64<C_T, T, X>);
+}
+
+template <int T, bool X>
 void add_cmps(const char* ty) {
   const char* x = X ? "x" : "";
   auto reg = [&](const char* c, Handler h) {
@@ -816,6 +877,16 @@ void register_valu_ops() {
   add_cmps<1, true>("i32");
   add_cmps<2, true>("f32");
   add("v_cmp_class_f32", v_cmp_class_f32, 1, FL);
+  add_cmps64<0, false>("u64");
+  add_cmps64<1, false>("i64");
+  add_cmps64<0, true>("u64");
+  add_cmps64<1, true>("i64");
+  add("v_max3_u32", valu<Max3U32, 3, false>, 1);
+  add("v_min3_u32", valu<Min3U32, 3, false>, 1);
+  add("v_max3_i32", valu<Max3I32, 3, false>, 1);
+  add("v_min3_i32", valu<Min3I32, 3, false>, 1);
+  add("v_med3_u32", valu<Med3U32, 3, false>, 1);
+  add("v_med3_i32", valu<Med3I32, 3, false>, 1);
   add("v_readlane_b32", v_readlane_b32, 1, K_RWLANE);
   add("v_writelane_b32", v_writelane_b32, 1, K_RWLANE | K_READS_DST);
   add("v_readfirstlane_b32", v_readfirstlane_b32, 1);

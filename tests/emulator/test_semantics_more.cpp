@@ -135,3 +135,33 @@ taken:
     }
   }
 }
+
+TEST_CASE("semantics: 3-operand integer min/max/med, 64-bit compares", "[semantics]") {
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950}) {
+    auto in = ramp_inputs(21);
+    std::string body = R"(
+  v_max3_u32 v20, v10, v11, v12
+  v_min3_i32 v21, v10, v11, v12
+  v_med3_u32 v22, v10, v11, v12
+  v_med3_i32 v23, v10, v11, v12
+  v_cmp_lt_u64 s[30:31], v[10:11], v[12:13]
+  v_cmp_gt_i64 s[32:33], v[10:11], v[12:13]
+  v_cndmask_b32_e64 v24, 0, 1, s[30:31]
+  v_cndmask_b32_e64 v25, 0, 1, s[32:33]
+)";
+    auto r = run_wave(g, "int3", body, in);
+    for (int l = 0; l < 64; ++l) {
+      uint32_t a = in[l * 4], b = in[l * 4 + 1], c = in[l * 4 + 2], d = in[l * 4 + 3];
+      int32_t ia = int32_t(a), ib = int32_t(b), ic = int32_t(c);
+      CHECK(r.at(l, 0) == std::max({a, b, c}));
+      CHECK(int32_t(r.at(l, 1)) == std::min({ia, ib, ic}));
+      uint32_t mu = a + b + c - std::max({a, b, c}) - std::min({a, b, c});
+      CHECK(r.at(l, 2) == mu);
+      int64_t mi = int64_t(ia) + ib + ic - std::max({ia, ib, ic}) - std::min({ia, ib, ic});
+      CHECK(int32_t(r.at(l, 3)) == mi);
+      uint64_t x = (uint64_t(b) << 32) | a, y = (uint64_t(d) << 32) | c;
+      CHECK(r.at(l, 4) == (x < y ? 1u : 0u));
+      CHECK(r.at(l, 5) == (int64_t(x) > int64_t(y) ? 1u : 0u));
+    }
+  }
+}
