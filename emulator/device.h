@@ -11,6 +11,7 @@
 // gridDim) and throws mla::emu::Error on the first violation (see docs/emulator.md).
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,10 @@ struct DispatchOptions {
   uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard
   // Initial value of VGPRs/SGPRs not set by the ABI (a poison pattern shows use of garbage).
   uint32_t poison = 0;
+  // Dynamic LDS bytes added to the descriptor's group_segment_fixed_size (HIP sharedMemBytes).
+  uint32_t dynamic_lds = 0;
+  // When set, every executed instruction is printed: "wg x,y,z wave w +0xOFF: text".
+  std::ostream* trace = nullptr;
 };
 
 struct Allocation {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "emulator/device.h"
 #include "emulator/npy.h"
@@ -104,6 +105,8 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     if (ov.no_waitcnt) opts.check_waitcnt = false;
     if (ov.no_race) opts.check_lds_race = false;
     if (ov.per_workgroup) opts.per_workgroup = true;
+    opts.dynamic_lds = o.value("dynamic_lds", 0u);
+    if (ov.trace) opts.trace = &std::cerr;
     Counters c = dev.dispatch(co, kname, grid, block, kb.bytes, opts);
     std::string out = !ov.out_dir.empty() ? ov.out_dir : resolve(base, spec.value("out_dir", std::string(".")));
     fs::create_directories(out);

@@ -12,7 +12,7 @@ struct RunOverrides {
   std::string out_dir;
   std::optional<uint64_t> seed;
   std::optional<unsigned> quantum;
-  bool no_hazards = false, no_waitcnt = false, no_race = false, per_workgroup = false;
+  bool no_hazards = false, no_waitcnt = false, no_race = false, per_workgroup = false, trace = false;
 };
 
 // Loads the code object, allocates and fills the buffers, packs the kernarg, dispatches, writes

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ostream>
 
 #include "emulator/exec_common.h"
 #include "emulator/hazards.h"
@@ -69,7 +70,14 @@ void Wave::fail(const char* rule, const std::string& msg) const {
   const Inst* in = pc < prog->insts.size() ? &prog->insts[pc] : nullptr;
   std::string where = fmt::format("kernel {}, workgroup ({},{},{}), wave {}, pc 0x{:x} (+0x{:x})", prog->kernel->name, wg->id[0],
                                   wg->id[1], wg->id[2], id, in ? in->pc : 0, in ? in->pc - prog->kernel->entry_address : 0);
-  throw Error(rule, fmt::format("{}, `{}`: {}: {}", where, in ? in->text : "<end of code>", rule, msg));
+  std::string ctx;
+  unsigned n = std::min<unsigned>(nrecent, 8);
+  for (unsigned i = n; i > 0; --i) {
+    const Inst& r = prog->insts[recent[(nrecent - i) % 8]];
+    ctx += fmt::format("\n    +0x{:x}: {}", r.pc - prog->kernel->entry_address, r.text);
+  }
+  if (!ctx.empty()) ctx = "\n  previous instructions of this wave:" + ctx;
+  throw Error(rule, fmt::format("{}, `{}`: {}: {}{}", where, in ? in->text : "<end of code>", rule, msg, ctx));
 }
 
 void exec_unsupported(Wave& w, const Inst& in) {
@@ -281,7 +289,11 @@ static void step(Wave& w) {
   if (ds.opts.check_hazards && in.info) check_hazards(w, in);
   uint32_t here = w.pc;
   w.next_pc = here + 1;
+  if (ds.opts.trace)
+    *ds.opts.trace << fmt::format("wg {},{},{} wave {} +0x{:x}: {}\n", w.wg->id[0], w.wg->id[1], w.wg->id[2], w.id,
+                                  in.pc - w.prog->kernel->entry_address, in.text);
   in.fn(w, in);
+  w.recent[w.nrecent++ % 8] = here;
   if (in.info && ds.opts.check_hazards) record_hazards(w, in);
   w.pc = w.next_pc;
   if (in.info) {
@@ -293,7 +305,7 @@ static void step(Wave& w) {
     w.fail("runaway", fmt::format("more than {} wave-instructions executed", ds.opts.max_wave_instructions));
 }
 
-static void fill_hidden_args(const Kernel& k, std::vector<uint8_t>& ka, size_t provided, Dim3 grid, Dim3 block) {
+static void fill_hidden_args(const Kernel& k, std::vector<uint8_t>& ka, size_t provided, Dim3 grid, Dim3 block, uint32_t dynamic_lds) {
   auto put = [&](uint32_t off, uint64_t v, uint32_t size) {
     if (off < provided || off + size > ka.size()) return;
     std::memcpy(ka.data() + off, &v, std::min<uint32_t>(size, 8));
@@ -308,6 +320,7 @@ static void fill_hidden_args(const Kernel& k, std::vector<uint8_t>& ka, size_t p
     else if (v == "hidden_group_size_y") put(a.offset, block.y, 2);
     else if (v == "hidden_group_size_z") put(a.offset, block.z, 2);
     else if (v == "hidden_grid_dims") put(a.offset, dims, 2);
+    else if (v == "hidden_dynamic_lds_size") put(a.offset, dynamic_lds, 4);
   }
 }
 
@@ -339,7 +352,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   ds.grid = grid;
   ds.block = block;
   ds.rng.seed(opts.random_seed);
-  ds.lds_size = k.kd.group_segment_fixed_size;
+  ds.lds_size = k.kd.group_segment_fixed_size + opts.dynamic_lds;
   unsigned max_lds = ds.gfx == Gfx::gfx950 ? 160 * 1024 : 64 * 1024;
   if (ds.lds_size > max_lds) throw Error("dispatch", fmt::format("kernel {} needs {} bytes of LDS; {} has {}", k.name, ds.lds_size, gfx_name(ds.gfx), max_lds));
 
@@ -348,7 +361,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   size_t kasize = std::max<size_t>({provided, k.kd.kernarg_size, k.metadata_kernarg_size});
   if (kasize > (1u << 20)) throw Error("dispatch", fmt::format("kernel {}: kernarg segment of {} bytes is implausible", k.name, kasize));
   kernarg.resize(kasize, 0);
-  fill_hidden_args(k, kernarg, provided, grid, block);
+  fill_hidden_args(k, kernarg, provided, grid, block, opts.dynamic_lds);
   ds.kernarg_addr = dev.alloc(std::max<size_t>(kasize, 4), 256, "kernarg");
   dev.find(ds.kernarg_addr, 1)->internal = true;
   dev.write(ds.kernarg_addr, kernarg.data(), kernarg.size());
@@ -409,6 +422,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             std::fill(w.hist.begin(), w.hist.end(), RegHist{});
             std::fill(w.pend.begin(), w.pend.end(), 0);
             w.vmq.clear(); w.lgkmq.clear();
+            w.nrecent = 0;
             w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;
             w.gpr_idx_on = false; w.gpr_idx_mode = 0;
             w.clock = 100;  // far from any writer

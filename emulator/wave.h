@@ -73,6 +73,8 @@ struct Wave {
   std::deque<PendingOp> vmq, lgkmq;
   uint64_t next_seq = 1;
   uint32_t ninst_in_wave = 0;
+  uint32_t recent[8] = {};    // indices of the last executed instructions (error context)
+  uint32_t nrecent = 0;
   // Counters of this wave's workgroup (aliases into wg).
   WorkgroupCounters* ctr = nullptr;
 

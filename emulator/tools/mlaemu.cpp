@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   run->add_flag("--no-waitcnt-check", no_waitcnt, "disable the waitcnt scoreboard");
   run->add_flag("--no-lds-race-check", no_race, "disable LDS race detection");
   run->add_flag("--per-workgroup", per_wg, "include per-workgroup counters");
+  bool trace = false;
+  run->add_flag("--trace", trace, "print every executed instruction to stderr");
   CLI11_PARSE(app, argc, argv);
   try {
     if (*dis) {
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
       ov.no_waitcnt = no_waitcnt;
       ov.no_race = no_race;
       ov.per_workgroup = per_wg;
+      ov.trace = trace;
       auto result = run_dispatch_json(json_path, ov);
       fmt::print("{}\n", result.dump(2));
       return 0;

@@ -2,6 +2,8 @@
 // fixed twin must run clean.
 #include <catch2/catch.hpp>
 
+#include <sstream>
+
 #include "emulator/mfma.h"
 #include "sem_harness.h"
 
@@ -23,6 +25,7 @@ void expect_error(Gfx g, const std::string& name, const std::string& body, const
     CHECK(std::string(e.what()).find(text) != std::string::npos);
     CHECK(std::string(e.what()).find("kernel " + name) != std::string::npos);
     CHECK(std::string(e.what()).find("pc 0x") != std::string::npos);
+    CHECK(std::string(e.what()).find("previous instructions of this wave") != std::string::npos);
   }
 }
 void expect_clean(Gfx g, const std::string& name, const std::string& body, KernelOpts o = {}) {
@@ -196,4 +199,15 @@ TEST_CASE("strict: buffer range checking returns zero / drops stores (not an err
       CHECK(r.at(l, 1) == (l < 16 ? uint32_t(l) : 0x77u));
     }
   }
+}
+
+TEST_CASE("strict: trace option prints executed instructions", "[strict]") {
+  auto co = assemble(kernel_src("traced", Gfx::gfx950, "  s_nop 0\n  s_endpgm"), Gfx::gfx950, "traced");
+  Device dev(Gfx::gfx950);
+  std::ostringstream os;
+  DispatchOptions opts;
+  opts.trace = &os;
+  dev.dispatch(co, "traced", {2, 1, 1}, {64, 1, 1}, {}, opts);
+  CHECK(os.str() == "wg 0,0,0 wave 0 +0x0: s_nop 0\nwg 0,0,0 wave 0 +0x4: s_endpgm\n"
+                    "wg 1,0,0 wave 0 +0x0: s_nop 0\nwg 1,0,0 wave 0 +0x4: s_endpgm\n");
 }
