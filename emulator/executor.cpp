@@ -110,7 +110,13 @@ unsigned vgpr_index(Wave& w, const Inst& in, unsigned opi) {
 // ------------------------------------------------------------------------------------------
 
 static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n) {
-  for (unsigned i = 0; i < n; ++i) map[(off + i) >> 6] |= 1ull << ((off + i) & 63);
+  while (n) {
+    unsigned bit = off & 63, take = std::min<unsigned>(n, 64 - bit);
+    uint64_t m = take == 64 ? ~0ull : (((1ull << take) - 1) << bit);
+    map[off >> 6] |= m;
+    off += take;
+    n -= take;
+  }
 }
 
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
