@@ -114,6 +114,7 @@ void buffer_op(Wave& w, const Inst& in) {
   uint32_t lds_base = 0;
   PendingOp* pend = nullptr;
   if (lds) lds_base = (w.s[kSgprM0] & 0x3ffff) + uint32_t(in.offset);
+  if (lds && bytes < 4) w.fail("unsupported", "sub-dword LDS DMA (lane stride in LDS) is not modelled");
   for (int l = 0; l < 64; ++l) {
     if (!((mask >> l) & 1)) continue;
     uint32_t index = 0, voff = 0;
@@ -173,6 +174,7 @@ void global_op(Wave& w, const Inst& in) {
   const uint32_t* a0 = vsrc(w, in, ai, 0, t0);
   const uint32_t* a1 = has_saddr ? nullptr : vsrc(w, in, ai, 1, t1);
   uint32_t lds_base = lds ? (w.s[kSgprM0] & 0x3ffff) + uint32_t(in.offset) : 0;
+  if (lds && bytes < 4) w.fail("unsupported", "sub-dword LDS DMA (lane stride in LDS) is not modelled");
   for (int l = 0; l < 64; ++l) {
     if (!((mask >> l) & 1)) continue;
     uint64_t addr = has_saddr ? sbase + a0[l] : (uint64_t(a1[l]) << 32 | a0[l]);
