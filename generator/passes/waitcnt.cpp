@@ -10,8 +10,12 @@ namespace mla::gen {
 
 namespace {
 
-constexpr int kMaxVm = 63;
-constexpr int kMaxLgkm = 15;
+// Largest counts a wait can name: vmcnt(63) / lgkmcnt(15) mean "no wait". As in LLVM's
+// SIInsertWaitcnts, an operation with more younger operations than that is not assumed to
+// have retired (the counters do not tell); it is waited for with the largest real count,
+// which suffices because completion is in order.
+constexpr int kMaxVmWait = 62;
+constexpr int kMaxLgkmWait = 14;
 
 // Scoreboard slots: SGPRs, VGPRs, AGPRs, then two pseudo-registers for LDS memory.
 constexpr int kS = 0, kV = 128, kA = kV + 256, kLdsDma = kA + 256, kLdsWrite = kLdsDma + 1, kSlots = kLdsWrite + 1;
@@ -100,7 +104,7 @@ void issue(State& s, const Inst& inst) {
     case OpClass::VmemStore:
     case OpClass::LdsDma:
       for (auto& x : s.slot)
-        if (x.vm >= 0 && ++x.vm >= kMaxVm) x.vm = -1;  // 63 younger in flight: the hardware retired it
+        if (x.vm >= 0) x.vm = int8_t(std::min(x.vm + 1, kMaxVmWait));
       if (inst.cls() == OpClass::VmemLoad)
         for (const auto& o : inst.dst) for_each_slot(o, [&](int slot) { s.slot[slot].vm = 0; });
       if (inst.cls() == OpClass::LdsDma) s.slot[kLdsDma].vm = 0;
@@ -108,7 +112,7 @@ void issue(State& s, const Inst& inst) {
     case OpClass::LdsRead:
     case OpClass::LdsWrite:
       for (auto& x : s.slot)
-        if (x.lgkm >= 0 && !x.smem && ++x.lgkm >= kMaxLgkm) x.lgkm = -1;
+        if (x.lgkm >= 0 && !x.smem) x.lgkm = int8_t(std::min(x.lgkm + 1, kMaxLgkmWait));
       if (inst.cls() == OpClass::LdsRead)
         for (const auto& o : inst.dst)
           for_each_slot(o, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = false; });

@@ -217,3 +217,16 @@ TEST_CASE("waitcnt: a load overwriting a register with an older load of the same
   CHECK(before(lines, "buffer_load_dword", 1).rfind("buffer_load_dword", 0) == 0);
   CHECK(before(lines, "ds_read_b32") == "s_waitcnt vmcnt(0)");
 }
+
+TEST_CASE("waitcnt: more LDS reads in flight than lgkmcnt can count are waited for with lgkmcnt(14)") {
+  Fixture f;
+  auto& ra = f.b.regs();
+  VReg addr = ra.vgpr(1, "addr"), d = ra.vgpr(40, "d"), x = ra.vgpr(1, "x");
+  for (int i = 0; i < 20; ++i) f.b.ds_read_b64(d.sub(2 * i, 2), addr, uint32_t(8 * i));
+  f.b.v_mov_b32(x, d[0]);   // 19 younger reads: the counter cannot express it; 14 is enough
+  f.b.v_mov_b32(x, d[12]);  // 13 younger reads
+  f.b.s_endpgm();
+  auto lines = f.run();
+  CHECK(before(lines, "v_mov_b32", 0) == "s_waitcnt lgkmcnt(14)");
+  CHECK(before(lines, "v_mov_b32", 1) == "s_waitcnt lgkmcnt(13)");
+}

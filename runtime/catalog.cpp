@@ -1,0 +1,128 @@
+#include "runtime/catalog.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace mla::rt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const KernelArgInfo& CatalogKernel::arg(const std::string& n) const {
+  for (const auto& a : args)
+    if (a.name == n) return a;
+  throw CatalogError(fmt::format("kernel {} ({}): catalog declares no argument '{}'", name, co_path, n));
+}
+
+std::string DecodeShape::describe() const {
+  return fmt::format("{} q={} kv={} heads={} qseqlen={} page_size={}{}{}", rt::name(target), rt::name(q_dtype),
+                     rt::name(kv_dtype), heads, qseqlen, page_size, return_lse ? " lse" : "",
+                     logit_cap ? " logit_cap" : "");
+}
+
+DecodeShape shape_of(const Problem& p) {
+  DecodeShape s;
+  s.target = p.target;
+  s.q_dtype = p.q_dtype;
+  s.kv_dtype = p.kv_dtype;
+  s.heads = p.heads;
+  s.qseqlen = p.qseqlen;
+  s.page_size = p.page_size;
+  s.return_lse = p.return_lse;
+  s.logit_cap = p.logit_cap != 0.0;
+  return s;
+}
+
+Catalog Catalog::open(const std::string& dir) {
+  Catalog c;
+  c.dir_ = fs::absolute(dir).string();
+  fs::path hsa = fs::path(dir) / "hsa";
+  if (!fs::is_directory(hsa))
+    throw CatalogError(fmt::format("{}: not a catalog directory (no hsa/<gfx>/mla/ inside; run mlagen build)", dir));
+  for (const auto& d : fs::directory_iterator(hsa)) {
+    fs::path cj = d.path() / "mla" / "catalog.json";
+    if (!fs::exists(cj)) continue;
+    json cat;
+    try {
+      std::ifstream f(cj);
+      f >> cat;
+    } catch (const std::exception& e) {
+      throw CatalogError(fmt::format("{}: unreadable catalog: {}", cj.string(), e.what()));
+    }
+    for (const auto& k : cat.at("kernels")) {
+      CatalogKernel ck;
+      ck.name = k.at("name");
+      ck.co_path = fs::absolute(d.path() / "mla" / k.at("co").get<std::string>()).string();
+      ck.target = cat.at("target");
+      ck.shape = k.at("shape");
+      ck.kind = ck.shape.at("kind");
+      ck.geometry = k.value("geometry", json::object());
+      ck.kernarg_size = k.at("kernarg_size");
+      for (const auto& a : k.at("args"))
+        ck.args.push_back({a.at("name"), a.at("offset"), a.at("size"), a.at("value_kind")});
+      c.kernels_.push_back(std::move(ck));
+    }
+  }
+  if (c.kernels_.empty()) throw CatalogError(fmt::format("{}: catalog holds no kernels", dir));
+  return c;
+}
+
+Catalog Catalog::open_from_env() {
+  const char* d = std::getenv("MLA_CATALOG_DIR");
+  if (!d || !*d) throw CatalogError("MLA_CATALOG_DIR is not set (point it at the --out of mlagen build)");
+  return open(d);
+}
+
+namespace {
+
+// Number of shape fields in which kernel k differs from the request (for "closest" hints).
+int distance(const CatalogKernel& k, const DecodeShape& s) {
+  const auto& sh = k.shape;
+  int d = 0;
+  d += k.target != name(s.target) ? 4 : 0;
+  d += sh.value("q_dtype", "") != name(s.q_dtype);
+  d += sh.value("kv_dtype", "") != name(s.kv_dtype);
+  d += sh.value("heads", 0) != s.heads;
+  d += sh.value("qseqlen", 0) != s.qseqlen;
+  d += sh.value("page_size", 0) != s.page_size;
+  d += sh.value("return_lse", false) != s.return_lse;
+  d += sh.value("logit_cap", false) != s.logit_cap;
+  return d;
+}
+
+}  // namespace
+
+Selection Catalog::select(const DecodeShape& s) const {
+  const CatalogKernel* dec = nullptr;
+  const CatalogKernel* red = nullptr;
+  for (const auto& k : kernels_) {
+    if (k.kind == "mla_decode" && distance(k, s) == 0) dec = &k;
+    if (k.kind == "mla_reduce" && k.target == name(s.target) && k.shape.value("heads", 0) == s.heads &&
+        k.shape.value("qseqlen", 0) == s.qseqlen && k.shape.value("return_lse", false) == s.return_lse)
+      red = &k;
+  }
+  if (!dec) {
+    std::vector<const CatalogKernel*> decs;
+    for (const auto& k : kernels_)
+      if (k.kind == "mla_decode") decs.push_back(&k);
+    std::sort(decs.begin(), decs.end(),
+              [&](auto* a, auto* b) { return distance(*a, s) < distance(*b, s); });
+    std::string hint;
+    for (size_t i = 0; i < std::min<size_t>(3, decs.size()); ++i)
+      hint += fmt::format("\n  {} ({})", decs[i]->name, decs[i]->target);
+    throw CatalogError(fmt::format(
+        "{}: no decode kernel for {} (the runtime runs exact shapes only; add the shape to a config and "
+        "rebuild). Closest:{}",
+        dir_, s.describe(), hint.empty() ? " (no decode kernels at all)" : hint));
+  }
+  if (!red)
+    throw CatalogError(fmt::format("{}: decode kernel {} found but its reduce kernel (heads={} qseqlen={}{}) is missing",
+                                   dir_, dec->name, s.heads, s.qseqlen, s.return_lse ? " lse" : ""));
+  return {*dec, *red};
+}
+
+}  // namespace mla::rt

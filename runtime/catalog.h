@@ -1,0 +1,69 @@
+// Reading a generated catalog (hsa/<gfx>/mla/catalog.json + .co files) and selecting the
+// kernels for a decode shape. The runtime knows kernels only through the catalog: their
+// arguments, launch geometry and shape come from catalog.json, checked against the .co.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/problem.h"
+
+namespace mla::rt {
+
+struct CatalogError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct KernelArgInfo {
+  std::string name;
+  uint32_t offset = 0, size = 0;
+  std::string value_kind;
+};
+
+struct CatalogKernel {
+  std::string name;        // symbol
+  std::string co_path;     // absolute path of the .co
+  std::string target;      // "gfx942" / "gfx950"
+  std::string kind;        // "mla_decode", "mla_reduce", ...
+  nlohmann::json shape;    // the spec fields (heads, q_dtype, ...)
+  nlohmann::json geometry; // decode kernels: tile_tokens, rows_per_group, workgroup_size, ...
+  uint32_t kernarg_size = 0;
+  std::vector<KernelArgInfo> args;
+  const KernelArgInfo& arg(const std::string& name) const;  // throws CatalogError naming the field
+};
+
+// What a decode call needs.
+struct DecodeShape {
+  Target target = Target::gfx942;
+  DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
+  int heads = 16, qseqlen = 1, page_size = 1;
+  bool return_lse = false;
+  bool logit_cap = false;
+  std::string describe() const;
+};
+DecodeShape shape_of(const Problem& p);
+
+struct Selection {
+  CatalogKernel decode, reduce;
+};
+
+class Catalog {
+ public:
+  // Opens `dir` (the --out of mlagen build); throws CatalogError if there is no catalog.
+  static Catalog open(const std::string& dir);
+  // $MLA_CATALOG_DIR, or CatalogError saying it is unset.
+  static Catalog open_from_env();
+
+  const std::vector<CatalogKernel>& kernels() const { return kernels_; }
+  const std::string& dir() const { return dir_; }
+  // Exact match only. No fitting kernel is a CatalogError that names the closest kernels.
+  Selection select(const DecodeShape& shape) const;
+
+ private:
+  std::string dir_;
+  std::vector<CatalogKernel> kernels_;
+};
+
+}  // namespace mla::rt

@@ -1,0 +1,57 @@
+// Runs decode (+ reduce) for a Problem on the CPU emulator, with exactly the kernarg bytes a
+// GPU launch would send: plan on the host, pack kernargs from the catalog's argument list
+// (checked against the code object's own metadata), dispatch, read back.
+#pragma once
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "emulator/counters.h"
+#include "emulator/device.h"
+#include "runtime/catalog.h"
+#include "runtime/planner.h"
+#include "runtime/problem.h"
+
+namespace mla::rt {
+
+// Packs kernel arguments by name; every declared argument must be given with its declared
+// size, and the catalog's layout must equal the code object's metadata (CatalogError names
+// the field otherwise).
+class KernargPacker {
+ public:
+  explicit KernargPacker(const CatalogKernel& k) : k_(k), bytes_(k.kernarg_size, 0), set_(k.args.size(), false) {}
+  KernargPacker& ptr(const std::string& name, uint64_t address) { return put(name, &address, 8); }
+  KernargPacker& f32(const std::string& name, float v) { return put(name, &v, 4); }
+  KernargPacker& u32(const std::string& name, uint32_t v) { return put(name, &v, 4); }
+  // All arguments set; returns the bytes.
+  std::vector<uint8_t> finish() const;
+
+ private:
+  KernargPacker& put(const std::string& name, const void* v, uint32_t size);
+  const CatalogKernel& k_;
+  std::vector<uint8_t> bytes_;
+  std::vector<bool> set_;
+};
+
+// The catalog's argument list for `kernel` must match the code object's metadata exactly.
+void check_kernel_interface(const CatalogKernel& kernel, const emu::CodeObject& co);
+
+struct EmulatorRunOptions {
+  int num_cus = 0;            // 0: the target's CU count (304 / 256)
+  int workgroups_per_cu = 1;  // planner occupancy assumption
+  emu::DispatchOptions dispatch;
+};
+
+struct DecodeResult {
+  std::vector<uint16_t> o;  // [rows, heads, 512] bf16 bits
+  std::vector<float> lse;   // [rows, heads] (when the problem asks for it)
+  Plan plan;
+  emu::Counters decode, reduce;
+  bool ran_reduce = false;
+  std::string decode_kernel, reduce_kernel;
+  nlohmann::json stats() const;
+};
+
+DecodeResult run_decode_on_emulator(const Problem& p, const Selection& kernels, const EmulatorRunOptions& opts = {});
+
+}  // namespace mla::rt

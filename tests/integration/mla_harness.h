@@ -1,0 +1,58 @@
+// Builds MLA kernels for a shape into a temporary catalog (the product's own path: config ->
+// mlagen's build_catalog -> catalog.json), then runs problems through the runtime's emulator
+// backend and compares with the fp64 reference.
+#pragma once
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <memory>
+#include <string>
+
+#include "catalog/catalog.h"
+#include "config/config.h"
+#include "tests/reference/mla_reference.h"
+#include "runtime/catalog.h"
+#include "runtime/emulator_backend.h"
+
+namespace mla::test {
+
+// One temporary catalog per distinct shape, built once per test process.
+inline const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+  static std::map<std::string, std::unique_ptr<rt::Catalog>> cache;
+  std::string key = s.describe();
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     fmt::format("mla-e2e-{}-{}", getpid(), cache.size())).string();
+  std::string cfg = fmt::format(
+      R"({{"deployment": "e2e", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
+          "kv_dtype": "{}", "qseqlen": {}, "page_size": {}, "return_lse": {}, "logit_cap": {}}}]}})",
+      rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), s.qseqlen, s.page_size,
+      s.return_lse ? "true" : "false", s.logit_cap ? "true" : "false");
+  gen::BuildOptions opts;
+  opts.out_dir = dir;
+  opts.jobs = 2;
+  gen::build_catalog({gen::parse_config(cfg, "e2e.json")}, opts);
+  auto [it, _] = cache.emplace(key, std::make_unique<rt::Catalog>(rt::Catalog::open(dir)));
+  return *it->second;
+}
+
+struct E2E {
+  rt::Problem problem;
+  rt::DecodeResult result;
+  ref::Compare cmp;
+};
+
+inline E2E run_e2e(const rt::ProblemParams& params, const rt::EmulatorRunOptions& opts = {}) {
+  E2E e;
+  e.problem = rt::make_random_problem(params);
+  const rt::Catalog& cat = catalog_for(rt::shape_of(e.problem));
+  e.result = rt::run_decode_on_emulator(e.problem, cat.select(rt::shape_of(e.problem)), opts);
+  ref::Reference want = ref::run_reference(e.problem);
+  e.cmp = ref::compare(want, e.result.o, e.problem.return_lse ? &e.result.lse : nullptr);
+  return e;
+}
+
+}  // namespace mla::test
