@@ -120,14 +120,21 @@ void buffer_op(Wave& w, const Inst& in) {
     uint32_t index = 0, voff = 0;
     if (idxen) index = va0[l];
     if (offen) voff = idxen ? va1[l] : va0[l];
-    if (vs.add_tid) index += l;
-    uint64_t range_off = uint64_t(voff) + uint32_t(in.offset);
-    uint64_t addr = vs.base + soff + range_off + uint64_t(vs.stride) * index;
+    // Range check (CDNA, per rocjitsu PR ROCm/rocm-systems#10928, checked against gfx950):
+    // soffset + inst_offset + voffset must end within num_records, per dword; only IDXEN uses
+    // the index check on a strided buffer; ADD_TID_ENABLE adds tid*stride and is not checked.
+    uint64_t off = uint64_t(uint32_t(voff + uint32_t(in.offset))) + soff;
+    uint64_t addr = vs.base + off + uint64_t(vs.stride) * index;
+    if (vs.add_tid) addr += uint64_t(vs.stride) * l;
     uint8_t buf[16] = {};
     for (unsigned d = 0; d < (bytes + 3) / 4; ++d) {
       unsigned db = bytes < 4 ? bytes : 4;
-      bool oor = vs.stride == 0 ? range_off + 4 * d + db > vs.num_records : index >= vs.num_records;
-      if (oor) continue;  // loads return 0, stores are dropped
+      bool oor = false;
+      if (!vs.add_tid) {
+        if (idxen && vs.stride != 0) oor = index >= vs.num_records;
+        else oor = off + 4 * d + db > vs.num_records;
+      }
+      if (oor) continue;  // loads return 0 (LDS DMA writes 0), stores are dropped
       if (store) {
         uint8_t tmp[16];
         regs_to_lane(w, in, 0, l, tmp, bytes);

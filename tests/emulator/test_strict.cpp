@@ -191,12 +191,16 @@ TEST_CASE("strict: buffer range checking returns zero / drops stores (not an err
   buffer_load_dword v20, v3, s[12:15], 0 offen offset:4
   s_waitcnt vmcnt(0)
   global_load_dword v21, v3, s[8:9]
+  s_mov_b32 s16, 8
+  buffer_load_dword v22, v3, s[12:15], s16 offen offset:4
   s_waitcnt vmcnt(0)
 )";
     auto r = run_wave(g, "bufrange", body, ramp_inputs(), extra);
     for (int l = 0; l < 64; ++l) {
       CHECK(r.at(l, 0) == (l * 4 + 4 + 4 <= 64 ? uint32_t(l + 1) : 0u));
       CHECK(r.at(l, 1) == (l < 16 ? uint32_t(l) : 0x77u));
+      // soffset counts toward the range check: 8 + 4 + 4l + 4 <= 64
+      CHECK(r.at(l, 2) == (l * 4 + 16 <= 64 ? uint32_t(l + 3) : 0u));
     }
   }
 }
