@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   dis->add_flag("--bytes", bytes, "also print the encoding bytes");
   auto* info = app.add_subcommand("info", "Show kernels, descriptors and metadata of a code object");
   info->add_option("code_object", co_path, "path to the .co")->required();
+  auto* check = app.add_subcommand("check", "List instructions of each kernel that the emulator cannot execute or that exceed the descriptor's register allocation");
+  check->add_option("code_object", co_path, "path to the .co")->required();
   auto* run = app.add_subcommand("run", "Run a dispatch described by a JSON file");
   run->add_option("dispatch", json_path, "dispatch JSON (see docs/emulator.md)")->required();
   run->add_option("-o,--out", out_dir, "output directory for buffers (.npy) and counters.json (default: from the JSON or '.')");
@@ -70,6 +72,23 @@ int main(int argc, char** argv) {
           fmt::print("  arg {:<24} offset {:4} size {:3} {} {}\n", a.name.empty() ? "-" : a.name, a.offset, a.size, a.value_kind, a.address_space);
       }
       return 0;
+    }
+    if (*check) {
+      auto co = CodeObject::load_file(co_path);
+      int problems = 0;
+      for (auto& k : co->kernels()) {
+        auto prog = build_program(co, k);
+        for (auto& in : prog->insts) {
+          if (in.text == "s_code_end") break;
+          std::string why = !in.info ? "not supported by the emulator" : in.bad_regs ? in.bad_reg_msg : "";
+          if (in.info && in.bad_regs) why = in.bad_reg_msg;
+          if (why.empty()) continue;
+          ++problems;
+          fmt::print("{} +0x{:x}: {}: {}\n", k.name, in.pc - k.entry_address, in.text, why);
+        }
+      }
+      fmt::print("{} problem(s)\n", problems);
+      return problems ? 1 : 0;
     }
     if (*run) {
       RunOverrides ov;

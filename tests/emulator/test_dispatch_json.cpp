@@ -94,6 +94,8 @@ TEST_CASE("dispatch json: mlaemu CLI (run, disasm, info, --help)", "[json]") {
   CHECK(out.find("s_endpgm") != std::string::npos);
   REQUIRE(run_cmd(exe.string() + " info " + (tmp_root() / "axpy_json.co").string(), &out) == 0);
   CHECK(out.find("kernel axpy") != std::string::npos);
+  REQUIRE(run_cmd(exe.string() + " check " + (tmp_root() / "axpy_json.co").string(), &out) == 0);
+  CHECK(out.find("0 problem(s)") != std::string::npos);
   CHECK(run_cmd(exe.string() + " disasm /nonexistent.co", &out) != 0);
   CHECK(out.find("cannot open") != std::string::npos);
 }
