@@ -56,7 +56,10 @@ inline void swrite64(Wave& w, const Operand& o, uint64_t v) {
 
 // ---- vector operands ----
 // VGPR index of operand `opi` after s_set_gpr_idx_on relocation.
-unsigned vgpr_index(Wave& w, const Inst& in, unsigned opi);
+unsigned vgpr_index_relocated(Wave& w, const Inst& in, unsigned opi);
+inline unsigned vgpr_index(Wave& w, const Inst& in, unsigned opi) {
+  return w.gpr_idx_on ? vgpr_index_relocated(w, in, opi) : in.ops[opi].index;
+}
 // 64-lane view of dword k of operand opi (VGPR/AGPR directly, scalars broadcast into tmp).
 inline const uint32_t* vsrc(Wave& w, const Inst& in, unsigned opi, unsigned k, uint32_t* tmp) {
   const Operand& o = in.ops[opi];

@@ -127,6 +127,19 @@ void buffer_op(Wave& w, const Inst& in) {
     uint64_t addr = vs.base + off + uint64_t(vs.stride) * index;
     if (vs.add_tid) addr += uint64_t(vs.stride) * l;
     uint8_t buf[16] = {};
+    bool all_in = vs.add_tid || (idxen && vs.stride != 0 ? index < vs.num_records : off + bytes <= vs.num_records);
+    if (all_in) {  // fast path: the whole access is in range
+      if (store) {
+        uint8_t tmp[16];
+        regs_to_lane(w, in, 0, l, tmp, bytes);
+        std::memcpy(gmem(w, addr, bytes, true), tmp, bytes);
+      } else {
+        std::memcpy(buf, gmem(w, addr, bytes, false), bytes);
+        if (lds) std::memcpy(lds_access(w, lds_base + l * bytes, bytes, true), buf, bytes);
+        else lane_to_regs(w, in, l, buf, bytes, sext);
+      }
+      continue;
+    }
     for (unsigned d = 0; d < (bytes + 3) / 4; ++d) {
       unsigned db = bytes < 4 ? bytes : 4;
       bool oor = false;

@@ -91,7 +91,7 @@ void exec_undecodable(Wave& w, const Inst& in) { w.fail("decode", "bytes do not 
 // Operand helpers
 // ------------------------------------------------------------------------------------------
 
-unsigned vgpr_index(Wave& w, const Inst& in, unsigned opi) {
+unsigned vgpr_index_relocated(Wave& w, const Inst& in, unsigned opi) {
   unsigned idx = in.ops[opi].index;
   if (w.gpr_idx_on) {
     unsigned nd = in.info ? in.info->ndst : 1;
