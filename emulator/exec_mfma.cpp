@@ -12,6 +12,11 @@ namespace mla::emu {
 namespace {
 
 void gather(Wave& w, const Inst& in, unsigned opi, int regs, uint32_t* out) {
+  const Operand& o = in.ops[opi];
+  if (o.kind == Operand::Const) {  // an inline constant feeds every register of the operand
+    for (int i = 0; i < 64 * regs; ++i) out[i] = o.imm;
+    return;
+  }
   uint32_t t[64];
   for (int r = 0; r < regs; ++r) {
     const uint32_t* p = vsrc(w, in, opi, unsigned(r), t);
@@ -26,10 +31,11 @@ void exec_mfma(Wave& w, const Inst& in) {
   if (in.ops[1].width < mi.a_regs || in.ops[2].width < mi.b_regs || in.ops[0].width != mi.cd_regs)
     w.fail("decode", fmt::format("operand widths ({},{},{}) do not match {} ({},{},{})", in.ops[1].width, in.ops[2].width, in.ops[0].width,
                                  mi.name, mi.a_regs, mi.b_regs, mi.cd_regs));
-  std::vector<uint32_t> a(64 * mi.a_regs), b(64 * mi.b_regs), c(64 * mi.cd_regs), d(64 * mi.cd_regs);
-  gather(w, in, 1, mi.a_regs, a.data());
-  gather(w, in, 2, mi.b_regs, b.data());
-  gather(w, in, 3, mi.cd_regs, c.data());
+  if (mi.a_regs > 16 || mi.b_regs > 16 || mi.cd_regs > 32) w.fail("unsupported", "MFMA operand wider than modelled");
+  alignas(64) uint32_t a[64 * 16], b[64 * 16], c[64 * 32], d[64 * 32];
+  gather(w, in, 1, mi.a_regs, a);
+  gather(w, in, 2, mi.b_regs, b);
+  gather(w, in, 3, mi.cd_regs, c);
   uint32_t sa[64], sb[64];
   bool scaled = mi.scaled;
   if (scaled) {
@@ -47,7 +53,7 @@ void exec_mfma(Wave& w, const Inst& in) {
   mods.op_sel = in.op_sel;
   mods.op_sel_hi = in.op_sel_hi;
   try {
-    run_mfma(mi, w.gfx(), mods, a.data(), b.data(), c.data(), d.data(), scaled ? sa : nullptr, scaled ? sb : nullptr);
+    run_mfma(mi, w.gfx(), mods, a, b, c, d, scaled ? sa : nullptr, scaled ? sb : nullptr);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
