@@ -443,14 +443,18 @@ TEST_CASE("semantics: MFMA with AGPR accumulators", "[semantics]") {
   v_accvgpr_read_b32 v20, a0
   v_accvgpr_read_b32 v21, a1
   v_accvgpr_read_b32 v22, a3
+  v_mfma_f32_16x16x16_f16 v[24:27], v[10:11], v[10:11], 1.0
+  s_nop 7
+  s_nop 7
 )";
     auto r = run_wave(g, "mfma_agpr", body, in, std::vector<uint32_t>(256, 0), o);
-    CHECK(r.counters.total.mfma == 1);
-    CHECK(r.counters.total.mfma_macs == 16 * 16 * 16);
+    CHECK(r.counters.total.mfma == 2);
+    CHECK(r.counters.total.mfma_macs == 2 * 16 * 16 * 16);
     for (int l = 0; l < 64; ++l) {
       CHECK(r.f(l, 0) == 17.0f);
       CHECK(r.f(l, 1) == 18.0f);
       CHECK(r.f(l, 2) == 16.0f);
+      for (int k = 4; k < 8; ++k) CHECK(r.f(l, k) == 17.0f);  // inline constant SrcC = 1.0 in every register
     }
   }
 }
