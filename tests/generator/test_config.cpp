@@ -32,17 +32,21 @@ std::string error_of(const std::string& text, const std::string& path = "configs
 
 TEST_CASE("a good config expands lists into kernels with shape names") {
   Config c = parse_config(entry(kGood), "configs/k3.json");
-  REQUIRE(c.kernels.size() == 2);
+  REQUIRE(c.kernels.size() == 3);
   CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h12_qs1_pg1");
   CHECK(c.kernels[1].name() == "mla_decode_fp8fp8_h12_qs1_pg128");
   CHECK(c.kernels[1].arch == Arch::gfx950);
   CHECK(c.kernels[1].source_config == "configs/k3.json");
+  // Both page sizes share one implied reduce kernel.
+  CHECK(c.kernels[2].name() == "mla_reduce_h12_qs1");
+  CHECK(c.kernels[2].implied);
 }
 
 TEST_CASE("variant knobs appear in the kernel name") {
   Config c = parse_config(entry(R"("target": "gfx942", "heads": 16, "q_dtype": "bf16", "kv_dtype": "fp8", "qseqlen": 4, "page_size": 16, "return_lse": true, "logit_cap": true)"), "x.json");
-  REQUIRE(c.kernels.size() == 1);
+  REQUIRE(c.kernels.size() == 2);
   CHECK(c.kernels[0].name() == "mla_decode_bf16fp8_h16_qs4_pg16_lse_softcap");
+  CHECK(c.kernels[1].name() == "mla_reduce_h16_qs4_lse");
 }
 
 TEST_CASE("unknown key is named with the allowed keys") {
@@ -104,6 +108,14 @@ TEST_CASE("two entries of one config producing the same kernel are rejected") {
   std::string e = error_of(text);
   CHECK_THAT(e, Catch::Contains("kernels[1]"));
   CHECK_THAT(e, Catch::Contains("mla_decode_fp8fp8_h12_qs1_pg1 for gfx950 is also produced by kernels[0]"));
+}
+
+TEST_CASE("two configs implying the same reduce kernel are not in conflict") {
+  TempDir dir;
+  std::string a = dir.write("a.json", entry(R"("target": "gfx950", "heads": 12, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)"));
+  std::string b = dir.write("b.json", entry(R"("target": "gfx950", "heads": 12, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 128)"));
+  auto configs = load_configs({a, b});
+  CHECK(configs.size() == 2);
 }
 
 TEST_CASE("two configs producing the same kernel name are rejected, naming both files") {
