@@ -39,7 +39,8 @@ struct DispatchOptions {
   bool check_waitcnt = true, check_hazards = true, check_lds_race = true;
   bool per_workgroup = false;       // fill Counters::per_workgroup
   bool count_distinct = true;       // distinct global bytes (costs a bitmap per allocation)
-  uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard
+  uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard (whole dispatch)
+  uint64_t max_instructions_per_wave = 20'000'000ull;  // runaway guard (one wave)
   // Initial value of VGPRs/SGPRs not set by the ABI (a poison pattern shows use of garbage).
   uint32_t poison = 0;
   // Dynamic LDS bytes added to the descriptor's group_segment_fixed_size (HIP sharedMemBytes).

@@ -309,6 +309,9 @@ static void step(Wave& w) {
   w.ctr->wave_insts++;
   if (++ds.wave_insts > ds.opts.max_wave_instructions)
     w.fail("runaway", fmt::format("more than {} wave-instructions executed", ds.opts.max_wave_instructions));
+  if (++w.ninst_in_wave > ds.opts.max_instructions_per_wave)
+    w.fail("runaway", fmt::format("this wave executed more than {} instructions (DispatchOptions::max_instructions_per_wave)",
+                                  ds.opts.max_instructions_per_wave));
 }
 
 static void fill_hidden_args(const Kernel& k, std::vector<uint8_t>& ka, size_t provided, Dim3 grid, Dim3 block, uint32_t dynamic_lds) {
@@ -429,6 +432,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             std::fill(w.pend.begin(), w.pend.end(), 0);
             w.vmq.clear(); w.lgkmq.clear();
             w.nrecent = 0;
+            w.ninst_in_wave = 0;
             w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;
             w.gpr_idx_on = false; w.gpr_idx_mode = 0;
             w.clock = 100;  // far from any writer
