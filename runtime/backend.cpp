@@ -1,0 +1,368 @@
+#include "runtime/backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "runtime/emulator_backend.h"
+
+namespace mla::rt {
+
+namespace {
+
+size_t align_up(size_t v, size_t a = 256) { return (v + a - 1) / a * a; }
+
+const char* mach_name(unsigned mach) {
+  switch (mach) {
+    case 0x3f: return "gfx90a";
+    case 0x40: return "gfx940";
+    case 0x4b: return "gfx941";
+    case 0x4c: return "gfx942";
+    case 0x4f: return "gfx950";
+    case 0x41: return "gfx1100";
+    case 0x30: return "gfx908";
+    case 0x2f: return "gfx906";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+std::string elf_gfx_target(const std::vector<uint8_t>& b, const std::string& path) {
+  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0)
+    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: not a code object (no ELF header; {} bytes)", path, b.size()));
+  if (b[4] != 2 || b[5] != 1)
+    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: not a little-endian ELF64 code object", path));
+  uint16_t machine = uint16_t(b[18] | (b[19] << 8));
+  if (machine != 224)
+    throw RtError(MLA_ERROR_CODE_OBJECT,
+                  fmt::format("{}: ELF machine {} is not AMDGPU (224): not a GPU code object", path, machine));
+  uint32_t flags;
+  std::memcpy(&flags, b.data() + 48, 4);
+  unsigned mach = flags & 0xffu;
+  const char* n = mach_name(mach);
+  return n ? n : fmt::format("unknown-mach-0x{:x}", mach);
+}
+
+CheckedCode load_checked_code(const CatalogKernel& k, const std::string& dev) {
+  if (k.target != dev)
+    throw RtError(MLA_ERROR_TARGET_MISMATCH,
+                  fmt::format("kernel {} is catalogued for {}, the device is {}", k.name, k.target, dev));
+  CheckedCode c;
+  {
+    std::ifstream f(k.co_path, std::ios::binary);
+    if (!f)
+      throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: cannot read the code object of kernel {}", k.co_path, k.name));
+    c.bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  std::string t = elf_gfx_target(c.bytes, k.co_path);
+  if (t != dev)
+    throw RtError(MLA_ERROR_TARGET_MISMATCH,
+                  fmt::format("{}: code object is built for {}, the device is {} (only code objects of the device's "
+                              "target are loaded; regenerate the catalog for {})",
+                              k.co_path, t, dev, dev));
+  try {
+    c.co = emu::CodeObject::load_bytes(c.bytes, k.co_path);
+  } catch (const std::exception& e) {
+    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("corrupt code object: {}", e.what()));
+  }
+  bool found = false;
+  for (const auto& kk : c.co->kernels()) found |= kk.name == k.name;
+  if (!found) throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: code object has no kernel '{}'", k.co_path, k.name));
+  try {
+    check_kernel_interface(k, *c.co);
+  } catch (const CatalogError& e) {
+    throw RtError(MLA_ERROR_KERNARG_MISMATCH, e.what());
+  }
+  return c;
+}
+
+SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller) {
+  SelectedKernels k;
+  k.decode = sel.decode;
+  k.reduce = sel.reduce;
+  k.heads = caller.heads;
+  k.qseqlen = caller.qseqlen;
+  k.kheads = sel.decode.shape.value("heads", caller.heads);
+  k.kqseqlen = sel.decode.shape.value("qseqlen", caller.qseqlen);
+  k.q_dtype = caller.q_dtype;
+  k.kv_dtype = caller.kv_dtype;
+  k.page_size = caller.page_size;
+  k.return_lse = caller.return_lse;
+  k.logit_cap = caller.logit_cap;
+  return k;
+}
+
+namespace {
+
+int geom(const CatalogKernel& k, const char* field) {
+  if (!k.geometry.contains(field) || !k.geometry.at(field).is_number_integer())
+    throw RtError(MLA_ERROR_CATALOG, fmt::format("kernel {}: catalog.json has no geometry.{}", k.name, field));
+  return k.geometry.at(field).get<int>();
+}
+
+void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
+  const size_t M = size_t(k.kheads) * k.kqseqlen;
+  size_t off = 0;
+  auto region = [&](size_t& at, size_t bytes) {
+    at = off;
+    off += align_up(bytes);
+  };
+  region(w.work, std::max<size_t>(1, w.max_units) * sizeof(WorkUnit));
+  region(w.reduce, std::max<size_t>(1, w.max_reduces) * sizeof(ReduceEntry));
+  region(w.partial_o, w.max_partials * M * kVDim * 4);
+  region(w.partial_lse, w.max_partials * M * 4);
+  if (k.padded()) {
+    w.q_pad_bytes = batch * M * kQkDim * size_t(elem_bytes(k.q_dtype));
+    w.o_pad_bytes = batch * M * kVDim * 2;
+    w.lse_pad_bytes = k.return_lse ? batch * M * 4 : 0;
+  }
+  region(w.q_pad, w.q_pad_bytes);
+  region(w.o_pad, w.o_pad_bytes);
+  region(w.lse_pad, w.lse_pad_bytes);
+  w.total = off;
+}
+
+}  // namespace
+
+WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
+                                 int max_rounds) {
+  const int64_t M = int64_t(k.kheads) * k.kqseqlen;
+  const int64_t rpg = geom(k.decode, "rows_per_group"), T = geom(k.decode, "tile_tokens");
+  const int64_t G = (M + rpg - 1) / rpg;
+  // plan_decode: units <= max(B*G, (max(1, B*G/C) + max_rounds) * C), and every split holds at
+  // least one tile (so splits <= tiles <= tokens/T + B).
+  int64_t units = int64_t(max_batch) * G + int64_t(max_rounds + 1) * num_cus;
+  if (max_total_tokens > 0) units = std::min(units, G * ((max_total_tokens + T - 1) / T + max_batch));
+  WorkspaceLayout w;
+  w.max_units = size_t(units);
+  w.max_partials = size_t(units / G);
+  w.max_reduces = size_t(max_batch);
+  fill_sizes(w, k, size_t(max_batch));
+  return w;
+}
+
+WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch) {
+  WorkspaceLayout w;
+  w.max_units = plan.units.size();
+  w.max_partials = size_t(plan.num_partials);
+  w.max_reduces = plan.reduces.size();
+  fill_sizes(w, k, size_t(batch));
+  return w;
+}
+
+WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws) {
+  WorkspaceAddrs a;
+  a.work = base + ws.work;
+  a.reduce = base + ws.reduce;
+  a.partial_o = base + ws.partial_o;
+  a.partial_lse = base + ws.partial_lse;
+  a.q_pad = ws.q_pad_bytes ? base + ws.q_pad : 0;
+  a.o_pad = ws.o_pad_bytes ? base + ws.o_pad : 0;
+  a.lse_pad = ws.lse_pad_bytes ? base + ws.lse_pad : 0;
+  return a;
+}
+
+PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,
+                           int workgroups_per_cu) {
+  PlanInputs in;
+  in.kv_lens = kv_lens;
+  in.qseqlen = k.kqseqlen;
+  in.heads = k.kheads;
+  in.page_size = k.page_size;
+  in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
+  in.num_cus = num_cus;
+  in.workgroups_per_cu = workgroups_per_cu;
+  in.tile_tokens = geom(k.decode, "tile_tokens");
+  in.rows_per_group = geom(k.decode, "rows_per_group");
+  return in;
+}
+
+std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int batch, const DeviceTensors& t,
+                                 const WorkspaceAddrs& ws) {
+  std::vector<DecodeOp> ops;
+  const size_t B = size_t(batch), q = size_t(k.qseqlen), kq = size_t(k.kqseqlen);
+  const size_t H = size_t(k.heads), KH = size_t(k.kheads);
+  const size_t eq = size_t(elem_bytes(k.q_dtype));
+  const bool pad = k.padded();
+  {
+    DecodeOp op;
+    op.kind = DecodeOp::H2D;
+    op.dst = ws.work;
+    op.host = plan.units.data();
+    op.bytes = plan.units.size() * sizeof(WorkUnit);
+    op.what = "upload work units";
+    ops.push_back(op);
+  }
+  if (!plan.reduces.empty()) {
+    DecodeOp op;
+    op.kind = DecodeOp::H2D;
+    op.dst = ws.reduce;
+    op.host = plan.reduces.data();
+    op.bytes = plan.reduces.size() * sizeof(ReduceEntry);
+    op.what = "upload reduce map";
+    ops.push_back(op);
+  }
+  // Padded kernel: request b's row r goes to kernel row kq - q + r (the last q rows of the
+  // kernel's kq, whose causal limits are the caller's), heads 0..H-1 of KH.
+  auto copy_rows = [&](uint64_t dst, uint64_t src, size_t elem_per_head, bool into_pad, const char* what) {
+    for (size_t r = 0; r < q; ++r) {
+      DecodeOp op;
+      op.kind = DecodeOp::Copy2D;
+      size_t user_off = r * H * elem_per_head, pad_off = (kq - q + r) * KH * elem_per_head;
+      size_t user_pitch = q * H * elem_per_head, pad_pitch = kq * KH * elem_per_head;
+      op.dst = dst + (into_pad ? pad_off : user_off);
+      op.dpitch = into_pad ? pad_pitch : user_pitch;
+      op.src = src + (into_pad ? user_off : pad_off);
+      op.spitch = into_pad ? user_pitch : pad_pitch;
+      op.width = H * elem_per_head;
+      op.height = B;
+      op.what = what;
+      ops.push_back(op);
+    }
+  };
+  uint64_t q_addr = t.q, o_addr = t.o, lse_addr = k.return_lse ? t.lse : 0;
+  if (pad) {
+    DecodeOp z;
+    z.kind = DecodeOp::Memset;
+    z.dst = ws.q_pad;
+    z.bytes = B * kq * KH * kQkDim * eq;
+    z.what = "zero padded q";
+    ops.push_back(z);
+    copy_rows(ws.q_pad, t.q, kQkDim * eq, true, "copy q into padded q");
+    q_addr = ws.q_pad;
+    o_addr = ws.o_pad;
+    lse_addr = k.return_lse ? ws.lse_pad : 0;
+  }
+  const uint64_t po = plan.num_partials ? ws.partial_o : 0, pl = plan.num_partials ? ws.partial_lse : 0;
+  {
+    KernargPacker dk(k.decode);
+    dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", ws.work).ptr("o", o_addr);
+    dk.ptr("lse", lse_addr).ptr("partial_o", po).ptr("partial_lse", pl);
+    dk.f32("scale", t.scale).f32("kv_scale", t.kv_scale).f32("logit_cap", t.logit_cap);
+    DecodeOp op;
+    op.kind = DecodeOp::Launch;
+    op.kernel = &k.decode;
+    op.grid = {unsigned(plan.units.size()), 1, 1};
+    op.block = {unsigned(geom(k.decode, "workgroup_size")), 1, 1};
+    op.kernarg = dk.finish();
+    op.what = "decode";
+    ops.push_back(std::move(op));
+  }
+  if (!plan.reduces.empty()) {
+    KernargPacker rk(k.reduce);
+    rk.ptr("reduce_map", ws.reduce).ptr("partial_o", po).ptr("partial_lse", pl).ptr("o", o_addr).ptr("lse", lse_addr);
+    DecodeOp op;
+    op.kind = DecodeOp::Launch;
+    op.kernel = &k.reduce;
+    op.grid = {unsigned(plan.reduces.size()), unsigned(KH * kq), 1};
+    op.block = {64, 1, 1};
+    op.kernarg = rk.finish();
+    op.what = "reduce";
+    ops.push_back(std::move(op));
+  }
+  if (pad) {
+    copy_rows(t.o, ws.o_pad, kVDim * 2, false, "copy o out of padded o");
+    if (k.return_lse) copy_rows(t.lse, ws.lse_pad, 4, false, "copy lse out of padded lse");
+  }
+  return ops;
+}
+
+// ---- Emulator backend ----------------------------------------------------------------------
+
+EmulatorBackend::EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts) : gfx_(gfx), opts_(opts), dev_(gfx) {}
+
+namespace {
+template <class F>
+auto emu_call(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const emu::Error& e) {
+    throw RtError(MLA_ERROR_BACKEND, fmt::format("emulator {}: {}", what, e.what()));
+  }
+}
+}  // namespace
+
+uint64_t EmulatorBackend::alloc(size_t bytes) { return alloc_named(bytes, "", 0); }
+
+uint64_t EmulatorBackend::alloc_named(size_t bytes, const std::string& name, uint8_t fill) {
+  std::lock_guard lk(mu_);
+  if (bytes > (size_t(1) << 40))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("emulator alloc of {} bytes: too large", bytes));
+  return emu_call("alloc", [&] { return dev_.alloc(std::max<size_t>(bytes, 4), 256, name, fill); });
+}
+
+void EmulatorBackend::free(uint64_t ptr) {
+  std::lock_guard lk(mu_);
+  const emu::Allocation* a = dev_.find(ptr, 1);
+  if (!a || a->base != ptr)
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("free: 0x{:x} is not an allocation of this device", ptr));
+  emu_call("free", [&] { dev_.free(ptr); });
+}
+
+void EmulatorBackend::h2d(uint64_t dst, const void* src, size_t n) {
+  std::lock_guard lk(mu_);
+  if (!dev_.find(dst, n))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("copy to device: [0x{:x}, +{}) is not inside one allocation", dst, n));
+  emu_call("write", [&] { dev_.write(dst, src, n); });
+}
+
+void EmulatorBackend::d2h(void* dst, uint64_t src, size_t n) {
+  std::lock_guard lk(mu_);
+  if (!dev_.find(src, n))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("copy from device: [0x{:x}, +{}) is not inside one allocation", src, n));
+  emu_call("read", [&] { dev_.read(src, dst, n); });
+}
+
+void EmulatorBackend::memset(uint64_t dst, int value, size_t n) {
+  std::lock_guard lk(mu_);
+  emu::Allocation* a = dev_.find(dst, n);
+  if (!a)
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("memset: [0x{:x}, +{}) is not inside one allocation", dst, n));
+  std::memset(a->data.data() + (dst - a->base), value, n);
+}
+
+void EmulatorBackend::ensure_module(const CatalogKernel& k) {
+  std::lock_guard lk(mu_);
+  if (modules_.count(k.co_path)) return;
+  modules_[k.co_path] = load_checked_code(k, target()).co;
+}
+
+void EmulatorBackend::run(const std::vector<DecodeOp>& ops, void*) {
+  for (const auto& op : ops) {
+    switch (op.kind) {
+      case DecodeOp::H2D: h2d(op.dst, op.host, op.bytes); break;
+      case DecodeOp::Memset: memset(op.dst, op.value, op.bytes); break;
+      case DecodeOp::Copy2D: {
+        std::vector<uint8_t> row(op.width);
+        for (size_t i = 0; i < op.height; ++i) {
+          d2h(row.data(), op.src + i * op.spitch, op.width);
+          h2d(op.dst + i * op.dpitch, row.data(), op.width);
+        }
+        break;
+      }
+      case DecodeOp::Launch: {
+        ensure_module(*op.kernel);
+        std::lock_guard lk(mu_);
+        auto co = modules_.at(op.kernel->co_path);
+        emu::Counters c = emu_call(op.what.c_str(), [&] {
+          return dev_.dispatch(co, op.kernel->name, op.grid, op.block, op.kernarg, opts_);
+        });
+        if (record_) log_.push_back({op.kernel->name, op.grid, op.block, op.kernarg, std::move(c)});
+        break;
+      }
+    }
+  }
+}
+
+std::vector<EmulatorBackend::Dispatched> EmulatorBackend::take_log() {
+  std::lock_guard lk(mu_);
+  return std::exchange(log_, {});
+}
+
+}  // namespace mla::rt

@@ -1,0 +1,184 @@
+// Backends of the runtime (HIP and emulator) behind one interface, plus the device-independent
+// part every launch shares: loading and checking code objects, the decode call as a list of
+// stream operations (table copies, padding copies, kernel launches with packed kernargs).
+//
+// Both backends execute the same DecodeOps: the kernarg bytes a HIP launch sends are the bytes of
+// DecodeOp::kernarg, which are also the bytes the emulator dispatches.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "emulator/code_object.h"
+#include "emulator/counters.h"
+#include "emulator/device.h"
+#include "runtime/catalog.h"
+#include "runtime/mla_runtime.h"
+#include "runtime/planner.h"
+
+namespace mla::rt {
+
+// An error with the C API status it maps to.
+struct RtError : std::runtime_error {
+  mla_status status;
+  RtError(mla_status s, const std::string& msg) : std::runtime_error(msg), status(s) {}
+};
+
+// The gfx target of an ELF code object from its header (e_flags mach), e.g. "gfx942"; throws
+// RtError(CODE_OBJECT) if `bytes` is not an AMDGPU ELF64.
+std::string elf_gfx_target(const std::vector<uint8_t>& bytes, const std::string& path);
+
+// A code object read from disk and checked for the device: AMDGPU ELF, the device's target
+// (TARGET_MISMATCH otherwise), parseable with its kernel present (CODE_OBJECT), and the
+// catalog's argument list equal to the code object's metadata (KERNARG_MISMATCH naming the field).
+struct CheckedCode {
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<const emu::CodeObject> co;
+};
+CheckedCode load_checked_code(const CatalogKernel& k, const std::string& device_target);
+
+// One stream operation of a decode call.
+struct DecodeOp {
+  enum Kind { H2D, Memset, Copy2D, Launch } kind = Launch;
+  uint64_t dst = 0, src = 0;          // device addresses (src: Copy2D)
+  const void* host = nullptr;         // H2D source (must stay valid until the stream passes)
+  size_t bytes = 0;                   // H2D / Memset size
+  int value = 0;                      // Memset
+  size_t dpitch = 0, spitch = 0, width = 0, height = 0;  // Copy2D
+  const CatalogKernel* kernel = nullptr;                  // Launch
+  emu::Dim3 grid, block;
+  std::vector<uint8_t> kernarg;       // Launch: the packed kernel arguments
+  std::string what;                   // for messages ("decode", "copy q into padded q", ...)
+};
+
+// The kernels of a selection, and how the caller's shape maps onto them.
+struct SelectedKernels {
+  CatalogKernel decode, reduce;
+  int heads = 0, qseqlen = 0;    // the caller's shape
+  int kheads = 0, kqseqlen = 0;  // the kernel's (>= the caller's when padded)
+  DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
+  int page_size = 1;
+  bool return_lse = false, logit_cap = false;
+  bool padded() const { return heads != kheads || qseqlen != kqseqlen; }
+};
+SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller);
+
+// Workspace layout (offsets from the workspace base, 256-byte aligned) for a capacity.
+struct WorkspaceLayout {
+  size_t max_units = 0, max_reduces = 0, max_partials = 0;
+  size_t work = 0, reduce = 0, partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
+  size_t q_pad_bytes = 0, o_pad_bytes = 0, lse_pad_bytes = 0;
+  size_t total = 0;
+};
+// Capacity for any plan of at most max_batch requests and max_total_tokens tokens (0: unbounded)
+// made by plan_decode with `num_cus` and `max_rounds`.
+WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
+                                 int max_rounds = PlanInputs{}.max_rounds);
+// Exactly what one plan needs.
+WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch);
+
+// PlanInputs for the kernel shape (padded rows included).
+PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,
+                           int workgroups_per_cu);
+
+// Device addresses of the workspace regions (from a base + WorkspaceLayout, or separate
+// allocations as run_decode_on_emulator makes them so that the emulator's bounds checks see
+// each table on its own).
+struct WorkspaceAddrs {
+  uint64_t work = 0, reduce = 0, partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
+};
+WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws);
+
+struct DeviceTensors {
+  uint64_t q = 0, kv = 0, kv_indices = 0, o = 0, lse = 0;
+  float scale = 1.0f;  // sm_scale * q_scale * kv_scale
+  float kv_scale = 1.0f, logit_cap = 0.0f;
+};
+
+// The decode call for a plan, as stream operations: upload the plan's tables into the
+// workspace, (padded: zero and fill the padded q), decode, reduce when any request is split,
+// (padded: copy o / lse out). Kernargs are packed by name from the catalog's argument list
+// (KernargPacker), which load_checked_code has checked against the code objects.
+std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int batch, const DeviceTensors& t,
+                                 const WorkspaceAddrs& ws);
+
+// The HIP launch configuration of a kernarg buffer: the `extra` array hipModuleLaunchKernel gets
+// ({HIP_LAUNCH_PARAM_BUFFER_POINTER, data, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, END}).
+struct HipKernargConfig {
+  size_t size = 0;
+  void* extra[5] = {};
+};
+void hip_kernarg_config(const std::vector<uint8_t>& kernarg, HipKernargConfig& out);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual mla_backend kind() const = 0;
+  virtual std::string target() const = 0;  // "gfx942" / "gfx950"
+  virtual std::string device_name() const = 0;
+  virtual int num_cus() const = 0;
+
+  virtual uint64_t alloc(size_t bytes) = 0;
+  virtual void free(uint64_t ptr) = 0;
+  virtual void h2d(uint64_t dst, const void* src, size_t n) = 0;  // synchronous
+  virtual void d2h(void* dst, uint64_t src, size_t n) = 0;        // synchronous
+  virtual void memset(uint64_t dst, int value, size_t n) = 0;     // synchronous
+  virtual void synchronize(void* stream) = 0;
+
+  // Runs the ops in order on `stream`. Module loads go through the per-device cache.
+  virtual void run(const std::vector<DecodeOp>& ops, void* stream) = 0;
+  // Loads (once per device) and checks the code object of `k`.
+  virtual void ensure_module(const CatalogKernel& k) = 0;
+};
+
+// The emulator backend: an emu::Device, kernels dispatched synchronously.
+class EmulatorBackend : public Backend {
+ public:
+  explicit EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts = {});
+  mla_backend kind() const override { return MLA_BACKEND_EMULATOR; }
+  std::string target() const override { return std::string(emu::gfx_name(gfx_)); }
+  std::string device_name() const override { return "mla emulator " + target(); }
+  int num_cus() const override { return gfx_ == emu::Gfx::gfx942 ? 304 : 256; }
+  uint64_t alloc(size_t bytes) override;
+  uint64_t alloc_named(size_t bytes, const std::string& name, uint8_t fill);
+  void free(uint64_t ptr) override;
+  void h2d(uint64_t dst, const void* src, size_t n) override;
+  void d2h(void* dst, uint64_t src, size_t n) override;
+  void memset(uint64_t dst, int value, size_t n) override;
+  void synchronize(void*) override {}
+  void run(const std::vector<DecodeOp>& ops, void* stream) override;
+  void ensure_module(const CatalogKernel& k) override;
+
+  struct Dispatched {
+    std::string kernel;
+    emu::Dim3 grid, block;
+    std::vector<uint8_t> kernarg;  // the exact bytes handed to emu::Device::dispatch
+    emu::Counters counters;
+  };
+  // Every dispatch since the last clear (when recording), in order.
+  void set_recording(bool on) { record_ = on; }
+  std::vector<Dispatched> take_log();
+  emu::DispatchOptions& dispatch_options() { return opts_; }
+  emu::Device& device() { return dev_; }
+
+ private:
+  emu::Gfx gfx_;
+  emu::DispatchOptions opts_;
+  std::mutex mu_;
+  emu::Device dev_;
+  std::map<std::string, std::shared_ptr<const emu::CodeObject>> modules_;  // by co path
+  bool record_ = false;
+  std::vector<Dispatched> log_;
+};
+
+// HIP backend for device `ordinal`; throws RtError(NO_DEVICE) with the HIP error when there is
+// no such device (or the runtime was built without HIP headers).
+std::unique_ptr<Backend> make_hip_backend(int ordinal);
+// Whether the HIP backend was compiled in.
+bool hip_backend_available();
+
+}  // namespace mla::rt

@@ -1,0 +1,639 @@
+// The C API of mla_runtime.h over the C++ runtime (catalog, planner, backends).
+#include "runtime/mla_runtime.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/backend.h"
+#include "runtime/catalog.h"
+#include "runtime/mla_runtime_internal.h"
+#include "runtime/planner.h"
+#include "runtime/problem.h"
+
+using namespace mla::rt;
+
+struct mla_device {
+  std::unique_ptr<Backend> be;
+};
+
+struct mla_context {
+  mla_device* dev = nullptr;
+  Catalog cat;
+  bool validate = false, record = false;
+  int num_cus = 0, wpc = 1;
+  int planned_cus() const { return num_cus > 0 ? num_cus : dev->be->num_cus(); }
+};
+
+struct mla_plan {
+  SelectedKernels k;
+  int max_batch = 0;
+  int64_t max_tokens = 0;
+  int num_cus = 0, wpc = 1;
+  WorkspaceLayout ws;
+  Plan plan;
+  int batch = 0;
+  int32_t bt_stride = 0;
+  std::vector<int> kv_lens;
+  int64_t table_entries = 0;  // page-table entries the plan reads: [0, table_entries)
+};
+
+static_assert(sizeof(mla_work_unit) == sizeof(WorkUnit), "mla_work_unit mirrors WorkUnit");
+static_assert(sizeof(mla_reduce_entry) == sizeof(ReduceEntry), "mla_reduce_entry mirrors ReduceEntry");
+
+namespace {
+
+thread_local std::string g_error;
+
+mla_status fail(mla_status s, const std::string& msg) {
+  g_error = msg;
+  return s;
+}
+
+template <class F>
+mla_status guard(F&& f) {
+  try {
+    f();
+    return MLA_SUCCESS;
+  } catch (const RtError& e) {
+    return fail(e.status, e.what());
+  } catch (const CatalogError& e) {
+    return fail(MLA_ERROR_CATALOG, e.what());
+  } catch (const ProblemError& e) {
+    return fail(MLA_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const std::invalid_argument& e) {
+    return fail(MLA_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const mla::emu::Error& e) {
+    return fail(MLA_ERROR_BACKEND, std::string("emulator: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(MLA_ERROR_INTERNAL, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(MLA_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(MLA_ERROR_INTERNAL, "unknown exception");
+  }
+}
+
+[[noreturn]] void bad(const std::string& msg) { throw RtError(MLA_ERROR_INVALID_ARGUMENT, msg); }
+
+template <class T>
+void need(const T* p, const char* what) {
+  if (!p) bad(fmt::format("{} is NULL", what));
+}
+
+DType dtype_of(mla_dtype d, const char* field) {
+  if (d == MLA_DTYPE_FP8) return DType::fp8;
+  if (d == MLA_DTYPE_BF16) return DType::bf16;
+  bad(fmt::format("{} = {} is not a dtype (allowed: MLA_DTYPE_FP8, MLA_DTYPE_BF16)", field, int(d)));
+}
+
+void copy_str(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = 0;
+}
+
+Target device_target(const mla_context* ctx) {
+  std::string t = ctx->dev->be->target();
+  if (t == "gfx942") return Target::gfx942;
+  if (t == "gfx950") return Target::gfx950;
+  throw RtError(MLA_ERROR_NO_KERNEL,
+                fmt::format("the device is {}; kernels exist for gfx942 and gfx950 only", t));
+}
+
+DecodeShape to_shape(const mla_context* ctx, const mla_shape& s) {
+  DecodeShape d;
+  d.q_dtype = dtype_of(s.q_dtype, "shape.q_dtype");
+  d.kv_dtype = dtype_of(s.kv_dtype, "shape.kv_dtype");
+  if (s.heads < 1 || s.heads > 1024) bad(fmt::format("shape.heads = {} (allowed: 1..1024)", s.heads));
+  if (s.qseqlen < 1 || s.qseqlen > 64) bad(fmt::format("shape.qseqlen = {} (allowed: 1..64)", s.qseqlen));
+  if (s.page_size < 1 || s.page_size > 256 || (s.page_size & (s.page_size - 1)))
+    bad(fmt::format("shape.page_size = {} (allowed: 1 or a power of two up to 256)", s.page_size));
+  if (s.return_lse != 0 && s.return_lse != 1) bad(fmt::format("shape.return_lse = {} (allowed: 0, 1)", s.return_lse));
+  if (s.logit_cap != 0 && s.logit_cap != 1) bad(fmt::format("shape.logit_cap = {} (allowed: 0, 1)", s.logit_cap));
+  d.heads = s.heads;
+  d.qseqlen = s.qseqlen;
+  d.page_size = s.page_size;
+  d.return_lse = s.return_lse;
+  d.logit_cap = s.logit_cap;
+  d.target = device_target(ctx);
+  return d;
+}
+
+const CatalogKernel& find_kernel(const mla_context* ctx, const char* name, const char* kind, const std::string& target) {
+  for (const auto& k : ctx->cat.kernels())
+    if (k.name == name && k.kind == kind && k.target == target) return k;
+  bad(fmt::format("selection names {} kernel '{}', which the catalog {} does not hold for {}", kind, name,
+                  ctx->cat.dir(), target));
+}
+
+// Best padded candidate: same target, dtypes, page size, lse and cap; heads' >= heads and
+// qseqlen' >= qseqlen; fewest padded rows, then fewest heads. Needs its reduce kernel too.
+const CatalogKernel* padded_candidate(const mla_context* ctx, const DecodeShape& s, Selection* out) {
+  const CatalogKernel* best = nullptr;
+  for (const auto& k : ctx->cat.kernels()) {
+    if (k.kind != "mla_decode" || k.target != name(s.target)) continue;
+    const auto& sh = k.shape;
+    if (sh.value("q_dtype", "") != name(s.q_dtype) || sh.value("kv_dtype", "") != name(s.kv_dtype) ||
+        sh.value("page_size", 0) != s.page_size || sh.value("return_lse", false) != s.return_lse ||
+        sh.value("logit_cap", false) != s.logit_cap)
+      continue;
+    int h = sh.value("heads", 0), q = sh.value("qseqlen", 0);
+    if (h < s.heads || q < s.qseqlen) continue;
+    DecodeShape ks = s;
+    ks.heads = h;
+    ks.qseqlen = q;
+    Selection sel;
+    try {
+      sel = ctx->cat.select(ks);
+    } catch (const CatalogError&) {
+      continue;  // no reduce kernel for it
+    }
+    auto rows = [](const CatalogKernel& x) {
+      return std::pair(x.shape.value("heads", 0) * x.shape.value("qseqlen", 0), x.shape.value("heads", 0));
+    };
+    if (!best || rows(k) < rows(*best)) {
+      best = &k;
+      *out = sel;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+namespace mla::rt {
+
+Backend& backend_of(mla_device* dev) { return *dev->be; }
+EmulatorBackend* emulator_of(mla_device* dev) { return dynamic_cast<EmulatorBackend*>(dev->be.get()); }
+const Plan& plan_of(const mla_plan* plan) { return plan->plan; }
+
+}  // namespace mla::rt
+
+extern "C" {
+
+const char* mla_status_name(mla_status s) {
+  switch (s) {
+    case MLA_SUCCESS: return "MLA_SUCCESS";
+    case MLA_ERROR_INVALID_ARGUMENT: return "MLA_ERROR_INVALID_ARGUMENT";
+    case MLA_ERROR_CATALOG: return "MLA_ERROR_CATALOG";
+    case MLA_ERROR_NO_KERNEL: return "MLA_ERROR_NO_KERNEL";
+    case MLA_ERROR_CODE_OBJECT: return "MLA_ERROR_CODE_OBJECT";
+    case MLA_ERROR_TARGET_MISMATCH: return "MLA_ERROR_TARGET_MISMATCH";
+    case MLA_ERROR_KERNARG_MISMATCH: return "MLA_ERROR_KERNARG_MISMATCH";
+    case MLA_ERROR_NO_DEVICE: return "MLA_ERROR_NO_DEVICE";
+    case MLA_ERROR_BACKEND: return "MLA_ERROR_BACKEND";
+    case MLA_ERROR_CAPACITY: return "MLA_ERROR_CAPACITY";
+    case MLA_ERROR_OUT_OF_RANGE: return "MLA_ERROR_OUT_OF_RANGE";
+    case MLA_ERROR_INTERNAL: return "MLA_ERROR_INTERNAL";
+  }
+  return "MLA_ERROR_(unknown)";
+}
+
+const char* mla_last_error(void) { return g_error.c_str(); }
+
+// ---- Device ------------------------------------------------------------------------------------
+
+mla_status mla_device_open(mla_backend backend, int ordinal, const char* emulator_target, mla_device** out) {
+  return guard([&] {
+    need(out, "out (mla_device**)");
+    *out = nullptr;
+    auto d = std::make_unique<mla_device>();
+    if (backend == MLA_BACKEND_HIP) {
+      d->be = make_hip_backend(ordinal);
+    } else if (backend == MLA_BACKEND_EMULATOR) {
+      const char* t = emulator_target;
+      if (!t || !*t) t = std::getenv("MLA_EMULATOR_TARGET");
+      if (!t || !*t) t = "gfx942";
+      auto g = mla::emu::parse_gfx(t);
+      if (!g || std::strlen(t) != 6)
+        bad(fmt::format("emulator target '{}' (allowed: gfx942, gfx950)", t));
+      d->be = std::make_unique<EmulatorBackend>(*g);
+    } else {
+      bad(fmt::format("backend = {} (allowed: MLA_BACKEND_HIP, MLA_BACKEND_EMULATOR)", int(backend)));
+    }
+    *out = d.release();
+  });
+}
+
+void mla_device_close(mla_device* dev) { delete dev; }
+
+mla_status mla_device_get_info(const mla_device* dev, mla_device_info* out) {
+  return guard([&] {
+    need(dev, "dev");
+    need(out, "out");
+    out->backend = dev->be->kind();
+    copy_str(out->target, sizeof out->target, dev->be->target());
+    copy_str(out->name, sizeof out->name, dev->be->device_name());
+    out->num_cus = dev->be->num_cus();
+  });
+}
+
+mla_status mla_malloc(mla_device* dev, size_t bytes, uint64_t* out_ptr) {
+  return guard([&] {
+    need(dev, "dev");
+    need(out_ptr, "out_ptr");
+    *out_ptr = 0;
+    if (bytes == 0) bad("mla_malloc of 0 bytes");
+    *out_ptr = dev->be->alloc(bytes);
+  });
+}
+
+mla_status mla_free(mla_device* dev, uint64_t ptr) {
+  return guard([&] {
+    need(dev, "dev");
+    if (ptr) dev->be->free(ptr);
+  });
+}
+
+mla_status mla_memcpy_h2d(mla_device* dev, uint64_t dst, const void* src, size_t bytes) {
+  return guard([&] {
+    need(dev, "dev");
+    if (bytes == 0) return;
+    need(src, "src");
+    if (!dst) bad("dst is a null device pointer");
+    dev->be->h2d(dst, src, bytes);
+  });
+}
+
+mla_status mla_memcpy_d2h(mla_device* dev, void* dst, uint64_t src, size_t bytes) {
+  return guard([&] {
+    need(dev, "dev");
+    if (bytes == 0) return;
+    need(dst, "dst");
+    if (!src) bad("src is a null device pointer");
+    dev->be->d2h(dst, src, bytes);
+  });
+}
+
+mla_status mla_memset(mla_device* dev, uint64_t dst, int value, size_t bytes) {
+  return guard([&] {
+    need(dev, "dev");
+    if (bytes == 0) return;
+    if (!dst) bad("dst is a null device pointer");
+    dev->be->memset(dst, value, bytes);
+  });
+}
+
+mla_status mla_stream_synchronize(mla_device* dev, void* stream) {
+  return guard([&] {
+    need(dev, "dev");
+    dev->be->synchronize(stream);
+  });
+}
+
+// ---- Context -----------------------------------------------------------------------------------
+
+mla_status mla_context_create(mla_device* dev, const char* catalog_dir, mla_context** out) {
+  return guard([&] {
+    need(dev, "dev");
+    need(out, "out (mla_context**)");
+    *out = nullptr;
+    auto c = std::make_unique<mla_context>();
+    c->dev = dev;
+    try {
+      c->cat = (catalog_dir && *catalog_dir) ? Catalog::open(catalog_dir) : Catalog::open_from_env();
+    } catch (const CatalogError&) {
+      throw;
+    } catch (const std::exception& e) {  // malformed catalog.json fields, filesystem errors
+      throw CatalogError(fmt::format("{}: unreadable catalog: {}",
+                                     catalog_dir && *catalog_dir ? catalog_dir : "$MLA_CATALOG_DIR", e.what()));
+    }
+    *out = c.release();
+  });
+}
+
+void mla_context_destroy(mla_context* ctx) { delete ctx; }
+
+mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
+  return guard([&] {
+    need(ctx, "ctx");
+    switch (opt) {
+      case MLA_OPTION_VALIDATE: ctx->validate = v != 0; break;
+      case MLA_OPTION_NUM_CUS:
+        if (v < 0 || v > 65536) bad(fmt::format("MLA_OPTION_NUM_CUS = {} (allowed: 0..65536, 0 = the device's)", v));
+        ctx->num_cus = int(v);
+        break;
+      case MLA_OPTION_WORKGROUPS_PER_CU:
+        if (v < 1 || v > 64) bad(fmt::format("MLA_OPTION_WORKGROUPS_PER_CU = {} (allowed: 1..64)", v));
+        ctx->wpc = int(v);
+        break;
+      case MLA_OPTION_RECORD_LAUNCHES: {
+        ctx->record = v != 0;
+        if (auto* e = emulator_of(ctx->dev)) e->set_recording(ctx->record);
+        break;
+      }
+      default: bad(fmt::format("option {} is not an mla_option", int(opt)));
+    }
+  });
+}
+
+mla_status mla_kernel_count(const mla_context* ctx, size_t* out) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(out, "out_count");
+    *out = ctx->cat.kernels().size();
+  });
+}
+
+mla_status mla_kernel_get(const mla_context* ctx, size_t i, mla_kernel_info* out) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(out, "out");
+    const auto& ks = ctx->cat.kernels();
+    if (i >= ks.size()) bad(fmt::format("kernel index {} (allowed: 0..{})", i, ks.size() - 1));
+    const CatalogKernel& k = ks[i];
+    *out = mla_kernel_info{};
+    out->name = k.name.c_str();
+    out->kind = k.kind.c_str();
+    out->target = k.target.c_str();
+    out->co_path = k.co_path.c_str();
+    out->heads = k.shape.value("heads", 0);
+    out->qseqlen = k.shape.value("qseqlen", 0);
+    out->page_size = k.shape.value("page_size", 0);
+    out->q_dtype = k.shape.value("q_dtype", "fp8") == std::string("bf16") ? MLA_DTYPE_BF16 : MLA_DTYPE_FP8;
+    out->kv_dtype = k.shape.value("kv_dtype", "fp8") == std::string("bf16") ? MLA_DTYPE_BF16 : MLA_DTYPE_FP8;
+    out->return_lse = k.shape.value("return_lse", false);
+    out->logit_cap = k.shape.value("logit_cap", false);
+    out->kernarg_size = k.kernarg_size;
+  });
+}
+
+// ---- Selection ---------------------------------------------------------------------------------
+
+mla_status mla_select(mla_context* ctx, const mla_shape* shape, unsigned flags, mla_selection* out) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(shape, "shape");
+    need(out, "out");
+    if (flags & ~MLA_SELECT_ALLOW_PADDING) bad(fmt::format("flags = 0x{:x} (allowed: MLA_SELECT_ALLOW_PADDING)", flags));
+    DecodeShape s = to_shape(ctx, *shape);
+    Selection sel;
+    bool padded = false;
+    try {
+      sel = ctx->cat.select(s);
+    } catch (const CatalogError& e) {
+      Selection psel;
+      const CatalogKernel* p = padded_candidate(ctx, s, &psel);
+      if (!p) throw RtError(MLA_ERROR_NO_KERNEL, e.what());
+      if (!(flags & MLA_SELECT_ALLOW_PADDING))
+        throw RtError(MLA_ERROR_NO_KERNEL,
+                      fmt::format("{}\n(padding would run it on {}: pass MLA_SELECT_ALLOW_PADDING to allow that)",
+                                  e.what(), p->name));
+      sel = psel;
+      padded = true;
+    }
+    *out = mla_selection{};
+    out->shape = *shape;
+    copy_str(out->decode_kernel, sizeof out->decode_kernel, sel.decode.name);
+    copy_str(out->reduce_kernel, sizeof out->reduce_kernel, sel.reduce.name);
+    out->kernel_heads = sel.decode.shape.value("heads", s.heads);
+    out->kernel_qseqlen = sel.decode.shape.value("qseqlen", s.qseqlen);
+    out->fallback = padded ? MLA_FALLBACK_PADDED : MLA_FALLBACK_NONE;
+    std::string note =
+        padded ? fmt::format("PADDED: no kernel for {}; running it on {} (heads {} -> {}, qseqlen {} -> {}): q is "
+                             "copied into a padded workspace and o/lse copied back",
+                             s.describe(), sel.decode.name, s.heads, out->kernel_heads, s.qseqlen, out->kernel_qseqlen)
+               : fmt::format("exact: {} + {}", sel.decode.name, sel.reduce.name);
+    copy_str(out->note, sizeof out->note, note);
+  });
+}
+
+// ---- Plan --------------------------------------------------------------------------------------
+
+mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_batch, int64_t max_total_tokens,
+                           mla_plan** out) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(sel, "sel");
+    need(out, "out (mla_plan**)");
+    *out = nullptr;
+    if (max_batch < 1 || max_batch > (1 << 20)) bad(fmt::format("max_batch = {} (allowed: 1..{})", max_batch, 1 << 20));
+    if (max_total_tokens < 0 || max_total_tokens > (int64_t(1) << 40))
+      bad(fmt::format("max_total_tokens = {} (allowed: 0..2^40, 0 = unbounded)", max_total_tokens));
+    DecodeShape s = to_shape(ctx, sel->shape);
+    std::string t = name(s.target);
+    Selection ks{find_kernel(ctx, sel->decode_kernel, "mla_decode", t), find_kernel(ctx, sel->reduce_kernel, "mla_reduce", t)};
+    auto p = std::make_unique<mla_plan>();
+    p->k = selected_kernels(ks, s);
+    if (p->k.kheads < s.heads || p->k.kqseqlen < s.qseqlen)
+      bad(fmt::format("selection: kernel {} (heads {}, qseqlen {}) cannot run heads {} qseqlen {}", ks.decode.name,
+                      p->k.kheads, p->k.kqseqlen, s.heads, s.qseqlen));
+    // Load and check both code objects now (per-device cache): target, metadata vs catalog.
+    ctx->dev->be->ensure_module(p->k.decode);
+    ctx->dev->be->ensure_module(p->k.reduce);
+    p->max_batch = max_batch;
+    p->max_tokens = max_total_tokens;
+    p->num_cus = ctx->planned_cus();
+    p->wpc = ctx->wpc;
+    p->ws = workspace_layout(p->k, max_batch, max_total_tokens, p->num_cus);
+    if (p->ws.total > (size_t(1) << 46))
+      throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace of {} bytes for max_batch {} max_total_tokens {}: too "
+                                                    "large (give a token bound)",
+                                                    p->ws.total, max_batch, max_total_tokens));
+    *out = p.release();
+  });
+}
+
+void mla_plan_destroy(mla_plan* plan) { delete plan; }
+
+mla_status mla_plan_workspace_size(const mla_plan* plan, size_t* out) {
+  return guard([&] {
+    need(plan, "plan");
+    need(out, "out_bytes");
+    *out = plan->ws.total;
+  });
+}
+
+mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(plan, "plan");
+    need(kv_lens, "kv_lens");
+    if (batch < 1 || batch > plan->max_batch) {
+      if (batch > plan->max_batch)
+        throw RtError(MLA_ERROR_CAPACITY, fmt::format("batch = {} exceeds the plan's max_batch = {}", batch, plan->max_batch));
+      bad(fmt::format("batch = {} (allowed: 1..max_batch = {})", batch, plan->max_batch));
+    }
+    if (stride < 0) bad(fmt::format("block_table_stride = {} (allowed: 0 = packed, or > 0)", stride));
+    const SelectedKernels& k = plan->k;
+    int64_t tokens = 0, entries = 0;
+    std::vector<int> lens(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) {
+      int64_t v = kv_lens[b];
+      if (v < k.qseqlen)
+        bad(fmt::format("kv_lens[{}] = {} (allowed: >= qseqlen = {}; a request holds its own query rows)", b, v,
+                        k.qseqlen));
+      if (v < k.kqseqlen)
+        bad(fmt::format("kv_lens[{}] = {} < {} = the padded kernel's qseqlen (kernel {}): too short to pad", b, v,
+                        k.kqseqlen, k.decode.name));
+      if (v > (int64_t(1) << 30))
+        bad(fmt::format("kv_lens[{}] = {} (allowed: qseqlen..2^30 tokens: the kernels count tokens in 32 bits)", b, v));
+      int64_t pages = (v + k.page_size - 1) / k.page_size;
+      if (stride > 0 && pages > stride)
+        bad(fmt::format("kv_lens[{}] = {} needs {} pages > block_table_stride = {}", b, v, pages, stride));
+      tokens += v;
+      entries = stride > 0 ? int64_t(b) * stride + pages : entries + pages;
+      lens[size_t(b)] = int(v);
+    }
+    // The kernel addresses the page table with 32-bit byte offsets: entries * 4 < 2^32.
+    if (entries >= (int64_t(1) << 30))
+      bad(fmt::format("the batch's page table has {} entries (allowed: < 2^30; total tokens {})", entries, tokens));
+    if (plan->max_tokens > 0 && tokens > plan->max_tokens)
+      throw RtError(MLA_ERROR_CAPACITY, fmt::format("the batch holds {} kv tokens, more than the plan's max_total_tokens "
+                                                    "= {}",
+                                                    tokens, plan->max_tokens));
+    Plan p = plan_decode(plan_inputs_for(k, lens, plan->num_cus, plan->wpc));
+    if (stride > 0)
+      for (auto& u : p.units) u.page_base = u.batch * stride;
+    if (p.units.size() > plan->ws.max_units || size_t(p.num_partials) > plan->ws.max_partials ||
+        p.reduces.size() > plan->ws.max_reduces)
+      throw RtError(MLA_ERROR_INTERNAL,
+                    fmt::format("plan ({} units, {} partials) exceeds the workspace capacity ({} units, {} partials)",
+                                p.units.size(), p.num_partials, plan->ws.max_units, plan->ws.max_partials));
+    plan->plan = std::move(p);
+    plan->batch = batch;
+    plan->bt_stride = stride;
+    plan->kv_lens = std::move(lens);
+    plan->table_entries = entries;
+  });
+}
+
+mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out) {
+  return guard([&] {
+    need(plan, "plan");
+    need(out, "out");
+    *out = mla_plan_info{};
+    out->batch = plan->batch;
+    out->max_batch = plan->max_batch;
+    out->max_total_tokens = plan->max_tokens;
+    out->num_units = int(plan->plan.units.size());
+    out->num_reduce_entries = int(plan->plan.reduces.size());
+    out->num_partials = plan->plan.num_partials;
+    out->num_cus = plan->num_cus;
+    out->balance = plan->plan.balance;
+    out->workspace_bytes = plan->ws.total;
+  });
+}
+
+mla_status mla_plan_get_tables(const mla_plan* plan, const mla_work_unit** units, size_t* num_units,
+                               const mla_reduce_entry** reduces, size_t* num_reduces, const int32_t** splits) {
+  return guard([&] {
+    need(plan, "plan");
+    const Plan& p = plan->plan;
+    if (units) *units = reinterpret_cast<const mla_work_unit*>(p.units.data());
+    if (num_units) *num_units = p.units.size();
+    if (reduces) *reduces = reinterpret_cast<const mla_reduce_entry*>(p.reduces.data());
+    if (num_reduces) *num_reduces = p.reduces.size();
+    if (splits) *splits = reinterpret_cast<const int32_t*>(p.splits.data());
+  });
+}
+
+}  // extern "C"
+
+// ---- Decode ------------------------------------------------------------------------------------
+
+namespace {
+
+void check_stride(int64_t given, int64_t want, const char* field, const char* meaning) {
+  if (given != 0 && given != want)
+    bad(fmt::format("args.{} = {} (allowed: 0 or {} = {}; the kernels read contiguous tensors: make it contiguous "
+                    "first)",
+                    field, given, want, meaning));
+}
+
+void check_scale(float v, const char* field, bool positive) {
+  if (!std::isfinite(v) || (positive ? !(v > 0) : v < 0))
+    bad(fmt::format("args.{} = {} (allowed: finite, {})", field, v, positive ? "> 0" : ">= 0"));
+}
+
+// Checks the arguments; returns the tensors the kernels get.
+DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
+  const SelectedKernels& k = plan->k;
+  if (plan->batch == 0) bad("the plan has no batch yet: call mla_plan_update first");
+  if (!a->q) bad("args.q is a null device pointer");
+  if (!a->kv) bad("args.kv is a null device pointer");
+  if (!a->kv_indices) bad("args.kv_indices is a null device pointer");
+  if (!a->o) bad("args.o is a null device pointer");
+  if (k.return_lse && !a->lse) bad("args.lse is a null device pointer but the shape asks for lse (return_lse = 1)");
+  const int64_t H = k.heads, P = k.page_size;
+  check_stride(a->q_stride_row, H * kQkDim, "q_stride_row", "heads*576");
+  check_stride(a->q_stride_head, kQkDim, "q_stride_head", "576");
+  check_stride(a->kv_stride_page, P * kQkDim, "kv_stride_page", "page_size*576");
+  check_stride(a->kv_stride_token, kQkDim, "kv_stride_token", "576");
+  check_stride(a->o_stride_row, H * kVDim, "o_stride_row", "heads*512");
+  check_stride(a->o_stride_head, kVDim, "o_stride_head", "512");
+  if (a->num_pages < 1) bad(fmt::format("args.num_pages = {} (allowed: >= 1, the pages in kv)", a->num_pages));
+  if (a->num_pages * P > (int64_t(1) << 32))
+    bad(fmt::format("args.num_pages = {} x page_size {} tokens (allowed: < 2^32 tokens: 32-bit token rows)",
+                    a->num_pages, P));
+  check_scale(a->sm_scale, "sm_scale", true);
+  check_scale(a->q_scale, "q_scale", true);
+  check_scale(a->kv_scale, "kv_scale", true);
+  if (k.logit_cap) check_scale(a->logit_cap, "logit_cap", true);
+  DeviceTensors t;
+  t.q = a->q;
+  t.kv = a->kv;
+  t.kv_indices = a->kv_indices;
+  t.o = a->o;
+  t.lse = k.return_lse ? a->lse : 0;
+  t.scale = float(double(a->sm_scale) * a->q_scale * a->kv_scale);
+  t.kv_scale = a->kv_scale;
+  t.logit_cap = k.logit_cap ? a->logit_cap : 0.0f;
+  return t;
+}
+
+// Validation mode: every page id the plan will read must be in 0..num_pages-1.
+void validate_indices(mla_context* ctx, const mla_plan* plan, const mla_decode_args* a) {
+  std::vector<int32_t> idx(size_t(plan->table_entries));
+  ctx->dev->be->d2h(idx.data(), a->kv_indices, idx.size() * sizeof(int32_t));
+  const int P = plan->k.page_size;
+  int64_t base = 0;
+  for (int b = 0; b < plan->batch; ++b) {
+    int64_t pages = (plan->kv_lens[size_t(b)] + P - 1) / P;
+    if (plan->bt_stride > 0) base = int64_t(b) * plan->bt_stride;
+    for (int64_t j = 0; j < pages; ++j) {
+      int32_t v = idx[size_t(base + j)];
+      if (v < 0 || v >= a->num_pages)
+        throw RtError(MLA_ERROR_OUT_OF_RANGE,
+                      fmt::format("kv_indices[{}] = {} is not a page id (allowed: 0..{}, num_pages = {}); request {}, "
+                                  "page {} of {} (tokens {}..{})",
+                                  base + j, v, a->num_pages - 1, a->num_pages, b, j, pages, j * P,
+                                  std::min<int64_t>((j + 1) * P, plan->kv_lens[size_t(b)]) - 1));
+    }
+    if (plan->bt_stride == 0) base += pages;
+  }
+}
+
+}  // namespace
+
+namespace mla::rt {
+
+std::vector<DecodeOp> decode_ops_of(mla_context*, const mla_plan* plan, const mla_decode_args* args,
+                                    uint64_t workspace) {
+  DeviceTensors t = check_args(plan, args);
+  return decode_ops(plan->k, plan->plan, plan->batch, t, workspace_addrs(workspace, plan->ws));
+}
+
+}  // namespace mla::rt
+
+extern "C" mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args,
+                                 uint64_t workspace, size_t workspace_bytes, void* stream) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(plan, "plan");
+    need(args, "args");
+    DeviceTensors t = check_args(plan, args);
+    if (!workspace) bad("workspace is a null device pointer");
+    if (workspace_bytes < plan->ws.total)
+      throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace_bytes = {} < {} (mla_plan_workspace_size)",
+                                                    workspace_bytes, plan->ws.total));
+    if (ctx->validate) validate_indices(ctx, plan, args);
+    auto ops = decode_ops(plan->k, plan->plan, plan->batch, t, workspace_addrs(workspace, plan->ws));
+    ctx->dev->be->run(ops, stream);
+  });
+}

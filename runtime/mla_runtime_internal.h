@@ -1,0 +1,19 @@
+// C++ access to the objects behind the C API (tests, tools). Not part of the C API.
+#pragma once
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/mla_runtime.h"
+
+namespace mla::rt {
+
+Backend& backend_of(mla_device* dev);
+// The emulator backend of `dev`, or nullptr for a HIP device.
+EmulatorBackend* emulator_of(mla_device* dev);
+// The operations mla_decode would run for these arguments (without validation or running).
+std::vector<DecodeOp> decode_ops_of(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args,
+                                    uint64_t workspace);
+// The plan's current host plan.
+const Plan& plan_of(const mla_plan* plan);
+
+}  // namespace mla::rt

@@ -1,0 +1,520 @@
+// The C API (runtime/mla_runtime.h) through the emulator backend: open, select, plan, launch,
+// read outputs, compared with the fp64 reference; the kernarg bytes a HIP launch would send are
+// the bytes the emulator dispatched; bad input gives an error code and message (no crash); the
+// HIP backend fails cleanly with no GPU; examples/mla_example runs on the emulator.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <array>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+#include "config/config.h"
+#include "runtime/mla_runtime.h"
+#include "runtime/mla_runtime_internal.h"
+#include "runtime/problem.h"
+#include "tests/reference/mla_reference.h"
+
+using namespace mla;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One catalog for the process: gfx942 fp8/fp8, 16 heads, qseqlen 1, page size 16 (+ its reduce).
+const std::string& catalog_dir() {
+  static std::string dir = [] {
+    std::string d = (fs::temp_directory_path() / fmt::format("mla-rt-capi-{}", getpid())).string();
+    std::string cfg = R"({"deployment": "capi", "kernels": [{"kind": "mla_decode", "target": "gfx942", "heads": 16,
+        "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 1, "page_size": 16, "return_lse": false, "logit_cap": false}]})";
+    gen::BuildOptions o;
+    o.out_dir = d;
+    o.jobs = 2;
+    gen::build_catalog({gen::parse_config(cfg, "capi.json")}, o);
+    return d;
+  }();
+  return dir;
+}
+
+// A copy of the catalog that a test may damage.
+std::string catalog_copy(const std::string& tag) {
+  std::string d = (fs::temp_directory_path() / fmt::format("mla-rt-capi-{}-{}", getpid(), tag)).string();
+  fs::remove_all(d);
+  fs::copy(catalog_dir(), d, fs::copy_options::recursive);
+  return d;
+}
+
+std::string decode_co(const std::string& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.path().filename().string().rfind("mla_decode", 0) == 0 && e.path().extension() == ".co")
+      return e.path().string();
+  FAIL("no decode .co in " << dir);
+  return {};
+}
+
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    mla_status s_ = (call);                                                                        \
+    INFO(#call << ": " << mla_status_name(s_) << ": " << mla_last_error());                        \
+    REQUIRE(s_ == MLA_SUCCESS);                                                                    \
+  } while (0)
+
+// Expects `call` to fail with `status` and a message containing `text`.
+#define FAILS(call, status, text)                                                                  \
+  do {                                                                                             \
+    mla_status s_ = (call);                                                                        \
+    std::string m_ = mla_last_error();                                                             \
+    INFO(#call << " -> " << mla_status_name(s_) << ": " << m_);                                    \
+    CHECK(s_ == (status));                                                                         \
+    CHECK_THAT(m_, Contains(text));                                                                \
+  } while (0)
+
+mla_shape shape16(int heads = 16) { return mla_shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, heads, 1, 16, 0, 0}; }
+
+// An emulator device, a context on `dir`, a selection, a plan, device tensors of a problem.
+struct Session {
+  mla_device* dev = nullptr;
+  mla_context* ctx = nullptr;
+  mla_plan* plan = nullptr;
+  mla_selection sel{};
+  rt::Problem prob;
+  mla_decode_args args{};
+  uint64_t ws = 0;
+  size_t ws_bytes = 0;
+
+  explicit Session(const std::string& dir = catalog_dir()) {
+    OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+    OK(mla_context_create(dev, dir.c_str(), &ctx));
+    OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));  // small grids keep the emulator fast
+  }
+  ~Session() {
+    mla_plan_destroy(plan);
+    mla_context_destroy(ctx);
+    mla_device_close(dev);
+  }
+  uint64_t upload(const void* p, size_t n) {
+    uint64_t a = 0;
+    OK(mla_malloc(dev, n, &a));
+    OK(mla_memcpy_h2d(dev, a, p, n));
+    return a;
+  }
+  // Selects for `heads`, plans the problem's batch, uploads everything.
+  void prepare(std::vector<int> lens, int heads = 16, unsigned flags = MLA_SELECT_EXACT, uint64_t seed = 7) {
+    rt::ProblemParams pp;
+    pp.target = rt::Target::gfx942;
+    pp.heads = heads;
+    pp.page_size = 16;
+    pp.kv_lens = lens;
+    pp.seed = seed;
+    pp.extra_pages = 3;
+    prob = rt::make_random_problem(pp);
+    mla_shape s = shape16(heads);
+    OK(mla_select(ctx, &s, flags, &sel));
+    OK(mla_plan_create(ctx, &sel, 8, 4096, &plan));
+    OK(mla_plan_workspace_size(plan, &ws_bytes));
+    OK(mla_malloc(dev, ws_bytes, &ws));
+    std::vector<int32_t> l(lens.begin(), lens.end());
+    OK(mla_plan_update(ctx, plan, l.data(), int(l.size()), 0));
+    args = mla_decode_args{};
+    args.q = upload(prob.q.bytes.data(), prob.q.bytes.size());
+    args.kv = upload(prob.kv.bytes.data(), prob.kv.bytes.size());
+    args.num_pages = prob.num_pages();
+    args.kv_indices = upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
+    OK(mla_malloc(dev, size_t(prob.rows()) * heads * 512 * 2, &args.o));
+    OK(mla_memset(dev, args.o, 0xff, size_t(prob.rows()) * heads * 512 * 2));
+    args.sm_scale = float(prob.sm_scale);
+    args.q_scale = args.kv_scale = 1.0f;
+  }
+  std::vector<uint16_t> read_o() {
+    std::vector<uint16_t> o(size_t(prob.rows()) * prob.heads * 512);
+    OK(mla_memcpy_d2h(dev, o.data(), args.o, o.size() * 2));
+    return o;
+  }
+  ref::Compare check_against_reference() {
+    auto cmp = ref::compare(ref::run_reference(prob), read_o(), nullptr);
+    INFO(cmp.summary());
+    CHECK(cmp.clean());
+    CHECK(cmp.d < 3e-3);
+    CHECK(cmp.max_abs_err <= 0.05 * cmp.max_abs_ref);
+    return cmp;
+  }
+};
+
+std::string exe_dir() { return fs::read_symlink("/proc/self/exe").parent_path().string(); }
+
+// Runs a command, returns (exit status, stdout+stderr).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(f);
+  std::array<char, 512> buf{};
+  while (fgets(buf.data(), buf.size(), f)) out += buf.data();
+  int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace
+
+TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backend)", "[runtime][capi]") {
+  Session s;
+  size_t n = 0;
+  OK(mla_kernel_count(s.ctx, &n));
+  REQUIRE(n == 2);
+  bool saw_decode = false;
+  for (size_t i = 0; i < n; ++i) {
+    mla_kernel_info k;
+    OK(mla_kernel_get(s.ctx, i, &k));
+    if (std::string(k.kind) == "mla_decode") {
+      saw_decode = true;
+      CHECK(k.heads == 16);
+      CHECK(k.page_size == 16);
+      CHECK(std::string(k.target) == "gfx942");
+    }
+  }
+  CHECK(saw_decode);
+  mla_device_info di;
+  OK(mla_device_get_info(s.dev, &di));
+  CHECK(std::string(di.target) == "gfx942");
+  CHECK(di.num_cus == 304);
+
+  s.prepare({70, 200, 33, 16});
+  CHECK(s.sel.fallback == MLA_FALLBACK_NONE);
+  CHECK(std::string(s.sel.decode_kernel) == "mla_decode_fp8fp8_h16_qs1_pg16");
+  mla_plan_info pi;
+  OK(mla_plan_get_info(s.plan, &pi));
+  CHECK(pi.batch == 4);
+  CHECK(pi.num_cus == 16);
+  CHECK(pi.num_reduce_entries >= 1);  // 16 CUs for 4 requests: some are split
+  const mla_work_unit* units;
+  const mla_reduce_entry* reds;
+  const int32_t* splits;
+  size_t nu = 0, nr = 0;
+  OK(mla_plan_get_tables(s.plan, &units, &nu, &reds, &nr, &splits));
+  CHECK(int(nu) == pi.num_units);
+  int64_t tokens = 0;
+  for (size_t i = 0; i < nu; ++i) tokens += units[i].kv_end - units[i].kv_start;
+  CHECK(tokens == 70 + 200 + 33 + 16);
+  for (size_t i = 0; i < nr; ++i) CHECK(splits[reds[i].batch] == reds[i].num_splits);
+
+  OK(mla_context_set_option(s.ctx, MLA_OPTION_VALIDATE, 1));
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  OK(mla_stream_synchronize(s.dev, nullptr));
+  s.check_against_reference();
+  const std::vector<uint16_t> packed = s.read_o();
+
+  SECTION("the same plan object re-planned for another batch reuses the workspace") {
+    std::vector<int32_t> lens = {500, 17};
+    OK(mla_plan_update(s.ctx, s.plan, lens.data(), 2, 0));
+    size_t ws2 = 0;
+    OK(mla_plan_workspace_size(s.plan, &ws2));
+    CHECK(ws2 == s.ws_bytes);
+    rt::ProblemParams pp;
+    pp.page_size = 16;
+    pp.kv_lens = {500, 17};
+    pp.seed = 9;
+    s.prob = rt::make_random_problem(pp);
+    s.args.q = s.upload(s.prob.q.bytes.data(), s.prob.q.bytes.size());
+    s.args.kv = s.upload(s.prob.kv.bytes.data(), s.prob.kv.bytes.size());
+    s.args.num_pages = s.prob.num_pages();
+    s.args.kv_indices = s.upload(s.prob.kv_indices.data(), s.prob.kv_indices.size() * 4);
+    OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+    s.check_against_reference();
+  }
+  SECTION("a vLLM-style block table [batch, stride] gives the same bytes") {
+    const int stride = 16;
+    std::vector<int32_t> table(size_t(4) * stride, -1);  // unused entries: invalid on purpose
+    for (int b = 0; b < 4; ++b)
+      for (int j = 0; j < s.prob.pages_of(b); ++j) table[size_t(b) * stride + j] = s.prob.kv_indices[s.prob.kv_indptr[b] + j];
+    s.args.kv_indices = s.upload(table.data(), table.size() * 4);
+    std::vector<int32_t> lens = {70, 200, 33, 16};
+    OK(mla_plan_update(s.ctx, s.plan, lens.data(), 4, stride));
+    OK(mla_memset(s.dev, s.args.o, 0xff, packed.size() * 2));
+    OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+    CHECK(s.read_o() == packed);
+  }
+}
+
+TEST_CASE("C API: the kernarg bytes a HIP launch sends are the bytes the emulator dispatches", "[runtime][capi]") {
+  Session s;
+  s.prepare({300, 40});
+  OK(mla_context_set_option(s.ctx, MLA_OPTION_RECORD_LAUNCHES, 1));
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  auto log = rt::emulator_of(s.dev)->take_log();
+  auto ops = rt::decode_ops_of(s.ctx, s.plan, &s.args, s.ws);
+  std::vector<const rt::DecodeOp*> launches;
+  for (const auto& op : ops)
+    if (op.kind == rt::DecodeOp::Launch) launches.push_back(&op);
+  REQUIRE(launches.size() == 2);  // decode + reduce (requests are split over 16 CUs)
+  REQUIRE(log.size() == launches.size());
+  for (size_t i = 0; i < log.size(); ++i) {
+    const rt::DecodeOp& op = *launches[i];
+    rt::HipKernargConfig cfg;
+    rt::hip_kernarg_config(op.kernarg, cfg);  // what hipModuleLaunchKernel receives as `extra`
+    REQUIRE(cfg.extra[0] == reinterpret_cast<void*>(1));  // HIP_LAUNCH_PARAM_BUFFER_POINTER
+    REQUIRE(cfg.extra[2] == reinterpret_cast<void*>(2));  // HIP_LAUNCH_PARAM_BUFFER_SIZE
+    REQUIRE(cfg.extra[4] == reinterpret_cast<void*>(3));  // HIP_LAUNCH_PARAM_END
+    const size_t size = *static_cast<size_t*>(cfg.extra[3]);
+    const auto* bytes = static_cast<const uint8_t*>(cfg.extra[1]);
+    std::vector<uint8_t> hip(bytes, bytes + size);
+    CHECK(log[i].kernel == op.kernel->name);
+    CHECK(log[i].grid.x == op.grid.x);
+    CHECK(log[i].grid.y == op.grid.y);
+    CHECK(log[i].block.x == op.block.x);
+    CHECK(hip == log[i].kernarg);
+    CHECK(size == op.kernel->kernarg_size);
+  }
+  // The decode kernarg holds the caller's pointers where the code object declares them.
+  const rt::CatalogKernel& dk = *launches[0]->kernel;
+  auto at = [&](const char* name) {
+    uint64_t v;
+    std::memcpy(&v, log[0].kernarg.data() + dk.arg(name).offset, 8);
+    return v;
+  };
+  CHECK(at("q") == s.args.q);
+  CHECK(at("kv") == s.args.kv);
+  CHECK(at("kv_indices") == s.args.kv_indices);
+  CHECK(at("o") == s.args.o);
+  CHECK(at("work") == s.ws);  // the work-unit table is the workspace's first region
+}
+
+TEST_CASE("C API: padded fallback only when allowed, reported, and correct", "[runtime][capi]") {
+  Session s;
+  mla_shape sh = shape16(12);
+  mla_selection sel;
+  FAILS(mla_select(s.ctx, &sh, MLA_SELECT_EXACT, &sel), MLA_ERROR_NO_KERNEL, "MLA_SELECT_ALLOW_PADDING");
+  CHECK_THAT(mla_last_error(), Contains("heads=12"));
+  s.prepare({90, 33}, 12, MLA_SELECT_ALLOW_PADDING);
+  CHECK(s.sel.fallback == MLA_FALLBACK_PADDED);
+  CHECK(s.sel.kernel_heads == 16);
+  CHECK_THAT(s.sel.note, Contains("PADDED"));
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  s.check_against_reference();
+}
+
+TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][errors]") {
+  SECTION("unknown catalog directory, unset MLA_CATALOG_DIR, and the variable when set") {
+    mla_device* dev = nullptr;
+    OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+    mla_context* ctx = nullptr;
+    FAILS(mla_context_create(dev, "/nonexistent/mla-catalog", &ctx), MLA_ERROR_CATALOG, "/nonexistent/mla-catalog");
+    CHECK(ctx == nullptr);
+    unsetenv("MLA_CATALOG_DIR");
+    FAILS(mla_context_create(dev, nullptr, &ctx), MLA_ERROR_CATALOG, "MLA_CATALOG_DIR");
+    setenv("MLA_CATALOG_DIR", catalog_dir().c_str(), 1);
+    OK(mla_context_create(dev, nullptr, &ctx));
+    unsetenv("MLA_CATALOG_DIR");
+    mla_context_destroy(ctx);
+    mla_device_close(dev);
+  }
+  SECTION("emulator target and backend enums") {
+    mla_device* dev = nullptr;
+    FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx90a", &dev), MLA_ERROR_INVALID_ARGUMENT, "gfx90a");
+    FAILS(mla_device_open(mla_backend(7), 0, nullptr, &dev), MLA_ERROR_INVALID_ARGUMENT, "backend = 7");
+    CHECK(dev == nullptr);
+  }
+  SECTION("null pointers") {
+    FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", nullptr), MLA_ERROR_INVALID_ARGUMENT, "NULL");
+    mla_context* ctx = nullptr;
+    FAILS(mla_context_create(nullptr, catalog_dir().c_str(), &ctx), MLA_ERROR_INVALID_ARGUMENT, "dev is NULL");
+    Session s;
+    mla_selection sel;
+    FAILS(mla_select(s.ctx, nullptr, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape is NULL");
+    mla_shape sh = shape16();
+    FAILS(mla_select(s.ctx, &sh, 0, nullptr), MLA_ERROR_INVALID_ARGUMENT, "out is NULL");
+    FAILS(mla_plan_create(s.ctx, nullptr, 1, 0, &s.plan), MLA_ERROR_INVALID_ARGUMENT, "sel is NULL");
+    FAILS(mla_decode(s.ctx, nullptr, nullptr, 0, 0, nullptr), MLA_ERROR_INVALID_ARGUMENT, "plan is NULL");
+    FAILS(mla_memcpy_h2d(s.dev, 0x1234, &sh, sizeof sh), MLA_ERROR_INVALID_ARGUMENT, "not inside one allocation");
+    uint64_t p = 0;
+    FAILS(mla_memcpy_d2h(s.dev, &sh, 0, sizeof sh), MLA_ERROR_INVALID_ARGUMENT, "null device pointer");
+    FAILS(mla_malloc(s.dev, 16, nullptr), MLA_ERROR_INVALID_ARGUMENT, "out_ptr is NULL");
+    OK(mla_malloc(s.dev, 16, &p));
+    FAILS(mla_memcpy_d2h(s.dev, &sh, p, 4096), MLA_ERROR_INVALID_ARGUMENT, "not inside one allocation");
+    FAILS(mla_free(s.dev, p + 4), MLA_ERROR_INVALID_ARGUMENT, "not an allocation");
+
+    s.prepare({40});
+    mla_decode_args a = s.args;
+    a.q = 0;
+    FAILS(mla_decode(s.ctx, s.plan, &a, s.ws, s.ws_bytes, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.q");
+    a = s.args;
+    a.kv_indices = 0;
+    FAILS(mla_decode(s.ctx, s.plan, &a, s.ws, s.ws_bytes, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.kv_indices");
+    a = s.args;
+    a.q_stride_row = 16 * 576 * 2;
+    FAILS(mla_decode(s.ctx, s.plan, &a, s.ws, s.ws_bytes, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.q_stride_row");
+    FAILS(mla_decode(s.ctx, s.plan, &s.args, 0, s.ws_bytes, nullptr), MLA_ERROR_INVALID_ARGUMENT, "workspace");
+    FAILS(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes - 1, nullptr), MLA_ERROR_CAPACITY, "workspace_bytes");
+    FAILS(mla_plan_update(s.ctx, s.plan, nullptr, 1, 0), MLA_ERROR_INVALID_ARGUMENT, "kv_lens is NULL");
+  }
+  SECTION("a shape with no kernel names the closest") {
+    Session s;
+    mla_selection sel;
+    mla_shape sh = shape16(32);
+    FAILS(mla_select(s.ctx, &sh, MLA_SELECT_ALLOW_PADDING, &sel), MLA_ERROR_NO_KERNEL, "mla_decode_fp8fp8_h16_qs1_pg16");
+    sh = shape16();
+    sh.kv_dtype = MLA_DTYPE_BF16;
+    FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_NO_KERNEL, "no decode kernel");
+    sh = shape16();
+    sh.page_size = 12;
+    FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "page_size = 12");
+    sh = shape16();
+    sh.q_dtype = mla_dtype(5);
+    FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.q_dtype");
+    // A gfx950 device sees no gfx942 kernel.
+    mla_device* d950;
+    mla_context* c950;
+    OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx950", &d950));
+    OK(mla_context_create(d950, catalog_dir().c_str(), &c950));
+    sh = shape16();
+    FAILS(mla_select(c950, &sh, 0, &sel), MLA_ERROR_NO_KERNEL, "gfx950");
+    mla_context_destroy(c950);
+    mla_device_close(d950);
+  }
+  SECTION("negative, short and overflowing kv lengths; capacity") {
+    Session s;
+    mla_shape sh = shape16();
+    OK(mla_select(s.ctx, &sh, 0, &s.sel));
+    OK(mla_plan_create(s.ctx, &s.sel, 4, 0, &s.plan));
+    std::vector<int32_t> lens = {40, -5};
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 2, 0), MLA_ERROR_INVALID_ARGUMENT, "kv_lens[1] = -5");
+    lens = {0};
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 1, 0), MLA_ERROR_INVALID_ARGUMENT, "kv_lens[0] = 0");
+    lens = {INT32_MAX, INT32_MAX, INT32_MAX};
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 3, 0), MLA_ERROR_INVALID_ARGUMENT, "kv_lens[0] = 2147483647");
+    CHECK_THAT(mla_last_error(), Contains("2^30"));
+    lens = {16, 16, 16, 16};  // a block table of stride 2^29: the last row starts at entry 3*2^29
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 4, 1 << 29), MLA_ERROR_INVALID_ARGUMENT,
+          "page table has 1610612737 entries");
+    lens = {100, 200};
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 2, 4), MLA_ERROR_INVALID_ARGUMENT, "block_table_stride = 4");
+    FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 0, 0), MLA_ERROR_INVALID_ARGUMENT, "batch = 0");
+    std::vector<int32_t> many(5, 300);
+    FAILS(mla_plan_update(s.ctx, s.plan, many.data(), 5, 0), MLA_ERROR_CAPACITY, "max_batch = 4");
+    mla_plan* small = nullptr;
+    OK(mla_plan_create(s.ctx, &s.sel, 4, 1000, &small));
+    FAILS(mla_plan_update(s.ctx, small, many.data(), 4, 0), MLA_ERROR_CAPACITY, "max_total_tokens");
+    mla_plan_destroy(small);
+    FAILS(mla_plan_create(s.ctx, &s.sel, 0, 0, &small), MLA_ERROR_INVALID_ARGUMENT, "max_batch = 0");
+    FAILS(mla_plan_create(s.ctx, &s.sel, 4, -1, &small), MLA_ERROR_INVALID_ARGUMENT, "max_total_tokens = -1");
+    mla_decode_args a{};
+    FAILS(mla_decode(s.ctx, s.plan, &a, 0, 0, nullptr), MLA_ERROR_INVALID_ARGUMENT, "mla_plan_update first");
+  }
+  SECTION("page ids beyond num_pages: validation mode names the entry; without it the emulator faults") {
+    Session s;
+    s.prepare({60, 30});
+    std::vector<int32_t> idx = s.prob.kv_indices;
+    idx[5] = int32_t(s.prob.num_pages()) + 100000;
+    OK(mla_memcpy_h2d(s.dev, s.args.kv_indices, idx.data(), idx.size() * 4));
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_VALIDATE, 1));
+    FAILS(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr), MLA_ERROR_OUT_OF_RANGE,
+          fmt::format("kv_indices[5] = {} is not a page id", idx[5]));
+    CHECK_THAT(mla_last_error(), Contains("request 1"));
+    idx[5] = -1;
+    OK(mla_memcpy_h2d(s.dev, s.args.kv_indices, idx.data(), idx.size() * 4));
+    FAILS(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr), MLA_ERROR_OUT_OF_RANGE, "kv_indices[5] = -1");
+    idx[5] = int32_t(s.prob.num_pages()) + 100000;
+    OK(mla_memcpy_h2d(s.dev, s.args.kv_indices, idx.data(), idx.size() * 4));
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_VALIDATE, 0));
+    mla_status st = mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr);
+    INFO(mla_last_error());
+    CHECK(st == MLA_ERROR_BACKEND);  // the emulator's bounds check (on hardware: a memory fault)
+  }
+  SECTION("corrupt, truncated and wrong-target code objects; argument layout mismatch") {
+    {
+      std::string d = catalog_copy("corrupt");
+      { std::ofstream(decode_co(d), std::ios::binary | std::ios::trunc) << "this is not an ELF file"; }
+      Session s(d);
+      mla_shape sh = shape16();
+      OK(mla_select(s.ctx, &sh, 0, &s.sel));  // selection reads only catalog.json
+      FAILS(mla_plan_create(s.ctx, &s.sel, 1, 0, &s.plan), MLA_ERROR_CODE_OBJECT, "not a code object");
+      CHECK(s.plan == nullptr);
+    }
+    {
+      std::string d = catalog_copy("truncated");
+      std::string co = decode_co(d);
+      fs::resize_file(co, 200);  // a valid ELF header, nothing behind it
+      Session s(d);
+      mla_shape sh = shape16();
+      OK(mla_select(s.ctx, &sh, 0, &s.sel));
+      FAILS(mla_plan_create(s.ctx, &s.sel, 1, 0, &s.plan), MLA_ERROR_CODE_OBJECT, co);
+    }
+    {
+      std::string d = catalog_copy("target");
+      std::string co = decode_co(d);
+      {
+        std::fstream f(co, std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(48);
+        f.put(char(0x4f));  // e_flags mach: gfx950
+      }
+      Session s(d);
+      mla_shape sh = shape16();
+      OK(mla_select(s.ctx, &sh, 0, &s.sel));
+      FAILS(mla_plan_create(s.ctx, &s.sel, 1, 0, &s.plan), MLA_ERROR_TARGET_MISMATCH, "built for gfx950, the device is gfx942");
+    }
+    {
+      std::string d = catalog_copy("args");
+      fs::path cj = fs::path(d) / "hsa" / "gfx942" / "mla" / "catalog.json";
+      nlohmann::json j;
+      { std::ifstream(cj) >> j; }
+      for (auto& k : j["kernels"])
+        if (k["shape"]["kind"] == "mla_decode")
+          for (auto& a : k["args"])
+            if (a["name"] == "kv_scale") a["offset"] = a["offset"].get<int>() + 4;
+      { std::ofstream(cj) << j.dump(1); }
+      Session s(d);
+      mla_shape sh = shape16();
+      OK(mla_select(s.ctx, &sh, 0, &s.sel));
+      FAILS(mla_plan_create(s.ctx, &s.sel, 1, 0, &s.plan), MLA_ERROR_KERNARG_MISMATCH, "'kv_scale'");
+    }
+    {
+      std::string d = catalog_copy("json");
+      { std::ofstream(fs::path(d) / "hsa" / "gfx942" / "mla" / "catalog.json") << "{ not json"; }
+      mla_device* dev;
+      mla_context* ctx = nullptr;
+      OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+      FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG, "catalog.json");
+      mla_device_close(dev);
+    }
+  }
+}
+
+TEST_CASE("HIP backend: with no AMD GPU, opening the device fails cleanly", "[runtime][hip]") {
+  mla_device* dev = nullptr;
+  mla_status st = mla_device_open(MLA_BACKEND_HIP, 0, nullptr, &dev);
+  std::string msg = mla_last_error();
+  INFO(mla_status_name(st) << ": " << msg);
+  if (st == MLA_SUCCESS) {
+    WARN("an AMD GPU is present; the no-GPU path is not exercised");
+    mla_device_close(dev);
+    return;
+  }
+  CHECK(st == MLA_ERROR_NO_DEVICE);
+  CHECK(dev == nullptr);
+  if (rt::hip_backend_available()) {
+    CHECK_THAT(msg, Contains("no AMD GPU found"));
+    CHECK_THAT(msg, Contains("hipErrorNoDevice"));
+  }
+  // The example program on the HIP backend: a clear message and a non-zero exit.
+  auto [code, out] = run(exe_dir() + "/../examples/mla_example --catalog " + catalog_dir());
+  INFO(out);
+  CHECK(code == 1);
+  CHECK_THAT(out, Contains("MLA_ERROR_NO_DEVICE"));
+}
+
+TEST_CASE("examples/mla_example runs one batch on the emulator backend", "[runtime][example]") {
+  auto [code, out] = run(fmt::format("MLA_CATALOG_DIR={} MLA_EMULATOR_TARGET=gfx942 {}/../examples/mla_example --emulator",
+                                     catalog_dir(), exe_dir()));
+  INFO(out);
+  CHECK(code == 0);
+  CHECK_THAT(out, Contains("mla_decode_fp8fp8_h16_qs1_pg16"));
+  CHECK_THAT(out, Contains("0 non-finite"));
+  CHECK_THAT(out, Contains("ok"));
+}
