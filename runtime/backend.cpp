@@ -350,9 +350,8 @@ void EmulatorBackend::run(const std::vector<DecodeOp>& ops, void*) {
         ensure_module(*op.kernel);
         std::lock_guard lk(mu_);
         auto co = modules_.at(op.kernel->co_path);
-        emu::Counters c = emu_call(op.what.c_str(), [&] {
-          return dev_.dispatch(co, op.kernel->name, op.grid, op.block, op.kernarg, opts_);
-        });
+        auto dispatch = [&] { return dev_.dispatch(co, op.kernel->name, op.grid, op.block, op.kernarg, opts_); };
+        emu::Counters c = wrap_ ? emu_call(op.what.c_str(), dispatch) : dispatch();
         if (record_) log_.push_back({op.kernel->name, op.grid, op.block, op.kernarg, std::move(c)});
         break;
       }

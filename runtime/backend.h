@@ -161,6 +161,9 @@ class EmulatorBackend : public Backend {
   };
   // Every dispatch since the last clear (when recording), in order.
   void set_recording(bool on) { record_ = on; }
+  // false: a failing dispatch throws the emulator's own emu::Error (C++ callers); true (default):
+  // RtError(MLA_ERROR_BACKEND) naming the launch.
+  void set_wrap_errors(bool on) { wrap_ = on; }
   std::vector<Dispatched> take_log();
   emu::DispatchOptions& dispatch_options() { return opts_; }
   emu::Device& device() { return dev_; }
@@ -171,7 +174,7 @@ class EmulatorBackend : public Backend {
   std::mutex mu_;
   emu::Device dev_;
   std::map<std::string, std::shared_ptr<const emu::CodeObject>> modules_;  // by co path
-  bool record_ = false;
+  bool record_ = false, wrap_ = true;
   std::vector<Dispatched> log_;
 };
 

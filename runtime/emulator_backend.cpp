@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "emulator/code_object.h"
+#include "runtime/backend.h"
 
 namespace mla::rt {
 
@@ -60,68 +61,71 @@ nlohmann::json DecodeResult::stats() const {
 
 namespace {
 
-template <class T>
-uint64_t upload(emu::Device& dev, const std::vector<T>& v, const std::string& name) {
-  size_t bytes = std::max<size_t>(4, v.size() * sizeof(T));
-  uint64_t a = dev.alloc(bytes, 256, name);
-  if (!v.empty()) dev.write(a, v.data(), v.size() * sizeof(T));
-  return a;
-}
-
 }  // namespace
 
+// Runs through the runtime's emulator backend with the decode operations the C API and the HIP
+// backend use (plan tables, kernarg packing by name, launch order): what runs here is what a GPU
+// launch would send. Each table gets its own allocation so that the emulator's bounds checks see
+// any read past its end.
 DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, const EmulatorRunOptions& opts) {
   validate_problem(p);
   const emu::Gfx gfx = p.target == Target::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950;
-  auto dco = emu::CodeObject::load_file(sel.decode.co_path, gfx);
-  auto rco = emu::CodeObject::load_file(sel.reduce.co_path, gfx);
-  check_kernel_interface(sel.decode, *dco);
-  check_kernel_interface(sel.reduce, *rco);
+  EmulatorBackend be(gfx, opts.dispatch);
+  be.set_recording(true);
+  be.set_wrap_errors(false);  // a kernel fault stays an emu::Error (rule, pc) for C++ callers
+  // Loads both code objects and checks target and argument metadata against the catalog.
+  be.ensure_module(sel.decode);
+  be.ensure_module(sel.reduce);
+  const SelectedKernels k = selected_kernels(sel, shape_of(p));
 
   DecodeResult r;
   r.decode_kernel = sel.decode.name;
   r.reduce_kernel = sel.reduce.name;
-  PlanInputs in = plan_inputs_of(p);
-  in.num_cus = opts.num_cus ? opts.num_cus : (p.target == Target::gfx942 ? 304 : 256);
-  in.workgroups_per_cu = opts.workgroups_per_cu;
-  in.tile_tokens = sel.decode.geometry.at("tile_tokens");
-  in.rows_per_group = sel.decode.geometry.at("rows_per_group");
-  r.plan = plan_decode(in);
+  r.plan = plan_decode(
+      plan_inputs_for(k, kv_lens_of(p), opts.num_cus ? opts.num_cus : be.num_cus(), opts.workgroups_per_cu));
   const Plan& plan = r.plan;
-  const int M = p.heads * p.qseqlen;
 
-  emu::Device dev(gfx);
-  uint64_t q = dev.alloc(p.q.bytes.size(), 256, "q");
-  dev.write(q, p.q.bytes.data(), p.q.bytes.size());
-  uint64_t kv = dev.alloc(p.kv.bytes.size(), 256, "kv");
-  dev.write(kv, p.kv.bytes.data(), p.kv.bytes.size());
-  uint64_t kv_indices = upload(dev, p.kv_indices, "kv_indices");
-  uint64_t work = upload(dev, plan.units, "work");
-  uint64_t reduce_map = upload(dev, plan.reduces, "reduce_map");
+  auto upload = [&](const void* data, size_t bytes, const char* name) {
+    uint64_t a = be.alloc_named(std::max<size_t>(4, bytes), name, 0);
+    if (bytes) be.h2d(a, data, bytes);
+    return a;
+  };
+  DeviceTensors t;
+  t.q = upload(p.q.bytes.data(), p.q.bytes.size(), "q");
+  t.kv = upload(p.kv.bytes.data(), p.kv.bytes.size(), "kv");
+  t.kv_indices = upload(p.kv_indices.data(), p.kv_indices.size() * 4, "kv_indices");
   const size_t o_bytes = size_t(p.rows()) * p.heads * 512 * 2;
-  uint64_t o = dev.alloc(o_bytes, 256, "o", 0xff);  // poison: unwritten elements stay 0xFFFF
-  uint64_t lse = p.return_lse ? dev.alloc(size_t(p.rows()) * p.heads * 4, 256, "lse", 0xff) : 0;
-  uint64_t partial_o = plan.num_partials ? dev.alloc(plan.partial_o_bytes(), 256, "partial_o", 0xff) : 0;
-  uint64_t partial_lse = plan.num_partials ? dev.alloc(plan.partial_lse_bytes(), 256, "partial_lse", 0xff) : 0;
-
-  KernargPacker dk(sel.decode);
-  dk.ptr("q", q).ptr("kv", kv).ptr("kv_indices", kv_indices).ptr("work", work).ptr("o", o).ptr("lse", lse);
-  dk.ptr("partial_o", partial_o).ptr("partial_lse", partial_lse);
-  dk.f32("scale", float(p.sm_scale * p.q_scale * p.kv_scale));
-  dk.f32("kv_scale", float(p.kv_scale)).f32("logit_cap", float(p.logit_cap));
-  const unsigned block = sel.decode.geometry.at("workgroup_size");
-  r.decode = dev.dispatch(dco, sel.decode.name, {unsigned(plan.units.size()), 1, 1}, {block, 1, 1}, dk.finish(),
-                          opts.dispatch);
-  if (!plan.reduces.empty()) {
-    KernargPacker rk(sel.reduce);
-    rk.ptr("reduce_map", reduce_map).ptr("partial_o", partial_o).ptr("partial_lse", partial_lse);
-    rk.ptr("o", o).ptr("lse", lse);
-    r.reduce = dev.dispatch(rco, sel.reduce.name, {unsigned(plan.reduces.size()), unsigned(M), 1}, {64, 1, 1},
-                            rk.finish(), opts.dispatch);
+  t.o = be.alloc_named(o_bytes, "o", 0xff);  // poison: unwritten elements stay 0xFFFF
+  t.lse = p.return_lse ? be.alloc_named(size_t(p.rows()) * p.heads * 4, "lse", 0xff) : 0;
+  t.scale = float(p.sm_scale * p.q_scale * p.kv_scale);
+  t.kv_scale = float(p.kv_scale);
+  t.logit_cap = float(p.logit_cap);
+  const WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
+  WorkspaceAddrs wa;
+  wa.work = be.alloc_named(std::max<size_t>(1, plan.units.size()) * sizeof(WorkUnit), "work", 0xff);
+  wa.reduce = be.alloc_named(std::max<size_t>(1, plan.reduces.size()) * sizeof(ReduceEntry), "reduce_map", 0xff);
+  if (plan.num_partials) {
+    wa.partial_o = be.alloc_named(plan.partial_o_bytes(), "partial_o", 0xff);
+    wa.partial_lse = be.alloc_named(plan.partial_lse_bytes(), "partial_lse", 0xff);
+  }
+  if (k.padded()) {
+    wa.q_pad = be.alloc_named(ws.q_pad_bytes, "q_pad", 0xff);
+    wa.o_pad = be.alloc_named(ws.o_pad_bytes, "o_pad", 0xff);
+    if (ws.lse_pad_bytes) wa.lse_pad = be.alloc_named(ws.lse_pad_bytes, "lse_pad", 0xff);
+  }
+  be.run(decode_ops(k, plan, p.batch(), t, wa), nullptr);
+  auto log = be.take_log();
+  if (!log.empty()) r.decode = std::move(log[0].counters);
+  if (log.size() > 1) {
+    r.reduce = std::move(log[1].counters);
     r.ran_reduce = true;
   }
-  r.o = dev.read_vector<uint16_t>(o, o_bytes / 2);
-  if (p.return_lse) r.lse = dev.read_vector<float>(lse, size_t(p.rows()) * p.heads);
+  r.o.resize(o_bytes / 2);
+  be.d2h(r.o.data(), t.o, o_bytes);
+  if (p.return_lse) {
+    r.lse.resize(size_t(p.rows()) * p.heads);
+    be.d2h(r.lse.data(), t.lse, r.lse.size() * 4);
+  }
   return r;
 }
 
