@@ -30,18 +30,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One catalog for the process: gfx942 fp8/fp8, 16 heads, qseqlen 1, page size 16 (+ its reduce).
+// A catalog of one gfx942 fp8/fp8 decode kernel with 16 heads and page size 16 (+ its reduce).
+std::string build_catalog(int qseqlen) {
+  std::string d = (fs::temp_directory_path() / fmt::format("mla-rt-capi-{}-qs{}", getpid(), qseqlen)).string();
+  std::string cfg = fmt::format(R"({{"deployment": "capi", "kernels": [{{"kind": "mla_decode", "target": "gfx942",
+      "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": {}, "page_size": 16, "return_lse": false,
+      "logit_cap": false}}]}})", qseqlen);
+  gen::BuildOptions o;
+  o.out_dir = d;
+  o.jobs = 2;
+  gen::build_catalog({gen::parse_config(cfg, "capi.json")}, o);
+  return d;
+}
+
+// The process's main catalog: qseqlen 1.
 const std::string& catalog_dir() {
-  static std::string dir = [] {
-    std::string d = (fs::temp_directory_path() / fmt::format("mla-rt-capi-{}", getpid())).string();
-    std::string cfg = R"({"deployment": "capi", "kernels": [{"kind": "mla_decode", "target": "gfx942", "heads": 16,
-        "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 1, "page_size": 16, "return_lse": false, "logit_cap": false}]})";
-    gen::BuildOptions o;
-    o.out_dir = d;
-    o.jobs = 2;
-    gen::build_catalog({gen::parse_config(cfg, "capi.json")}, o);
-    return d;
-  }();
+  static std::string dir = build_catalog(1);
   return dir;
 }
 
@@ -108,16 +112,19 @@ struct Session {
     return a;
   }
   // Selects for `heads`, plans the problem's batch, uploads everything.
-  void prepare(std::vector<int> lens, int heads = 16, unsigned flags = MLA_SELECT_EXACT, uint64_t seed = 7) {
+  void prepare(std::vector<int> lens, int heads = 16, unsigned flags = MLA_SELECT_EXACT, uint64_t seed = 7,
+               int qseqlen = 1) {
     rt::ProblemParams pp;
     pp.target = rt::Target::gfx942;
     pp.heads = heads;
+    pp.qseqlen = qseqlen;
     pp.page_size = 16;
     pp.kv_lens = lens;
     pp.seed = seed;
     pp.extra_pages = 3;
     prob = rt::make_random_problem(pp);
     mla_shape s = shape16(heads);
+    s.qseqlen = qseqlen;
     OK(mla_select(ctx, &s, flags, &sel));
     OK(mla_plan_create(ctx, &sel, 8, 4096, &plan));
     OK(mla_plan_workspace_size(plan, &ws_bytes));
@@ -298,6 +305,20 @@ TEST_CASE("C API: padded fallback only when allowed, reported, and correct", "[r
   CHECK_THAT(s.sel.note, Contains("PADDED"));
   OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
   s.check_against_reference();
+}
+
+TEST_CASE("C API: padding heads and query rows together keeps the causal limits", "[runtime][capi]") {
+  // Only a qseqlen-2 kernel: a 12-head, qseqlen-1 shape runs as the last row of each request.
+  static const std::string dir = build_catalog(2);
+  Session s(dir);
+  s.prepare({90, 2, 47}, 12, MLA_SELECT_ALLOW_PADDING);
+  CHECK(s.sel.fallback == MLA_FALLBACK_PADDED);
+  CHECK(s.sel.kernel_heads == 16);
+  CHECK(s.sel.kernel_qseqlen == 2);
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  s.check_against_reference();
+  std::vector<int32_t> lens = {1};  // too short for the padded kernel's 2 rows
+  FAILS(mla_plan_update(s.ctx, s.plan, lens.data(), 1, 0), MLA_ERROR_INVALID_ARGUMENT, "too short to pad");
 }
 
 TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][errors]") {
