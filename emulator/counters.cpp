@@ -45,6 +45,11 @@ nlohmann::json Counters::to_json() const {
   j["global_read_distinct_bytes"] = global_read_distinct;
   j["global_write_distinct_bytes"] = global_write_distinct;
   j["workgroups"] = workgroups;
+  for (const auto& b : buffers)
+    j["buffers"][b.name.empty() ? "(unnamed)" : b.name] = {{"read", b.read},
+                                                          {"read_distinct", b.read_distinct},
+                                                          {"written", b.written},
+                                                          {"written_distinct", b.written_distinct}};
   j["seconds"] = seconds;
   if (!per_workgroup.empty()) {
     auto arr = nlohmann::json::array();

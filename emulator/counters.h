@@ -26,8 +26,15 @@ struct WorkgroupCounters {
   void add(const WorkgroupCounters& o);
 };
 
+// Global traffic of one named allocation during a dispatch.
+struct BufferTraffic {
+  std::string name;
+  uint64_t read = 0, read_distinct = 0, written = 0, written_distinct = 0;
+};
+
 struct Counters {
   WorkgroupCounters total;
+  std::vector<BufferTraffic> buffers;  // per allocation touched (kernarg segment included)
   uint64_t global_read_distinct = 0, global_write_distinct = 0;  // distinct bytes touched
   unsigned workgroups = 0;
   double seconds = 0;  // host time of the dispatch

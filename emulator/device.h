@@ -54,6 +54,7 @@ struct Allocation {
   std::string name;
   std::vector<uint8_t> data;
   std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch (lazy)
+  uint64_t read_bytes = 0, write_bytes = 0;   // bytes accessed during a dispatch (every lane)
   bool internal = false;  // kernarg segment / dispatch packet: not counted as global traffic
 };
 

@@ -130,12 +130,14 @@ uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   bool distinct = w.ds->opts.count_distinct;
   if (write) {
     w.ctr->global_write_bytes += n;
+    a->write_bytes += n;
     if (distinct) {
       if (a->write_map.empty()) a->write_map.assign((a->data.size() + 63) / 64, 0);
       mark_bits(a->write_map, off, n);
     }
   } else {
     w.ctr->global_read_bytes += n;
+    a->read_bytes += n;
     if (distinct) {
       if (a->read_map.empty()) a->read_map.assign((a->data.size() + 63) / 64, 0);
       mark_bits(a->read_map, off, n);
@@ -393,6 +395,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   for (auto& [b, a] : dev.allocs_) {
     a->read_map.clear();
     a->write_map.clear();
+    a->read_bytes = a->write_bytes = 0;
   }
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
   g_dma.clear();
@@ -522,8 +525,12 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   dev.free(ds.kernarg_addr);
   if (ds.packet_addr) dev.free(ds.packet_addr);
   for (auto& [b, a] : dev.allocs_) {
-    for (auto x : a->read_map) out.global_read_distinct += __builtin_popcountll(x);
-    for (auto x : a->write_map) out.global_write_distinct += __builtin_popcountll(x);
+    BufferTraffic t{a->name, a->read_bytes, 0, a->write_bytes, 0};
+    for (auto x : a->read_map) t.read_distinct += __builtin_popcountll(x);
+    for (auto x : a->write_map) t.written_distinct += __builtin_popcountll(x);
+    out.global_read_distinct += t.read_distinct;
+    out.global_write_distinct += t.written_distinct;
+    if (t.read || t.written) out.buffers.push_back(std::move(t));
     a->read_map.clear(); a->read_map.shrink_to_fit();
     a->write_map.clear(); a->write_map.shrink_to_fit();
   }

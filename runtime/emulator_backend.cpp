@@ -50,8 +50,28 @@ void check_kernel_interface(const CatalogKernel& k, const emu::CodeObject& co) {
                                    ek->kd.kernarg_size, k.kernarg_size));
 }
 
+uint64_t Traffic::needed() const {
+  uint64_t n = 0;
+  for (const auto& i : items) n += i.needed;
+  return n;
+}
+
+uint64_t Traffic::read() const {
+  uint64_t n = 0;
+  for (const auto& i : items) n += i.read;
+  return n;
+}
+
+nlohmann::json Traffic::to_json() const {
+  nlohmann::json j;
+  for (const auto& i : items) j[i.buffer] = {{"needed", i.needed}, {"read", i.read}, {"read_distinct", i.read_distinct}};
+  j["total"] = {{"needed", needed()}, {"read", read()}, {"read_over_needed", ratio()}};
+  return j;
+}
+
 nlohmann::json DecodeResult::stats() const {
   nlohmann::json j;
+  j["global_read_bytes"] = traffic.to_json();
   j["kernels"] = {{"decode", decode_kernel}, {"reduce", ran_reduce ? reduce_kernel : ""}};
   j["plan"] = plan.to_json();
   j["decode"] = decode.to_json();
@@ -60,6 +80,35 @@ nlohmann::json DecodeResult::stats() const {
 }
 
 namespace {
+
+// Bytes each buffer must be read at least once by the plan: every unit's tokens (row groups
+// each read them), their page ids, its rows of Q, its work unit; the reduce's partials and map.
+Traffic needed_traffic(const Problem& p, const Plan& plan) {
+  const uint64_t kvb = elem_bytes(p.kv_dtype), qb = elem_bytes(p.q_dtype);
+  const int M = p.heads * p.qseqlen;
+  Traffic t;
+  uint64_t kv = 0, idx = 0, q = 0;
+  for (const auto& u : plan.units) {
+    kv += uint64_t(u.kv_end - u.kv_start) * kQkDim * kvb;
+    idx += uint64_t((u.kv_end + p.page_size - 1) / p.page_size - u.kv_start / p.page_size) * 4;
+    int rows = std::min(plan.rows_per_group, M - u.row_group * plan.rows_per_group);
+    q += uint64_t(rows) * kQkDim * qb;
+  }
+  uint64_t partial_rows = uint64_t(plan.num_partials) * M;
+  t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q}, {"work", plan.units.size() * sizeof(WorkUnit)},
+             {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry)}, {"partial_o", partial_rows * 512 * 4},
+             {"partial_lse", partial_rows * 4}};
+  return t;
+}
+
+void add_measured(Traffic& t, const emu::Counters& c) {
+  for (const auto& b : c.buffers)
+    for (auto& i : t.items)
+      if (i.buffer == b.name) {
+        i.read += b.read;
+        i.read_distinct += b.read_distinct;
+      }
+}
 
 }  // namespace
 
@@ -120,6 +169,9 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     r.reduce = std::move(log[1].counters);
     r.ran_reduce = true;
   }
+  r.traffic = needed_traffic(p, plan);
+  add_measured(r.traffic, r.decode);
+  if (r.ran_reduce) add_measured(r.traffic, r.reduce);
   r.o.resize(o_bytes / 2);
   be.d2h(r.o.data(), t.o, o_bytes);
   if (p.return_lse) {

@@ -42,12 +42,27 @@ struct EmulatorRunOptions {
   emu::DispatchOptions dispatch;
 };
 
+// Global bytes by buffer: what the plan needs (minimum) and what the kernels read (every
+// lane's access, as the emulator counts it). The kernarg segments are not global traffic.
+struct Traffic {
+  struct Item {
+    std::string buffer;
+    uint64_t needed = 0, read = 0, read_distinct = 0;
+  };
+  std::vector<Item> items;  // kv, kv_indices, q, work, reduce_map, partial_o, partial_lse
+  uint64_t needed() const;
+  uint64_t read() const;
+  double ratio() const { return needed() ? double(read()) / double(needed()) : 0.0; }
+  nlohmann::json to_json() const;
+};
+
 struct DecodeResult {
   std::vector<uint16_t> o;  // [rows, heads, 512] bf16 bits
   std::vector<float> lse;   // [rows, heads] (when the problem asks for it)
   Plan plan;
   emu::Counters decode, reduce;
   bool ran_reduce = false;
+  Traffic traffic;
   std::string decode_kernel, reduce_kernel;
   nlohmann::json stats() const;
 };

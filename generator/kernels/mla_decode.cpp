@@ -152,20 +152,39 @@ class MlaDecodeBuilder {
     VReg data = ra.vgpr(4 * loads, "p_tile_data", 4);
     SReg tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
 
-    // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so the
-    // tail of the last tile re-reads a valid row that the consumers mask out).
+    // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
+    // every lane computes a valid address). Only the first lane of each token, and only for
+    // tokens of the unit, reads the id: the others get it from that lane by DPP.
+    SReg saved_exec0 = ra.sgpr(2, "p_saved_exec_index");
+    VReg first_lane = ra.vgpr(1, "p_first_lane_of_token");
+    b.v_and_b32(first_lane, Imm(lanes_per_token - 1), lane_);
     auto load_index = [&] {
       b.s_lshl_b32(slot, tile, Imm(log2i(T)));
       b.s_add_u32(slot, slot, kv_start());
       b.v_add_u32(tok, slot, vt);
+      b.v_cmp_gt_u32(vcc, kv_end(), tok);
+      b.v_cmp_eq_u32(saved_exec0, Imm(0), first_lane);
+      b.s_and_b64(vcc, vcc, saved_exec0);
       b.v_min_u32(tok, last_tok, tok);
       b.v_lshrrev_b32(addr[0], Imm(log2i(s_.page_size)), tok);
       b.v_add_u32(addr[0], page_base(), addr[0]);
       b.v_lshlrev_b32(addr[0], Imm(2), addr[0]);
+      b.s_and_saveexec_b64(saved_exec0, vcc);
       b.global_load_dword(idx, addr[0], ptr(mla_decode_args::kv_indices));
+      b.s_mov_exec(saved_exec0);
+    };
+    auto share_index = [&] {
+      if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx, idx, 0, 0, 2, 2);
+      else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx, idx, 0, 0, 0, 0);
+      else throw std::logic_error("mla_decode: lanes per token must be 2 or 4");
     };
     // Token row = page_id * page_size + token % page_size; byte = row * E + part offset.
+    // In the unit's last, partial tile the lanes past kv_end load nothing (no byte is read
+    // that the plan does not need) and their LDS rows are written as zeros: the consumers
+    // mask those tokens' scores, and a zero V keeps 0 * V finite.
+    SReg saved_exec = ra.sgpr(2, "p_saved_exec"), tile_end = ra.sgpr(1, "p_tile_end");
     auto load_data = [&] {
+      share_index();
       b.v_lshlrev_b32(addr[0], Imm(log2i(s_.page_size)), idx);
       if (s_.page_size > 1) {
         b.v_and_b32(addr[1], Imm(s_.page_size - 1), tok);
@@ -177,7 +196,26 @@ class MlaDecodeBuilder {
       b.v_addc_co_u32(addr[1], vcc, addr[1], Imm(0), vcc);
       b.v_add_co_u32(addr[0], vcc, ptr(mla_decode_args::kv)[0], addr[0]);
       b.v_addc_co_u32(addr[1], vcc, kv_hi, addr[1], vcc);
-      for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data.sub(4 * k, 4), addr, uint32_t(16 * k));
+      auto loads_ = [&] {
+        for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data.sub(4 * k, 4), addr, uint32_t(16 * k));
+      };
+      b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
+      b.s_add_u32(tile_end, tile_end, kv_start());
+      b.s_add_u32(tile_end, tile_end, Imm(T));
+      b.s_cmp_gt_u32(tile_end, kv_end());
+      Label partial_tile = b.new_label("partial_tile"), loaded = b.new_label("loaded");
+      b.s_cbranch_scc1(partial_tile);
+      loads_();
+      b.s_branch(loaded);
+      b.bind(partial_tile);
+      for (int r = 0; r < data.count; ++r) b.v_mov_b32(data[r], Imm(0));
+      b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
+      b.v_add_u32(tok, tile_end, vt);  // the unclamped token (tok's page id is already used)
+      b.v_cmp_gt_u32(vcc, kv_end(), tok);
+      b.s_and_saveexec_b64(saved_exec, vcc);
+      loads_();
+      b.s_mov_exec(saved_exec);
+      b.bind(loaded);
     };
     auto write_tile = [&](SReg tile_index) {
       b.s_and_b32(slot, tile_index, Imm(1));
@@ -221,7 +259,8 @@ class MlaDecodeBuilder {
     b.s_cbranch_scc1(loop);
     b.s_endpgm();
     for (VReg r : {vt, part_off, lds_off, idx, tok, addr, data, kv_hi}) ra.release(r);
-    for (SReg r : {last_tok, row_bytes, tile, slot}) ra.release(r);
+    for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0}) ra.release(r);
+    ra.release(first_lane);
   }
 
   // ------------------------------------------------------------------ consumer
@@ -333,13 +372,16 @@ class MlaDecodeBuilder {
     const int kraw_regs = std::max(1, k_read_bytes / 4);
     VReg kraw = ra.vgpr(kraw_regs * kchunk, "c_k_raw", 2);
     VReg kop = widen_k ? ra.vgpr(q_regs * kchunk, "c_k_bf16", 2) : kraw;
-    const int p_regs = g_.pv_k / 4 * kvb / 4;        // P^T operand registers
+    const int pb = g_.p_bytes;
+    const int p_regs = g_.pv_k / 4 * pb / 4;         // P^T operand registers
     VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
     const int v_regs_per_token = kvb;                // 4 columns: 1 dword (fp8) or 2 (bf16)
     const int klpv = g_.pv_k / 4;                    // tokens per lane in PV
     VReg vraw = ra.vgpr(klpv * v_regs_per_token, "c_v_raw", 2);
-    const int x_regs = klpv * kvb / 4;               // A operand registers per column
+    const int x_regs = klpv * pb / 4;                // A operand registers per column
     VReg xop = ra.vgpr(4 * x_regs, "c_v_transposed", 2);
+    const bool widen_v = pb == 2 && kvb == 1;        // fp8 V widened to bf16 for a bf16 PV
+    VReg x8 = widen_v ? ra.vgpr(klpv, "c_v_transposed_fp8", 2) : xop;
     VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
@@ -430,7 +472,7 @@ class MlaDecodeBuilder {
     for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
 
     // P^T operand: the lane's own probabilities, token order 16*(p/4) + 4g + p%4.
-    if (kvb == 1) {
+    if (pb == 1) {
       for (int st = 0; st < sub_tiles; ++st) {
         b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 0], sacc[4 * st + 1], 0);
         b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 2], sacc[4 * st + 3], 1);
@@ -448,7 +490,10 @@ class MlaDecodeBuilder {
         if (kvb == 1) b.ds_read_b32(dst, vaddr, off);
         else b.ds_read_b64(dst, vaddr, off);
       }
-      transpose_v(xop, vraw, xt, klpv, kvb);
+      transpose_v(x8, vraw, xt, klpv, kvb);
+      if (widen_v)
+        for (int q = 0; q < 4; ++q)
+          widen_fp8_to_bf16(xop.sub(q * x_regs, x_regs), x8.sub(q * (klpv / 4), klpv / 4), xt);
       for (int q = 0; q < 4; ++q) {
         VReg acc = o.sub(4 * (4 * nb + q), 4);
         b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);

@@ -22,6 +22,7 @@ struct MlaGeometry {
   int tile_tokens = 0;     // T: tokens per LDS tile = k of the PV MFMA
   int ring = 2;            // LDS tiles in the ring
   int q_bytes = 1, kv_bytes = 1;  // element sizes
+  int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
   int lds_row_bytes = 0;   // LDS bytes per token row
   int lds_bytes = 0;       // ring * T * lds_row_bytes
   std::string qk_mfma, pv_mfma;

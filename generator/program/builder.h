@@ -48,6 +48,7 @@ class Builder {
   void s_lshr_b32(SReg d, SSrc a, SSrc b) { sop("s_lshr_b32", d, 1, {a, b}); }
   void s_and_b32(SReg d, SSrc a, SSrc b) { sop("s_and_b32", d, 1, {a, b}); }
   void s_or_b32(SReg d, SSrc a, SSrc b) { sop("s_or_b32", d, 1, {a, b}); }
+  void s_and_b64(SSrc d, SSrc a, SSrc b) { emit("s_and_b64", {d.op}, {a.op, b.op}); }
   void s_min_u32(SReg d, SSrc a, SSrc b) { sop("s_min_u32", d, 1, {a, b}); }
   void s_max_u32(SReg d, SSrc a, SSrc b) { sop("s_max_u32", d, 1, {a, b}); }
   void s_cselect_b32(SReg d, SSrc a, SSrc b) { sop("s_cselect_b32", d, 1, {a, b}); }
@@ -56,6 +57,7 @@ class Builder {
   void s_cmp_lt_u32(SSrc a, SSrc b) { emit("s_cmp_lt_u32", {}, {a.op, b.op}); }
   void s_cmp_ge_u32(SSrc a, SSrc b) { emit("s_cmp_ge_u32", {}, {a.op, b.op}); }
   void s_cmp_le_u32(SSrc a, SSrc b) { emit("s_cmp_le_u32", {}, {a.op, b.op}); }
+  void s_cmp_gt_u32(SSrc a, SSrc b) { emit("s_cmp_gt_u32", {}, {a.op, b.op}); }
   void s_cmp_lt_i32(SSrc a, SSrc b) { emit("s_cmp_lt_i32", {}, {a.op, b.op}); }
 
   // ---- Scalar memory ----
@@ -77,6 +79,11 @@ class Builder {
 
   // ---- Vector ALU ----
   void v_mov_b32(VReg d, VSrc a) { vop("v_mov_b32", d, {a}); }
+  // d[l] = a[lane chosen within l's quad]: DPP quad_perm, all rows and banks enabled.
+  void v_mov_b32_quad_perm(VReg d, VReg a, int l0, int l1, int l2, int l3) {
+    vop("v_mov_b32", d, {a});
+    p_.insts.back().mods = fmt::format("quad_perm:[{},{},{},{}] row_mask:0xf bank_mask:0xf", l0, l1, l2, l3);
+  }
   void v_add_u32(VReg d, VSrc a, VSrc b) { vop("v_add_u32", d, {a, b}); }
   void v_sub_u32(VReg d, VSrc a, VSrc b) { vop("v_sub_u32", d, {a, b}); }
   void v_add3_u32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_add3_u32", d, {a, b, c}); }

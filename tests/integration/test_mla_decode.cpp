@@ -22,12 +22,18 @@ rt::ProblemParams params(rt::Target t, rt::DType q, rt::DType kv, int heads, int
   return p;
 }
 
-// fp8 accuracy as aiter's tests accept it, tightened to what aiter's own kernel achieves.
+// Thresholds of the issue: bf16 q d <= 1e-5, max error <= 1e-2 max|ref|, lse within 1e-3;
+// fp8 q d <= 3e-3, max error <= 5e-2 max|ref|, lse within 1e-2. Global bytes read within
+// 1.03x of what the plan needs.
 void check(const test::E2E& e) {
-  INFO(e.cmp.summary());
+  INFO(rt::shape_of(e.problem).describe() << ": " << e.cmp.summary());
+  INFO("traffic: " << e.result.traffic.to_json().dump());
   CHECK(e.cmp.clean());
-  CHECK(e.cmp.d < 2e-3);
-  CHECK(e.cmp.max_abs_err <= 0.05 * e.cmp.max_abs_ref);
+  const bool bf16_q = e.problem.q_dtype == rt::DType::bf16;
+  CHECK(e.cmp.d <= (bf16_q ? 1e-5 : 3e-3));
+  CHECK(e.cmp.max_abs_err <= (bf16_q ? 1e-2 : 5e-2) * e.cmp.max_abs_ref);
+  if (e.problem.return_lse) CHECK(e.cmp.lse_max_abs_err <= (bf16_q ? 1e-3 : 1e-2));
+  CHECK(e.result.traffic.ratio() <= 1.03);
 }
 
 // The sweep: every axis value on each target (not the full cross product). kv lengths 1, 2,
@@ -61,7 +67,6 @@ void run_case(rt::Target t, int index) {
   auto e = test::run_e2e(p);
   INFO(rt::shape_of(e.problem).describe());
   check(e);
-  if (e.problem.kv_dtype == rt::DType::bf16 && e.problem.q_dtype == rt::DType::bf16) CHECK(e.cmp.d < 1e-4);
 }
 
 }  // namespace
