@@ -127,3 +127,16 @@ TEST_CASE("mla e2e: each KV byte is read once per unit, and nothing else but ind
   CHECK(e.result.decode.global_read_distinct >= kv_bytes);
   CHECK(e.result.decode.global_read_distinct <= kv_bytes + 64 * 1024);
 }
+
+// Kimi-K3 TP8 on MI355X scaled down 100x: 16 requests of ~684 tokens (~68.4K in the seed),
+// 12 native heads and 16 heads, page size 1 (token indices) and 128.
+TEST_CASE("mla e2e: scaled-down Kimi-K3, 12 and 16 heads, fp8/fp8 gfx950, batch 16, page sizes 1 and 128") {
+  for (int heads : {12, 16})
+    for (int page : {1, 128}) {
+      std::vector<int> lens;
+      for (int i = 0; i < 16; ++i) lens.push_back(680 + (i * 7) % 9);
+      auto e = test::run_e2e(params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, heads, 1, page, lens, 11));
+      check(e);
+      CHECK(e.problem.batch() == 16);
+    }
+}
