@@ -102,16 +102,8 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
   for (const auto& c : configs)
     for (const auto& s : c.kernels) {
       if (!queued.insert(fmt::format("{}@{}", s.name(), arch_name(s.arch))).second) continue;
-      if (has_builder(s.kind)) {
-        todo.push_back(s);
-      } else {
-        report.not_built.push_back(fmt::format("{} ({}, from {}): no builder for kind '{}' in this generator version",
-                                               s.name(), arch_name(s.arch), s.source_config, kind_name(s.kind)));
-      }
+      todo.push_back(s);
     }
-  if (opts.require_all && !report.not_built.empty())
-    throw std::runtime_error(fmt::format("{} kernels have no builder (--require-all):\n  {}", report.not_built.size(),
-                                         fmt::join(report.not_built, "\n  ")));
 
   const fs::path out(opts.out_dir);
   const fs::path staging = out / fmt::format(".staging-{}", getpid());
@@ -191,16 +183,13 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
     json cat{{"target", arch_name(a)},
              {"target_id", target(a).target_id},
              {"generator_version", MLA_GENERATOR_VERSION},
-             {"kernels", json::array()},
-             {"not_built", json::array()}};
+             {"kernels", json::array()}};
     std::string csv = aiter_csv_header(a) + "\n";
     for (size_t i = 0; i < todo.size(); ++i) {
       if (todo[i].arch != a) continue;
       cat["kernels"].push_back(entries[i]);
       if (todo[i].kind == KernelKind::MlaDecode) csv += csv_row(todo[i], entries[i]["co"]) + "\n";
     }
-    for (const auto& nb : report.not_built)
-      if (nb.find(fmt::format("({},", arch_name(a))) != std::string::npos) cat["not_built"].push_back(nb);
     write_file_atomic(mla_dir(staging, a) / "catalog.json", cat.dump(2) + "\n");
     write_file_atomic(mla_dir(staging, a) / "mla_asm.csv", csv);
   }

@@ -16,14 +16,12 @@ struct BuildOptions {
   std::string out_dir = "out";
   int jobs = 1;
   int code_object_version = 5;
-  bool require_all = false;  // kernels without a builder are an error instead of a warning
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
 };
 
 struct BuildReport {
   int built = 0;
   int up_to_date = 0;
-  std::vector<std::string> not_built;  // "name (gfx): reason"
 };
 
 // Builds every kernel of the configs. Stages into out_dir/.staging-<pid> and swaps the

@@ -7,14 +7,7 @@
 
 namespace mla::gen {
 
-class NoBuilderError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Whether this version of the generator can build the kind.
-bool has_builder(KernelKind kind);
-// Builds the program; throws NoBuilderError for kinds without a builder.
+// Builds the program of a spec (before the passes).
 Program build_program(const KernelSpec& spec);
 
 // Pipeline kernels (small real kernels that exercise config -> .co end to end).

@@ -15,17 +15,14 @@ using namespace mla::gen;
 
 namespace {
 
-int cmd_build(const std::vector<std::string>& configs, const std::string& out, int jobs, bool require_all) {
+int cmd_build(const std::vector<std::string>& configs, const std::string& out, int jobs) {
   auto loaded = load_configs(configs);
   BuildOptions opts;
   opts.out_dir = out;
   opts.jobs = jobs;
-  opts.require_all = require_all;
   opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   BuildReport r = build_catalog(loaded, opts);
-  for (const auto& nb : r.not_built) std::cerr << "warning: not built: " << nb << "\n";
-  std::cerr << fmt::format("mlagen: {} built, {} up to date, {} not built (no builder yet) -> {}/hsa\n", r.built,
-                           r.up_to_date, r.not_built.size(), out);
+  std::cerr << fmt::format("mlagen: {} built, {} up to date -> {}/hsa\n", r.built, r.up_to_date, out);
   return 0;
 }
 
@@ -38,7 +35,6 @@ int cmd_list(const std::string& dir) {
       fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>6}  {}\n", c["target"].get<std::string>(),
                  k["name"].get<std::string>(), k["vgprs"].get<int>(), k["agprs"].get<int>(), k["sgprs"].get<int>(),
                  k["lds_bytes"].get<int>(), k["instructions"].get<int>(), k["source_config"].get<std::string>());
-    for (const auto& nb : c["not_built"]) fmt::print("{:<8} not built: {}\n", c["target"].get<std::string>(), nb.get<std::string>());
   }
   return 0;
 }
@@ -66,7 +62,7 @@ int cmd_check(const std::vector<std::string>& configs) {
   for (const auto& c : loaded) {
     fmt::print("{}: {} ({} kernels)\n", c.path, c.deployment, c.kernels.size());
     for (const auto& s : c.kernels)
-      fmt::print("  {:<40} {}{}\n", s.name(), arch_name(s.arch), has_builder(s.kind) ? "" : "  (no builder yet)");
+      fmt::print("  {:<40} {}{}\n", s.name(), arch_name(s.arch), s.implied ? "  (implied)" : "");
   }
   return 0;
 }
@@ -81,11 +77,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> build_configs;
   std::string out = "out";
   int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
-  bool require_all = false;
   build->add_option("configs", build_configs, "Shape config files (JSON)")->required()->check(CLI::ExistingFile);
   build->add_option("--out", out, "Output directory")->capture_default_str();
   build->add_option("-j,--jobs", jobs, "Kernels built in parallel")->capture_default_str()->check(CLI::PositiveNumber);
-  build->add_flag("--require-all", require_all, "Fail if any configured kernel has no builder in this version");
 
   auto* list = app.add_subcommand("list", "Print a catalog as a table");
   std::string list_dir;
@@ -103,7 +97,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*build) return cmd_build(build_configs, out, jobs, require_all);
+    if (*build) return cmd_build(build_configs, out, jobs);
     if (*list) return cmd_list(list_dir);
     if (*asm_cmd) return cmd_asm(asm_config, asm_kernel, asm_target);
     if (*check) return cmd_check(check_configs);
