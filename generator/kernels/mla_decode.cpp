@@ -119,7 +119,7 @@ class MlaDecodeBuilder {
 
   int slot_bytes() const { return g_.tile_tokens * g_.lds_row_bytes; }
 
-  // Emits `body` when cond(s) holds: scc-based skip. `skip_if_scc1` says which scc skips.
+  // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
   void unless_scc1(F&& body) {
     Label skip = b_->new_label("skip");
