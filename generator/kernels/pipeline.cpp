@@ -10,30 +10,45 @@ namespace mla::gen {
 
 namespace {
 constexpr int kWaveLanes = 64;
+
+// The common head of the two streaming kernels: arguments (out*, in*, n, <value>), loaded,
+// and raw buffer resources over `out` (out_bytes_per_n * n bytes) and `in` (in_bytes_per_n * n).
+struct StreamArgs {
+  SReg values;  // [0] = n, [1] = the fourth argument
+  SReg out_rsrc, in_rsrc;
+};
+
+StreamArgs stream_args(Program& p, Builder& b, const char* out_type, const char* in_type, const char* value_name,
+                       const char* value_type, int out_bytes_log2, int in_bytes_log2) {
+  auto& abi = p.abi;
+  abi.add_buffer("out", out_type);
+  abi.add_buffer("in", in_type);
+  abi.add_value("n", 4, "uint32_t");
+  abi.add_value(value_name, 4, value_type);
+  abi.max_workgroup_size = 256;
+  auto& ra = b.regs();
+  StreamArgs a{ra.sgpr(2, "n_value"), ra.sgpr(4, "out_rsrc"), ra.sgpr(4, "in_rsrc")};
+  SReg ptrs = ra.sgpr(4, "out_in_ptrs"), bytes = ra.sgpr(1, "bytes");
+  b.s_load_dwordx4(ptrs, b.kernarg_ptr(), 0);
+  b.s_load_dwordx2(a.values, b.kernarg_ptr(), 16);
+  b.s_lshl_b32(bytes, a.values[0], Imm(out_bytes_log2));
+  b.make_buffer_resource(a.out_rsrc, ptrs.sub(0, 2), bytes);
+  b.s_lshl_b32(bytes, a.values[0], Imm(in_bytes_log2));
+  b.make_buffer_resource(a.in_rsrc, ptrs.sub(2, 2), bytes);
+  ra.release(ptrs);
+  ra.release(bytes);
+  return a;
 }
+}  // namespace
 
 // out[i] = in[i] for i < n, dword granular. Grid-stride over tiles of 256 dwords: workgroup
 // w handles tiles w, w + num_groups, ...; buffer range checking (num_records = 4n) returns 0
 // for the tail lanes' loads and drops their stores, so there is no per-lane branch.
 // Args: out (u32*), in (u32*), n (u32), num_groups (u32). Block 256.
 void build_vector_copy(Program& p) {
-  auto& abi = p.abi;
-  abi.add_buffer("out", "uint32_t*");
-  abi.add_buffer("in", "const uint32_t*");
-  abi.add_value("n", 4, "uint32_t");
-  abi.add_value("num_groups", 4, "uint32_t");
-  abi.max_workgroup_size = 256;
   Builder b(p);
   auto& ra = b.regs();
-  SReg args = ra.sgpr(4, "out_in_ptrs");
-  SReg counts = ra.sgpr(2, "n_groups");
-  b.s_load_dwordx4(args, b.kernarg_ptr(), 0);
-  b.s_load_dwordx2(counts, b.kernarg_ptr(), 16);
-  SReg bytes = ra.sgpr(1, "n_bytes");
-  b.s_lshl_b32(bytes, counts[0], 2);
-  SReg out_rsrc = ra.sgpr(4, "out_rsrc"), in_rsrc = ra.sgpr(4, "in_rsrc");
-  b.make_buffer_resource(out_rsrc, args.sub(0, 2), bytes);
-  b.make_buffer_resource(in_rsrc, args.sub(2, 2), bytes);
+  auto [counts, out_rsrc, in_rsrc] = stream_args(p, b, "uint32_t*", "const uint32_t*", "num_groups", "uint32_t", 2, 2);
   // Tile loop: tile = workgroup_id; byte offset of the tile = tile * 1024.
   SReg tile = ra.sgpr(1, "tile"), num_tiles = ra.sgpr(1, "num_tiles"), tile_off = ra.sgpr(1, "tile_offset");
   b.s_add_u32(num_tiles, counts[0], Imm(255));
@@ -63,23 +78,9 @@ void build_vector_copy(Program& p) {
 // Args: out (f32*), in (u8*), n (u32, bytes, multiple of 4), scale (f32). Block 256,
 // grid = ceil(n / 1024).
 void build_fp8_dequant(Program& p) {
-  auto& abi = p.abi;
-  abi.add_buffer("out", "float*");
-  abi.add_buffer("in", "const uint8_t*");
-  abi.add_value("n", 4, "uint32_t");
-  abi.add_value("scale", 4, "float");
-  abi.max_workgroup_size = 256;
   Builder b(p);
   auto& ra = b.regs();
-  SReg args = ra.sgpr(4, "out_in_ptrs");
-  SReg nscale = ra.sgpr(2, "n_scale");
-  b.s_load_dwordx4(args, b.kernarg_ptr(), 0);
-  b.s_load_dwordx2(nscale, b.kernarg_ptr(), 16);
-  SReg out_bytes = ra.sgpr(1, "out_bytes");
-  b.s_lshl_b32(out_bytes, nscale[0], 2);
-  SReg out_rsrc = ra.sgpr(4, "out_rsrc"), in_rsrc = ra.sgpr(4, "in_rsrc");
-  b.make_buffer_resource(out_rsrc, args.sub(0, 2), out_bytes);
-  b.make_buffer_resource(in_rsrc, args.sub(2, 2), nscale[0]);
+  auto [nscale, out_rsrc, in_rsrc] = stream_args(p, b, "float*", "const uint8_t*", "scale", "float", 2, 0);
   // Lane byte offset into `in`: (workgroup * 256 + lane) * 4; into `out`: 4x that.
   VReg in_off = ra.vgpr(1, "in_offset"), out_off = ra.vgpr(1, "out_offset");
   SReg wg_base = ra.sgpr(1, "wg_base");
