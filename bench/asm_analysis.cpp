@@ -1,0 +1,212 @@
+// Static facts of the generated decode assembly: the consumer hot loop's issue cycles (a
+// per-target table, cross-checked with llvm-mca) and the producer's bytes in flight.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+#include "mla/build_paths.h"
+#include "target/target.h"
+
+namespace mla::bench {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> v;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) {
+    auto c = l.find(';');  // strip "; hazard: ..." comments
+    if (c != std::string::npos) l = l.substr(0, c);
+    l = trim(l);
+    if (!l.empty()) v.push_back(l);
+  }
+  return v;
+}
+
+std::string mnemonic(const std::string& line) { return line.substr(0, line.find_first_of(" \t")); }
+bool is_label(const std::string& l) { return !l.empty() && l.back() == ':'; }
+bool starts(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// Index of the first line of the loop whose label starts with `prefix`, and of its back-branch.
+std::pair<size_t, size_t> find_loop(const std::vector<std::string>& L, const std::string& prefix) {
+  for (size_t i = 0; i < L.size(); ++i)
+    if (is_label(L[i]) && starts(L[i], prefix.c_str())) {
+      std::string label = L[i].substr(0, L[i].size() - 1);
+      for (size_t j = i + 1; j < L.size(); ++j)
+        if (starts(L[j], "s_cbranch") && L[j].find(label) != std::string::npos &&
+            L[j].substr(L[j].size() - label.size()) == label)
+          return {i, j};
+      throw std::runtime_error("mlabench: no back-branch to " + label + " in the decode assembly");
+    }
+  throw std::runtime_error("mlabench: no label " + prefix + "* in the decode assembly");
+}
+
+}  // namespace
+
+// Issue cycles of one wave64 instruction on one SIMD (docs/performance.md, "Issue table"):
+// MFMA = passes x 4 (passes from the target description); VALU = 4 (16 lanes x 4 cycles),
+// transcendental and 32-bit integer multiply = 16 (quarter rate); LDS = max(4, bytes/128);
+// SALU, VMEM, branch, barrier = 4 (one issue slot); s_nop N = 4 (N+1); s_waitcnt = 0 (its
+// stall is memory latency, not issue).
+double issue_cycles_of(const std::string& line, rt::Target t) {
+  const std::string m = mnemonic(line);
+  if (starts(m, "v_mfma")) {
+    auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+    auto sh = tgt.find_mfma(m);
+    if (!sh) throw std::runtime_error("mlabench: MFMA " + m + " not in the target description");
+    return 4.0 * sh->passes;
+  }
+  if (m == "s_waitcnt") return 0;
+  if (m == "s_nop") {
+    int n = std::stoi(line.substr(line.find_first_of(" \t") + 1), nullptr, 0);
+    return 4.0 * (n + 1);
+  }
+  if (starts(m, "v_")) {
+    static const char* quarter[] = {"v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_",
+                                    "v_mul_hi_u32", "v_mul_lo_u32", "v_mad_u64_u32", "v_mul_hi_i32"};
+    for (const char* q : quarter)
+      if (starts(m, q)) return 16;
+    if (m.find("_f64") != std::string::npos) return 16;
+    return 4;
+  }
+  if (starts(m, "ds_")) {
+    int bytes = 4;
+    for (auto [suffix, b] : std::initializer_list<std::pair<const char*, int>>{
+             {"_b64", 8}, {"_b96", 12}, {"_b128", 16}, {"2_b32", 8}, {"2_b64", 16}})
+      if (m.find(suffix) != std::string::npos) bytes = std::max(bytes, b);
+    return std::max(4.0, 64.0 * bytes / 128.0);
+  }
+  return 4;
+}
+
+nlohmann::json HotLoop::to_json() const {
+  return {{"instructions", insts.size()},  {"issue_cycles", issue_cycles}, {"mfma", mfma},
+          {"valu", valu},                  {"lds", lds},                   {"salu", salu},
+          {"mfma_cycles", mfma_cycles},    {"valu_cycles", valu_cycles},   {"lds_cycles", lds_cycles},
+          {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles}};
+}
+
+HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca) {
+  const auto L = lines_of(asm_text);
+  auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
+  HotLoop h;
+  for (size_t i = begin + 1; i < end; ++i) {
+    const std::string& l = L[i];
+    if (is_label(l)) continue;
+    const std::string m = mnemonic(l);
+    if (starts(m, "s_cbranch") || m == "s_branch") {
+      // A forward branch inside the loop skips the masked-tile path (taken on full tiles).
+      std::string target = trim(l.substr(m.size()));
+      size_t j = i + 1;
+      while (j < end && L[j] != target + ":") ++j;
+      if (j < end) i = j;
+      continue;
+    }
+    h.insts.push_back(l);
+    double c = issue_cycles_of(l, t);
+    h.issue_cycles += c;
+    if (starts(m, "v_mfma")) {
+      ++h.mfma;
+      h.mfma_cycles += c;
+    } else if (starts(m, "v_")) {
+      ++h.valu;
+      h.valu_cycles += c;
+    } else if (starts(m, "ds_")) {
+      ++h.lds;
+      h.lds_cycles += c;
+    } else if (m == "s_nop") {
+      h.nop_cycles += c;
+    } else if (starts(m, "s_")) {
+      ++h.salu;
+      h.salu_cycles += c;
+    }
+  }
+  if (run_mca) {
+    // llvm-mca on the same straight-line path (its scheduling model, dispatch width 1).
+    namespace fs = std::filesystem;
+    fs::path f = fs::temp_directory_path() / fmt::format("mlabench-mca-{}.s", getpid());
+    {
+      std::ofstream o(f);
+      for (const auto& l : h.insts) o << l << "\n";
+    }
+    const int iters = 20;
+    std::string cmd = fmt::format("{} -mtriple=amdgcn-amd-amdhsa -mcpu={} -iterations={} {} 2>/dev/null",
+                                  mla::build::kLlvmMca, rt::name(t), iters, f.string());
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (fgets(buf, sizeof buf, p)) {
+        std::string s(buf);
+        if (starts(s, "Total Cycles:")) h.mca_cycles = std::stod(s.substr(13)) / iters;
+      }
+      pclose(p);
+    }
+    fs::remove(f);
+  }
+  return h;
+}
+
+double producer_inflight_bytes(const std::string& asm_text) {
+  const auto L = lines_of(asm_text);
+  auto [begin, end] = find_loop(L, ".Lproducer_loop_");
+  std::deque<double> q;  // outstanding vector-memory loads (bytes per wave), in issue order
+  double peak = 0;
+  auto load_bytes = [](const std::string& m) -> double {
+    if (!(starts(m, "global_load") || starts(m, "buffer_load") || starts(m, "flat_load"))) return 0;
+    int dw = 1;
+    if (m.find("dwordx4") != std::string::npos) dw = 4;
+    else if (m.find("dwordx3") != std::string::npos) dw = 3;
+    else if (m.find("dwordx2") != std::string::npos) dw = 2;
+    else if (m.find("ubyte") != std::string::npos || m.find("sbyte") != std::string::npos) return 64;
+    else if (m.find("short") != std::string::npos) return 128;
+    return 64.0 * 4 * dw;
+  };
+  for (int iter = 0; iter < 3; ++iter) {
+    for (size_t i = begin + 1; i < end; ++i) {
+      const std::string& l = L[i];
+      if (is_label(l)) continue;
+      const std::string m = mnemonic(l);
+      if (m == "s_branch") {  // jumps over the partial-tile path
+        std::string target = trim(l.substr(m.size()));
+        size_t j = i + 1;
+        while (j < end && L[j] != target + ":") ++j;
+        i = j;
+        continue;
+      }
+      if (starts(m, "s_cbranch")) continue;  // steady state: the guards fall through
+      if (m == "s_waitcnt") {
+        auto p = l.find("vmcnt(");
+        if (p != std::string::npos) {
+          size_t n = std::stoul(l.substr(p + 6));
+          while (q.size() > n) q.pop_front();
+        }
+        continue;
+      }
+      if (double b = load_bytes(m); b > 0) {
+        q.push_back(b);
+        double sum = 0;
+        for (double x : q) sum += x;
+        if (iter > 0) peak = std::max(peak, sum);
+      }
+    }
+  }
+  return peak;
+}
+
+}  // namespace mla::bench

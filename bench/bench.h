@@ -1,0 +1,225 @@
+// mlabench: performance evidence without the hardware (docs/performance.md).
+//
+//   measured  - counters of the exact code objects on the emulator (global bytes per buffer,
+//               MFMA MACs, instructions), extrapolated linearly from scaled runs to the full
+//               shape with the planner's exact full-scale plan; static facts of the generated
+//               assembly (bytes in flight per workgroup, hot-loop instruction mix).
+//   modeled   - times from the documented machine model below (never measured here).
+//   hardware  - `--backend hip`: wall-clock timing on an AMD GPU (none here).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/catalog.h"
+#include "runtime/planner.h"
+#include "runtime/problem.h"
+
+namespace mla::bench {
+
+// ---- Shapes -------------------------------------------------------------------------------
+
+struct BenchShape {
+  std::string name;   // "32K x1", "K3 c16 pg1", ...
+  std::string set;    // "seed-001", "seed-000", "cli"
+  rt::DecodeShape shape;
+  std::vector<int> kv_lens;
+  int ctx_k = 0, concurrency = 0;              // seed-001 grid coordinates (0 elsewhere)
+  std::optional<double> pub_aiter_us, pub_ours_us;  // published figures (seed 001), not ours
+  int64_t total_tokens() const;
+};
+
+// seed-001: ctx {32K, 64K, 128K, 256K} x concurrency {1, 2, 4, 8, 16}, 16 heads, bf16 q / fp8
+// KV, page size 1, gfx942; with the published columns where the seed lists them.
+std::vector<BenchShape> seed001_shapes();
+// seed-000: Kimi-K3 TP8, 12 heads, fp8/fp8, gfx950, c16 and c24 at kv_len ~68.4K, page 1 and 128.
+std::vector<BenchShape> seed000_shapes();
+// "gfx950:fp8/fp8:h12:pg128:68435x16" or "...:32768,1000,77" (see mlabench --help).
+BenchShape parse_shape(const std::string& spec);
+
+// The seed's own published "same total data" rows (us), as published.
+struct PublishedGroup {
+  std::string members;
+  double ours_lo, ours_hi, aiter_lo, aiter_hi;
+};
+std::vector<PublishedGroup> seed001_published_groups();
+
+// ---- Machine model (modeled numbers only) ---------------------------------------------------
+
+struct Machine {
+  std::string name;       // "MI300X"
+  rt::Target target;
+  int cus;                // from generator/target (304 / 256)
+  double hbm_bytes_per_s; // from generator/target (5.3e12 / 8e12)
+  double clock_hz;        // peak engine clock (2.1 GHz / 2.4 GHz)
+  double little_latency_s = 2e-6;   // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
+  double unit_fill_s = 1e-6;        // per work unit: page id then KV row, 2 dependent ~500 ns trips
+  double cu_port_bytes_per_clk = 64;  // L2 -> CU read port, per CU
+  double launch_s = 5e-6;           // per kernel launch (eager HIP stream, assumed)
+  double little_bytes_per_cu() const { return hbm_bytes_per_s * little_latency_s / cus; }
+  double hbm_share_per_cu() const { return hbm_bytes_per_s / cus; }
+  nlohmann::json to_json() const;
+};
+Machine machine_for(rt::Target t);
+
+// One work unit as the model sees it.
+struct ModelUnit {
+  int64_t tokens = 0;
+  bool partial = false;
+};
+
+// Per-kernel facts the model needs (measured or static).
+struct KernelFacts {
+  int tile_tokens = 0;
+  double read_per_token = 0, read_per_unit = 0;    // decode global bytes (fit of measured counters)
+  double write_partial_unit = 0, write_final_unit = 0;  // decode global bytes written per unit
+  double reduce_per_entry = 0, reduce_per_split = 0;     // reduce global bytes (read + written)
+  double inflight_bytes_per_wg = 0;   // static, producer loop
+  int consumers = 1;                  // consumer waves per workgroup (one SIMD each)
+  int max_resident_wgs = 1;           // workgroups a CU can hold (LDS-limited)
+  int row_groups = 1;
+  double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (table)
+};
+
+struct ModeledTime {
+  double total_s = 0, decode_s = 0, reduce_s = 0, launch_s = 0;
+  double max_cu_mem_s = 0, max_cu_compute_s = 0, hbm_floor_s = 0;
+  double per_cu_rate = 0;  // bytes/s one CU streams at (Little's law, port cap)
+  std::string bound;       // "HBM", "in-flight (Little)", "issue", ...
+  nlohmann::json to_json() const;
+};
+
+// Units are handed to CU (i mod C) in launch order (the planner's dispatch assumption).
+ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
+                       int reduce_entries, int reduce_splits);
+std::vector<ModelUnit> model_units(const rt::Plan& plan);
+
+// Brute force: every request split into s near-equal whole-tile runs, for s = 1..max_splits,
+// longest first, one unit per CU per round; returns the best modeled time and its s.
+struct BruteForce {
+  int best_splits = 0;
+  double best_s = 0;
+  std::vector<std::pair<int, double>> tried;
+};
+BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits);
+
+// ---- Static analysis of the generated assembly ----------------------------------------------
+
+struct HotLoop {
+  std::vector<std::string> insts;  // steady-state path of one tile (full tile)
+  double issue_cycles = 0;         // per-target table (docs/performance.md)
+  double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
+  int mfma = 0, valu = 0, lds = 0, salu = 0;
+  double mca_cycles = -1;          // llvm-mca's estimate per iteration (-1: not available)
+  nlohmann::json to_json() const;
+};
+// The consumer loop `.Lconsumer_loop_*` .. its back-branch, forward-skipped blocks excluded
+// (the masked-tile path a full tile branches over).
+HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca);
+// Peak global-load bytes outstanding in the producer loop (steady state, full tiles):
+// a static replay of its loads and s_waitcnt vmcnt(N) over three iterations.
+double producer_inflight_bytes(const std::string& asm_text);
+double issue_cycles_of(const std::string& inst_line, rt::Target t);
+
+// ---- Measurement ------------------------------------------------------------------------------
+
+const rt::Catalog& catalog_for(const rt::DecodeShape& s);
+std::string decode_asm_for(const rt::DecodeShape& s);
+
+// Counters of one emulator run with the features the linear model uses.
+struct RunSample {
+  std::vector<int> kv_lens;
+  int num_cus = 0;
+  double U = 0, N = 0, E = 0, S = 0;   // units, tokens (row groups each), reduce entries, their splits
+  double partial_units = 0, final_units = 0;
+  double decode_read = 0, decode_written = 0, reduce_read = 0, reduce_written = 0;
+  double mfma_macs = 0, wave_insts = 0;
+  double traffic_read = 0, traffic_needed = 0;  // runtime's Traffic (read vs plan-needed)
+  double seconds = 0;
+};
+RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1);
+
+// Linear fit y = a*x1 + b*x2 (least squares); residual = max |y - fit| / y over the samples.
+struct Fit2 {
+  double a = 0, b = 0, residual = 0;
+};
+Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y);
+
+struct ShapeResult {
+  BenchShape shape;
+  std::string decode_kernel;
+  bool full_scale = false;        // emulated at full scale (else extrapolated)
+  std::vector<RunSample> samples;
+  double fit_residual = 0;        // worst over the fitted counters
+  // full-shape plan
+  int units = 0, num_partials = 0, reduce_entries = 0, reduce_splits = 0, cus_used = 0, cus = 0;
+  double balance = 0;
+  // bytes
+  double kv_bytes = 0, idx_bytes = 0, q_bytes = 0, o_bytes = 0, partial_bytes = 0, table_bytes = 0;
+  double read_bytes = 0, written_bytes = 0;
+  double ratio_read_over_min = 0;       // bytes read / (KV + indices + Q + O)
+  double ratio_moved_over_min = 0;      // (read + written) / (KV + indices + Q + O)
+  double ratio_moved_over_plan = 0;     // (read + written) / (KV + idx + Q + O + 2 x partials + tables)
+  double ratio_read_over_needed = 0;    // runtime Traffic definition (read / plan-needed reads)
+  double partial_over_kv = 0;           // partial traffic (written + read) / KV bytes
+  double kv_bytes_per_cu = 0;
+  // compute
+  double macs_issued = 0, macs_useful = 0, mac_ratio = 0;
+  // memory-level parallelism
+  double inflight_per_cu = 0, little_per_cu = 0;
+  // hot loop
+  HotLoop hot;
+  double tile_mem_cycles = 0, issue_over_mem = 0;
+  // modeled
+  KernelFacts facts;
+  ModeledTime modeled;
+  BruteForce brute;
+  double plan_over_best = 0;
+  // The planner told the occupancy the model assumes (workgroups_per_cu = resident workgroups).
+  int units_wpc = 0;
+  ModeledTime modeled_wpc;
+  double plan_wpc_over_best = 0;
+  double modeled_tbps = 0;
+  nlohmann::json to_json() const;
+};
+
+struct MeasureOptions {
+  int scaled_cus = 4;            // CUs of the scaled runs
+  int unit_tiles = 0;            // tiles per unit of the scaled runs (0: the full plan's mean)
+  int64_t full_scale_max_tokens = 0;  // emulate at full scale when total tokens <= this
+  bool run_mca = true;
+  bool verbose = false;
+};
+ShapeResult measure_shape(const BenchShape& s, const MeasureOptions& o);
+
+// ---- Output ------------------------------------------------------------------------------
+
+struct SameBytesGroup {
+  std::string members;
+  std::vector<int> index;  // into results
+  double lo = 0, hi = 0, spread = 0;
+  std::optional<PublishedGroup> published;
+};
+std::vector<SameBytesGroup> same_bytes_groups(const std::vector<ShapeResult>& r);
+std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g);
+nlohmann::json json_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g);
+
+// PNG (zlib stored blocks, CRC32, Adler32) and a two-panel bar plot.
+std::vector<uint8_t> encode_png(int w, int h, const std::vector<uint8_t>& rgb);
+uint32_t crc32(const uint8_t* p, size_t n, uint32_t crc = 0);
+uint32_t adler32(const uint8_t* p, size_t n);
+std::vector<uint8_t> plot_png(const std::vector<ShapeResult>& r, int& w, int& h);
+
+// ---- Hardware mode -------------------------------------------------------------------------
+struct HipOptions {
+  int runs = 100, warmup = 10, rotate = 0;  // rotate: input sets (0: enough to exceed 2x LLC)
+  std::string catalog_dir;                   // "" : build per shape like the emulator mode
+};
+// Times every shape on device 0; throws std::runtime_error with a clear message when no AMD
+// GPU (or no HIP) is present.
+nlohmann::json hip_bench(const std::vector<BenchShape>& shapes, const HipOptions& o, std::string& table);
+
+}  // namespace mla::bench

@@ -1,0 +1,133 @@
+// The machine model (docs/performance.md). Every number it produces is modeled, not measured.
+#include <algorithm>
+#include <cmath>
+
+#include "bench/bench.h"
+#include "target/target.h"
+
+namespace mla::bench {
+
+Machine machine_for(rt::Target t) {
+  const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  Machine m;
+  m.target = t;
+  m.name = t == rt::Target::gfx942 ? "MI300X" : "MI355X";
+  m.cus = tgt.num_cus;
+  m.hbm_bytes_per_s = tgt.hbm_bytes_per_s;
+  m.clock_hz = t == rt::Target::gfx942 ? 2.1e9 : 2.4e9;
+  return m;
+}
+
+nlohmann::json Machine::to_json() const {
+  return {{"name", name},
+          {"target", rt::name(target)},
+          {"cus", cus},
+          {"hbm_bytes_per_s", hbm_bytes_per_s},
+          {"clock_hz", clock_hz},
+          {"little_latency_s", little_latency_s},
+          {"unit_fill_s", unit_fill_s},
+          {"cu_port_bytes_per_clk", cu_port_bytes_per_clk},
+          {"launch_s", launch_s},
+          {"little_bytes_per_cu", little_bytes_per_cu()}};
+}
+
+nlohmann::json ModeledTime::to_json() const {
+  return {{"modeled_total_us", total_s * 1e6},     {"modeled_decode_us", decode_s * 1e6},
+          {"modeled_reduce_us", reduce_s * 1e6},   {"modeled_launch_us", launch_s * 1e6},
+          {"max_cu_mem_us", max_cu_mem_s * 1e6},   {"max_cu_issue_us", max_cu_compute_s * 1e6},
+          {"hbm_floor_us", hbm_floor_s * 1e6},     {"per_cu_bytes_per_s", per_cu_rate},
+          {"bound", bound}};
+}
+
+std::vector<ModelUnit> model_units(const rt::Plan& plan) {
+  std::vector<ModelUnit> v;
+  for (const auto& u : plan.units) v.push_back({int64_t(u.kv_end - u.kv_start), u.partial >= 0});
+  return v;
+}
+
+ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
+                       int reduce_entries, int reduce_splits) {
+  const int C = m.cus;
+  std::vector<double> bytes(C, 0), tiles(C, 0);
+  std::vector<int> n(C, 0);
+  double total = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const auto& u = units[i];
+    const int c = int(i % size_t(C));
+    double b = f.read_per_unit + f.read_per_token * double(u.tokens) +
+               (u.partial ? f.write_partial_unit : f.write_final_unit);
+    bytes[c] += b;
+    total += b;
+    tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
+    n[c] += 1;
+  }
+  ModeledTime t;
+  t.hbm_floor_s = total / m.hbm_bytes_per_s;
+  const double port = m.cu_port_bytes_per_clk * m.clock_hz;
+  double worst = 0;
+  for (int c = 0; c < C; ++c) {
+    if (!n[c]) continue;
+    const int resident = std::min(n[c], f.max_resident_wgs);
+    const double rate = std::min(port, resident * f.inflight_bytes_per_wg / m.little_latency_s);
+    const double simds = std::min(4, resident * f.consumers);
+    const double mem = bytes[c] / rate;
+    const double issue = tiles[c] * f.hot_loop_cycles / m.clock_hz / simds;
+    // Units on a CU run back to back (resident ones overlap their fill).
+    const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
+    const double tc = fill + std::max(mem, issue);
+    if (tc > worst) {
+      worst = tc;
+      t.max_cu_mem_s = mem;
+      t.max_cu_compute_s = issue;
+      t.per_cu_rate = rate;
+    }
+  }
+  t.decode_s = std::max(worst, t.hbm_floor_s);
+  if (t.decode_s == t.hbm_floor_s) t.bound = "HBM bandwidth";
+  else if (t.max_cu_compute_s > t.max_cu_mem_s) t.bound = "hot-loop issue";
+  else if (t.per_cu_rate < port) t.bound = "bytes in flight (Little)";
+  else t.bound = "CU read port";
+  t.launch_s = m.launch_s;
+  if (reduce_entries > 0) {
+    const double rb = f.reduce_per_entry * reduce_entries + f.reduce_per_split * reduce_splits;
+    t.reduce_s = std::max(rb / m.hbm_bytes_per_s, m.unit_fill_s);
+    t.launch_s += m.launch_s;
+  }
+  t.total_s = t.launch_s + t.decode_s + t.reduce_s;
+  return t;
+}
+
+BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits) {
+  BruteForce bf;
+  const int T = f.tile_tokens;
+  for (int s = 1; s <= max_splits; ++s) {
+    std::vector<ModelUnit> units;
+    int entries = 0, splits = 0;
+    for (int len : kv_lens) {
+      const int tiles = (len + T - 1) / T;
+      const int k = std::min(s, tiles);
+      if (k > 1) {
+        ++entries;
+        splits += k;
+      }
+      int start = 0;
+      for (int j = 0; j < k; ++j) {
+        int nt = tiles / k + (j < tiles % k ? 1 : 0);
+        int end = std::min(len, (start / T + nt) * T);
+        for (int g = 0; g < f.row_groups; ++g) units.push_back({int64_t(end - start), k > 1});
+        start = end;
+      }
+    }
+    // Longest first; unit i goes to CU i mod C (one unit per CU per round).
+    std::stable_sort(units.begin(), units.end(), [](const ModelUnit& a, const ModelUnit& b) { return a.tokens > b.tokens; });
+    const double t = model_time(m, f, units, entries, splits).total_s;
+    bf.tried.push_back({s, t});
+    if (bf.best_splits == 0 || t < bf.best_s) {
+      bf.best_s = t;
+      bf.best_splits = s;
+    }
+  }
+  return bf;
+}
+
+}  // namespace mla::bench

@@ -1,0 +1,342 @@
+// Measurement: catalogs built in-process, scaled emulator runs, the linear fit, and the
+// extrapolation to the full shape with the planner's exact full-scale plan.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+#include "catalog/catalog.h"
+#include "catalog/compile.h"
+#include "config/config.h"
+#include "runtime/backend.h"
+#include "runtime/emulator_backend.h"
+#include "target/target.h"
+
+namespace mla::bench {
+
+namespace {
+std::string config_text(const rt::DecodeShape& s) {
+  return fmt::format(
+      R"({{"deployment": "mlabench", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
+          "kv_dtype": "{}", "qseqlen": {}, "page_size": {}, "return_lse": {}, "logit_cap": {}}}]}})",
+      rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), s.qseqlen, s.page_size,
+      s.return_lse ? "true" : "false", s.logit_cap ? "true" : "false");
+}
+}  // namespace
+
+const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+  static std::map<std::string, std::unique_ptr<rt::Catalog>> cache;
+  std::string key = s.describe();
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("mlabench-{}-{}", getpid(), cache.size())).string();
+  gen::BuildOptions opts;
+  opts.out_dir = dir;
+  opts.jobs = 2;
+  gen::build_catalog({gen::parse_config(config_text(s), "mlabench.json")}, opts);
+  auto [it, _] = cache.emplace(key, std::make_unique<rt::Catalog>(rt::Catalog::open(dir)));
+  return *it->second;
+}
+
+std::string decode_asm_for(const rt::DecodeShape& s) {
+  auto cfg = gen::parse_config(config_text(s), "mlabench.json");
+  for (const auto& spec : cfg.kernels)
+    if (spec.kind == gen::KernelKind::MlaDecode) return gen::compile_kernel(spec).asm_text;
+  throw std::runtime_error("mlabench: no decode kernel for " + s.describe());
+}
+
+RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed) {
+  rt::ProblemParams pp;
+  pp.target = s.target;
+  pp.heads = s.heads;
+  pp.qseqlen = s.qseqlen;
+  pp.q_dtype = s.q_dtype;
+  pp.kv_dtype = s.kv_dtype;
+  pp.page_size = s.page_size;
+  pp.kv_lens = kv_lens;
+  pp.seed = seed;
+  pp.return_lse = s.return_lse;
+  auto p = rt::make_random_problem(pp);
+  const auto& cat = catalog_for(s);
+  rt::EmulatorRunOptions opts;
+  opts.num_cus = num_cus;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = rt::run_decode_on_emulator(p, cat.select(s), opts);
+  RunSample x;
+  x.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  x.kv_lens = kv_lens;
+  x.num_cus = num_cus;
+  x.U = double(r.plan.units.size());
+  x.N = double(r.plan.total_tokens());
+  x.E = double(r.plan.reduces.size());
+  for (const auto& e : r.plan.reduces) x.S += e.num_splits;
+  for (const auto& u : r.plan.units) (u.partial >= 0 ? x.partial_units : x.final_units) += 1;
+  auto sum = [](const emu::Counters& c, double& rd, double& wr) {
+    for (const auto& b : c.buffers)
+      if (b.name != "kernarg") {
+        rd += double(b.read);
+        wr += double(b.written);
+      }
+  };
+  sum(r.decode, x.decode_read, x.decode_written);
+  if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_written);
+  x.mfma_macs = double(r.decode.total.mfma_macs);
+  x.wave_insts = double(r.decode.total.wave_insts);
+  x.traffic_read = double(r.traffic.read());
+  x.traffic_needed = double(r.traffic.needed());
+  return x;
+}
+
+Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y) {
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    a11 += x1[i] * x1[i];
+    a12 += x1[i] * x2[i];
+    a22 += x2[i] * x2[i];
+    b1 += x1[i] * y[i];
+    b2 += x2[i] * y[i];
+  }
+  const double det = a11 * a22 - a12 * a12;
+  if (std::fabs(det) <= 1e-12 * std::max(1.0, a11 * a22))
+    throw std::runtime_error("mlabench: linear fit is singular (samples do not vary both features)");
+  Fit2 f;
+  f.a = (b1 * a22 - b2 * a12) / det;
+  f.b = (a11 * b2 - a12 * b1) / det;
+  for (size_t i = 0; i < y.size(); ++i)
+    if (y[i] != 0) f.residual = std::max(f.residual, std::fabs(y[i] - f.a * x1[i] - f.b * x2[i]) / std::fabs(y[i]));
+  return f;
+}
+
+nlohmann::json ShapeResult::to_json() const {
+  nlohmann::json j;
+  j["name"] = shape.name;
+  j["set"] = shape.set;
+  j["shape"] = shape.shape.describe();
+  j["batch"] = shape.kv_lens.size();
+  j["total_tokens"] = shape.total_tokens();
+  j["decode_kernel"] = decode_kernel;
+  j["measured"] = {
+      {"source", full_scale ? "emulator, full scale" : "emulator, scaled runs extrapolated with the full plan"},
+      {"fit_max_relative_residual", fit_residual},
+      {"bytes",
+       {{"kv", kv_bytes}, {"kv_indices", idx_bytes}, {"q", q_bytes}, {"o", o_bytes}, {"partials", partial_bytes},
+        {"tables", table_bytes}, {"read", read_bytes}, {"written", written_bytes}}},
+      {"read_over_min", ratio_read_over_min},
+      {"moved_over_min", ratio_moved_over_min},
+      {"moved_over_plan_needed", ratio_moved_over_plan},
+      {"runtime_read_over_needed", ratio_read_over_needed},
+      {"partial_traffic_over_kv", partial_over_kv},
+      {"macs_issued", macs_issued},
+      {"macs_useful", macs_useful},
+      {"macs_issued_over_useful", mac_ratio},
+      {"inflight_bytes_per_cu", inflight_per_cu},
+      {"hot_loop", hot.to_json()}};
+  j["plan"] = {{"units", units},      {"num_partials", num_partials}, {"reduce_entries", reduce_entries},
+               {"cus", cus},          {"cus_used", cus_used},         {"balance_max_over_mean", balance},
+               {"kv_bytes_per_cu", kv_bytes_per_cu}};
+  j["target_model"] = {{"little_bytes_per_cu", little_per_cu},
+                       {"tile_mem_cycles_at_cu_share", tile_mem_cycles},
+                       {"hot_loop_issue_over_tile_mem", issue_over_mem}};
+  j["modeled"] = modeled.to_json();
+  j["modeled"]["modeled_tbps"] = modeled_tbps;
+  j["modeled"]["brute_force_best_splits"] = brute.best_splits;
+  j["modeled"]["brute_force_best_us"] = brute.best_s * 1e6;
+  j["modeled"]["plan_over_brute_force_best"] = plan_over_best;
+  j["modeled"]["planner_with_resident_wpc"] = {{"workgroups_per_cu", facts.max_resident_wgs}, {"units", units_wpc}, {"modeled_us", modeled_wpc.total_s * 1e6}, {"over_brute_force_best", plan_wpc_over_best}};
+  j["samples"] = nlohmann::json::array();
+  for (const auto& s : samples)
+    j["samples"].push_back({{"kv_lens", s.kv_lens.size() > 4 ? nlohmann::json(fmt::format("{} x {}", s.kv_lens[0], s.kv_lens.size()))
+                                                              : nlohmann::json(s.kv_lens)},
+                            {"num_cus", s.num_cus}, {"units", s.U}, {"tokens", s.N}, {"decode_read", s.decode_read},
+                            {"emulator_seconds", s.seconds}});
+  if (shape.pub_aiter_us) j["published_seed001"] = {{"aiter_us", *shape.pub_aiter_us}, {"ours_us", *shape.pub_ours_us}};
+  return j;
+}
+
+ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
+  ShapeResult r;
+  r.shape = bs;
+  const rt::DecodeShape& s = bs.shape;
+  const Machine m = machine_for(s.target);
+  const auto& cat = catalog_for(s);
+  const rt::Selection sel = cat.select(s);
+  r.decode_kernel = sel.decode.name;
+  const rt::SelectedKernels k = rt::selected_kernels(sel, s);
+  const int T = sel.decode.geometry.at("tile_tokens").get<int>();
+  const rt::Plan plan = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, 1));
+
+  // Full-shape plan facts (exact).
+  r.units = int(plan.units.size());
+  r.num_partials = plan.num_partials;
+  r.reduce_entries = int(plan.reduces.size());
+  for (const auto& e : plan.reduces) r.reduce_splits += e.num_splits;
+  r.cus = m.cus;
+  r.cus_used = plan.cus_used;
+  r.balance = plan.balance;
+
+  // Scaled runs: units of the full plan's mean length (u tiles), on scaled_cus CUs.
+  const int Cs = o.scaled_cus;
+  const double mean_unit_tokens = double(plan.total_tokens()) / double(plan.units.size());
+  const int u = o.unit_tiles > 0 ? o.unit_tiles : std::max(2, int(std::lround(mean_unit_tokens / T)));
+  const int L = u * T;
+  std::vector<std::vector<int>> runs;
+  if (o.full_scale_max_tokens > 0 && bs.total_tokens() <= o.full_scale_max_tokens) {
+    r.full_scale = true;
+  } else {
+    runs = {{Cs * L}, {2 * Cs * L}, {Cs * L, Cs * L}, std::vector<int>(size_t(2 * Cs), L)};
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    r.samples.push_back(run_sample(s, runs[i], Cs, 1 + i));
+    if (o.verbose)
+      fmt::print(stderr, "  scaled run {}: {} requests of {} tokens on {} CUs: {} units, {:.1f} s\n", i, runs[i].size(),
+                 runs[i][0], Cs, r.samples.back().U, r.samples.back().seconds);
+  }
+
+  const double U = double(plan.units.size()), N = double(plan.total_tokens());
+  double final_units = 0, partial_units = 0;
+  for (const auto& un : plan.units) (un.partial >= 0 ? partial_units : final_units) += 1;
+  KernelFacts& f = r.facts;
+  f.tile_tokens = T;
+  f.consumers = sel.decode.geometry.at("consumers").get<int>();
+  f.row_groups = plan.row_groups;
+  const auto& tgt = gen::target(s.target == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  const int lds = sel.decode.geometry.at("lds_bytes").get<int>();
+  f.max_resident_wgs = std::max(1, std::min(int(tgt.lds_bytes) / std::max(1, lds), 2048 / sel.decode.geometry.at("workgroup_size").get<int>()));
+
+  double macs = 0;
+  if (r.full_scale) {
+    RunSample x = run_sample(s, bs.kv_lens, m.cus, 1);
+    r.samples.push_back(x);
+    r.read_bytes = x.decode_read + x.reduce_read;
+    r.written_bytes = x.decode_written + x.reduce_written;
+    macs = x.mfma_macs;
+    r.ratio_read_over_needed = x.traffic_read / x.traffic_needed;
+    f.read_per_token = x.decode_read / x.N;  // the model's per-unit split is not fitted here
+    f.read_per_unit = 0;
+    f.write_partial_unit = x.partial_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
+    f.write_final_unit = x.final_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
+    f.reduce_per_split = x.S ? (x.reduce_read + x.reduce_written) / x.S : 0;
+  } else {
+    std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn;
+    for (const auto& x : r.samples) {
+      xu.push_back(x.U);
+      xn.push_back(x.N);
+      yr.push_back(x.decode_read);
+      ym.push_back(x.mfma_macs);
+      ytr.push_back(x.traffic_read - x.reduce_read);
+    }
+    Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym);
+    // Reduce: samples 0..2 run it (entries 1, 1, 2); bytes = a*entries + b*splits.
+    for (const auto& x : r.samples)
+      if (x.E > 0) {
+        re.push_back(x.E);
+        rs.push_back(x.S);
+        yred.push_back(x.reduce_read + x.reduce_written);
+      }
+    Fit2 fred = fit2(re, rs, yred);
+    std::vector<double> rr;
+    for (const auto& x : r.samples)
+      if (x.E > 0) rr.push_back(x.reduce_read);
+    Fit2 fredr = fit2(re, rs, rr);
+    r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual});
+    // Decode writes: per partial unit (samples 0..2), per final unit (sample 3).
+    double wp = 0, np = 0, wf = 0, nf = 0;
+    for (const auto& x : r.samples) {
+      if (x.final_units == 0) {
+        wp += x.decode_written;
+        np += x.partial_units;
+      } else if (x.partial_units == 0) {
+        wf += x.decode_written;
+        nf += x.final_units;
+      }
+    }
+    f.read_per_unit = fr.a;
+    f.read_per_token = fr.b;
+    f.write_partial_unit = np ? wp / np : 0;
+    f.write_final_unit = nf ? wf / nf : 0;
+    f.reduce_per_entry = fred.a;
+    f.reduce_per_split = fred.b;
+    const double E = r.reduce_entries, S = r.reduce_splits;
+    const double dec_read = fr.a * U + fr.b * N;
+    const double red_read = E > 0 ? fredr.a * E + fredr.b * S : 0;
+    const double red_all = E > 0 ? fred.a * E + fred.b * S : 0;
+    r.read_bytes = dec_read + red_read;
+    r.written_bytes = f.write_partial_unit * partial_units + f.write_final_unit * final_units + (red_all - red_read);
+    macs = fm.a * U + fm.b * N;
+  }
+
+  // Minimum bytes: each KV token and page id once, Q read once, O written once.
+  const double kvb = rt::elem_bytes(s.kv_dtype), qb = rt::elem_bytes(s.q_dtype);
+  const double rows = double(bs.kv_lens.size()) * s.qseqlen;
+  for (int len : bs.kv_lens) {
+    r.kv_bytes += double(len) * rt::kQkDim * kvb;
+    r.idx_bytes += double((len + s.page_size - 1) / s.page_size) * 4;
+  }
+  r.q_bytes = rows * s.heads * rt::kQkDim * qb;
+  r.o_bytes = rows * s.heads * rt::kVDim * 2;
+  r.partial_bytes = double(plan.partial_o_bytes() + plan.partial_lse_bytes());
+  r.table_bytes = double(plan.units.size() * sizeof(rt::WorkUnit) + plan.reduces.size() * sizeof(rt::ReduceEntry));
+  const double minimum = r.kv_bytes + r.idx_bytes + r.q_bytes + r.o_bytes;
+  r.ratio_read_over_min = r.read_bytes / minimum;
+  r.ratio_moved_over_min = (r.read_bytes + r.written_bytes) / minimum;
+  r.ratio_moved_over_plan = (r.read_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
+  if (!r.full_scale) {
+    // The runtime's definition (reads vs the plan's needed reads), from the same extrapolation.
+    double needed = 0;
+    for (const auto& un : plan.units) {
+      needed += double(un.kv_end - un.kv_start) * rt::kQkDim * kvb;
+      needed += double((un.kv_end + s.page_size - 1) / s.page_size - un.kv_start / s.page_size) * 4;
+      needed += std::min(plan.rows_per_group, plan.rows - un.row_group * plan.rows_per_group) * rt::kQkDim * qb;
+    }
+    needed += r.table_bytes + r.partial_bytes;
+    r.ratio_read_over_needed = r.read_bytes / needed;
+  }
+  r.partial_over_kv = 2 * r.partial_bytes / r.kv_bytes;
+  r.kv_bytes_per_cu = r.kv_bytes / m.cus;
+
+  // MACs: useful = every visible (row, token) pair x (576 QK + 512 PV), heads unpadded.
+  for (int len : bs.kv_lens)
+    for (int row = 0; row < s.qseqlen; ++row) r.macs_useful += double(len - s.qseqlen + row + 1) * s.heads * (576 + 512);
+  r.macs_issued = macs;
+  r.mac_ratio = macs / r.macs_useful;
+
+  // Static facts of the assembly.
+  const std::string text = decode_asm_for(s);
+  f.inflight_bytes_per_wg = producer_inflight_bytes(text);
+  r.hot = analyze_hot_loop(text, s.target, o.run_mca);
+  f.hot_loop_cycles = r.hot.issue_cycles;
+  const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
+  r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
+  r.little_per_cu = m.little_bytes_per_cu();
+  const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
+  r.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
+  r.issue_over_mem = r.hot.issue_cycles / r.tile_mem_cycles;
+
+  // Modeled.
+  r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits);
+  r.modeled_tbps = minimum / r.modeled.total_s / 1e12;
+  const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
+  r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
+  r.plan_over_best = r.modeled.total_s / r.brute.best_s;
+  {
+    const rt::Plan pw = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, f.max_resident_wgs));
+    int e = 0, sp = 0;
+    for (const auto& x : pw.reduces) {
+      ++e;
+      sp += x.num_splits;
+    }
+    r.units_wpc = int(pw.units.size());
+    r.modeled_wpc = model_time(m, f, model_units(pw), e, sp);
+    r.plan_wpc_over_best = r.modeled_wpc.total_s / r.brute.best_s;
+  }
+  return r;
+}
+
+}  // namespace mla::bench

@@ -1,0 +1,79 @@
+// mlabench: measured counters, modeled times and (on hardware) timings of MLA decode shapes.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+
+using namespace mla::bench;
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlabench: MLA decode performance evidence (docs/performance.md)"};
+  std::string backend = "emulator", out_dir = "out/bench", set = "all", catalog_dir;
+  std::vector<std::string> shape_specs;
+  MeasureOptions mo;
+  mo.verbose = true;
+  HipOptions ho;
+  app.add_option("--backend", backend, "emulator (measured counters + modeled times) or hip (timing on an AMD GPU)")
+      ->check(CLI::IsMember({"emulator", "hip"}));
+  app.add_option("--out", out_dir, "output folder (table.md, bench.json, bench.png)");
+  app.add_option("--set", set, "seed-001, seed-000, all, or none (only --shape)")
+      ->check(CLI::IsMember({"seed-001", "seed-000", "all", "none"}));
+  app.add_option("--shape", shape_specs,
+                 "extra shape TARGET:Q/KV:hHEADS:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16 or "
+                 "gfx942:bf16/fp8:h16:pg1:32768,1000 (repeatable)");
+  app.add_option("--scaled-cus", mo.scaled_cus, "CUs of the scaled emulator runs");
+  app.add_option("--full-scale-tokens", mo.full_scale_max_tokens,
+                 "emulate shapes with at most this many tokens at full scale (0: never)");
+  app.add_flag("!--no-mca", mo.run_mca, "skip the llvm-mca cross-check");
+  app.add_option("--runs", ho.runs, "hip: timed runs (>= 100)");
+  app.add_option("--warmup", ho.warmup, "hip: warm-up runs");
+  app.add_option("--rotate", ho.rotate, "hip: input sets rotated (0: enough to exceed 2x the LLC)");
+  app.add_option("--catalog", ho.catalog_dir, "hip: catalog dir (default: built per shape)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<BenchShape> shapes;
+  try {
+    if (set == "all" || set == "seed-001")
+      for (auto& s : seed001_shapes()) shapes.push_back(s);
+    if (set == "all" || set == "seed-000")
+      for (auto& s : seed000_shapes()) shapes.push_back(s);
+    for (auto& spec : shape_specs) shapes.push_back(parse_shape(spec));
+    if (shapes.empty()) throw std::invalid_argument("no shapes (use --set or --shape)");
+
+    std::filesystem::create_directories(out_dir);
+    if (backend == "hip") {
+      std::string table;
+      auto j = hip_bench(shapes, ho, table);
+      std::ofstream(out_dir + "/hip.json") << j.dump(2) << "\n";
+      std::ofstream(out_dir + "/hip.md") << table;
+      std::cout << table;
+      return 0;
+    }
+    std::vector<ShapeResult> results;
+    for (const auto& s : shapes) {
+      fmt::print(stderr, "mlabench: {} ({}, {} requests, {} tokens)\n", s.name, s.shape.describe(), s.kv_lens.size(),
+                 s.total_tokens());
+      results.push_back(measure_shape(s, mo));
+      const auto& r = results.back();
+      fmt::print(stderr, "  modeled {:.1f} us ({}), bytes moved / (min + partials) {:.4f}, balance {:.3f}\n",
+                 r.modeled.total_s * 1e6, r.modeled.bound, r.ratio_moved_over_plan, r.balance);
+    }
+    auto groups = same_bytes_groups(results);
+    const std::string md = markdown_report(results, groups);
+    std::ofstream(out_dir + "/table.md") << md;
+    std::ofstream(out_dir + "/bench.json") << json_report(results, groups).dump(2) << "\n";
+    int w = 0, h = 0;
+    auto png = plot_png(results, w, h);
+    std::ofstream(out_dir + "/bench.png", std::ios::binary).write(reinterpret_cast<const char*>(png.data()), png.size());
+    std::cout << md;
+    fmt::print(stderr, "mlabench: wrote {0}/table.md, {0}/bench.json, {0}/bench.png\n", out_dir);
+  } catch (const std::exception& e) {
+    std::cerr << "mlabench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

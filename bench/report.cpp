@@ -1,0 +1,102 @@
+// Markdown and JSON reports.
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+
+namespace mla::bench {
+
+std::vector<SameBytesGroup> same_bytes_groups(const std::vector<ShapeResult>& r) {
+  std::map<int64_t, std::vector<int>> by_total;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].shape.set == "seed-001") by_total[int64_t(r[i].shape.ctx_k) * r[i].shape.concurrency].push_back(int(i));
+  std::vector<SameBytesGroup> g;
+  for (auto& [total, idx] : by_total) {
+    if (idx.size() < 2) continue;
+    SameBytesGroup x;
+    x.index = idx;
+    std::sort(x.index.begin(), x.index.end(),
+              [&](int a, int b) { return r[a].shape.ctx_k < r[b].shape.ctx_k; });
+    for (int i : x.index) {
+      x.members += (x.members.empty() ? "" : " ") + fmt::format("{}Kx{}", r[i].shape.ctx_k, r[i].shape.concurrency);
+      const double t = r[i].modeled.total_s * 1e6;
+      x.lo = x.lo == 0 ? t : std::min(x.lo, t);
+      x.hi = std::max(x.hi, t);
+    }
+    x.spread = x.hi / x.lo;
+    for (const auto& p : seed001_published_groups())
+      if (p.members == x.members) x.published = p;
+    g.push_back(x);
+  }
+  return g;
+}
+
+std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g) {
+  std::string s;
+  s += "Measured = emulator counters of the exact code objects (scaled runs extrapolated linearly with the "
+       "planner's full-scale plan) and static facts of the generated assembly. **Modeled** = the machine model of "
+       "docs/performance.md, not a measurement. Published = the seed's own figures (MI300X, seed 001), not ours.\n\n";
+  s += "| shape | kernel | units | CUs with work | max/mean work | read / min | moved / (min + partials) | partials / KV "
+       "| MACs issued / useful | in flight per CU vs Little | hot-loop issue / tile mem | **modeled** us | **modeled** "
+       "TB/s | **modeled** plan / brute force | **modeled** plan (wpc = resident) / brute force | published aiter us | published seed kernel us |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r) {
+    s += fmt::format(
+        "| {} | {} | {} | {}/{} | {:.3f} | {:.3f} | {:.3f} | {:.4f} | {:.2f} | {:.1f} / {:.1f} KiB ({:.0f}%) | {:.2f} | {:.1f} | "
+        "{:.2f} | {:.3f} (best s={}) | {:.3f} (wpc {}) | {} | {} |\n",
+        x.shape.name, x.decode_kernel, x.units, x.cus_used, x.cus, x.balance, x.ratio_read_over_min,
+        x.ratio_moved_over_plan, x.partial_over_kv, x.mac_ratio, x.inflight_per_cu / 1024, x.little_per_cu / 1024,
+        100 * x.inflight_per_cu / x.little_per_cu, x.issue_over_mem, x.modeled.total_s * 1e6, x.modeled_tbps,
+        x.plan_over_best, x.brute.best_splits, x.plan_wpc_over_best, x.facts.max_resident_wgs, x.shape.pub_aiter_us ? fmt::format("{:.2f}", *x.shape.pub_aiter_us) : "",
+        x.shape.pub_ours_us ? fmt::format("{:.2f}", *x.shape.pub_ours_us) : "");
+  }
+  if (!g.empty()) {
+    s += "\nSame total bytes (seed 001 groups): **modeled** time range and spread, next to the seed's published "
+         "figures.\n\n| group | **modeled** us | **modeled** spread | published seed kernel us | published aiter us |\n"
+         "|---|---|---|---|---|\n";
+    for (const auto& x : g)
+      s += fmt::format("| {} | {:.1f} - {:.1f} | {:.3f}x | {} | {} |\n", x.members, x.lo, x.hi, x.spread,
+                       x.published ? fmt::format("{:.2f} - {:.2f} ({:.2f}x)", x.published->ours_lo, x.published->ours_hi,
+                                                 x.published->ours_hi / x.published->ours_lo)
+                                   : "",
+                       x.published ? fmt::format("{:.1f} - {:.1f} ({:.2f}x)", x.published->aiter_lo,
+                                                 x.published->aiter_hi, x.published->aiter_hi / x.published->aiter_lo)
+                                   : "");
+  }
+  s += "\nHot loop per tile (measured statically from the generated .s; issue table of docs/performance.md; "
+       "llvm-mca as a cross-check):\n\n| kernel | tile tokens | instructions | MFMA / VALU / LDS / SALU | issue cycles "
+       "(table) | llvm-mca cycles | tile memory cycles at the CU's HBM share | issue / memory |\n"
+       "|---|---|---|---|---|---|---|---|\n";
+  std::map<std::string, bool> seen;
+  for (const auto& x : r) {
+    if (seen[x.decode_kernel]) continue;
+    seen[x.decode_kernel] = true;
+    s += fmt::format("| {} | {} | {} | {} / {} / {} / {} | {:.0f} | {} | {:.0f} | {:.2f} |\n", x.decode_kernel,
+                     x.facts.tile_tokens, x.hot.insts.size(), x.hot.mfma, x.hot.valu, x.hot.lds, x.hot.salu,
+                     x.hot.issue_cycles, x.hot.mca_cycles >= 0 ? fmt::format("{:.0f}", x.hot.mca_cycles) : "n/a",
+                     x.tile_mem_cycles, x.issue_over_mem);
+  }
+  return s;
+}
+
+nlohmann::json json_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g) {
+  nlohmann::json j;
+  j["note"] = "measured: emulator counters + static assembly facts; modeled: docs/performance.md machine model; "
+              "published: seed 001's own figures";
+  j["machines"] = {machine_for(rt::Target::gfx942).to_json(), machine_for(rt::Target::gfx950).to_json()};
+  j["shapes"] = nlohmann::json::array();
+  for (const auto& x : r) j["shapes"].push_back(x.to_json());
+  j["same_bytes_groups"] = nlohmann::json::array();
+  for (const auto& x : g) {
+    nlohmann::json e = {{"members", x.members}, {"modeled_us_lo", x.lo}, {"modeled_us_hi", x.hi}, {"modeled_spread", x.spread}};
+    if (x.published)
+      e["published_seed001"] = {{"ours_us", {x.published->ours_lo, x.published->ours_hi}},
+                                {"aiter_us", {x.published->aiter_lo, x.published->aiter_hi}}};
+    j["same_bytes_groups"].push_back(e);
+  }
+  return j;
+}
+
+}  // namespace mla::bench

@@ -1,0 +1,128 @@
+// The benchmark shapes of the two seeds, and command-line shapes.
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+
+namespace mla::bench {
+
+int64_t BenchShape::total_tokens() const {
+  int64_t n = 0;
+  for (int l : kv_lens) n += l;
+  return n;
+}
+
+namespace {
+struct Pub {
+  int ctx_k, cc;
+  double aiter, ours;
+};
+// Seed 001's own table (MI300X, bf16 q, fp8 KV), microseconds: published figures, not ours.
+const Pub kPublished[] = {
+    {32, 1, 184.96, 27.08},   {32, 2, 186.46, 30.19},   {32, 4, 187.35, 42.27},   {32, 8, 190.50, 59.17},
+    {32, 16, 230.71, 119.45}, {64, 1, 351.79, 29.73},   {64, 8, 361.86, 121.04},  {64, 16, 449.94, 225.54},
+    {128, 1, 684.64, 41.71},  {128, 8, 711.21, 229.23}, {128, 16, 890.29, 451.39}, {256, 1, 1356.62, 59.21},
+    {256, 8, 1427.36, 455.81}, {256, 16, 1783.90, 921.25},
+};
+}  // namespace
+
+std::vector<BenchShape> seed001_shapes() {
+  std::vector<BenchShape> v;
+  for (int ctx : {32, 64, 128, 256})
+    for (int cc : {1, 2, 4, 8, 16}) {
+      BenchShape s;
+      s.name = fmt::format("{}K x{}", ctx, cc);
+      s.set = "seed-001";
+      s.shape.target = rt::Target::gfx942;
+      s.shape.q_dtype = rt::DType::bf16;
+      s.shape.kv_dtype = rt::DType::fp8;
+      s.shape.heads = 16;
+      s.shape.page_size = 1;
+      s.kv_lens.assign(size_t(cc), ctx * 1024);
+      s.ctx_k = ctx;
+      s.concurrency = cc;
+      for (const Pub& p : kPublished)
+        if (p.ctx_k == ctx && p.cc == cc) {
+          s.pub_aiter_us = p.aiter;
+          s.pub_ours_us = p.ours;
+        }
+      v.push_back(s);
+    }
+  return v;
+}
+
+std::vector<BenchShape> seed000_shapes() {
+  std::vector<BenchShape> v;
+  for (int cc : {16, 24})
+    for (int page : {1, 128}) {
+      BenchShape s;
+      s.name = fmt::format("K3 c{} pg{}", cc, page);
+      s.set = "seed-000";
+      s.shape.target = rt::Target::gfx950;
+      s.shape.q_dtype = rt::DType::fp8;
+      s.shape.kv_dtype = rt::DType::fp8;
+      s.shape.heads = 12;
+      s.shape.page_size = page;
+      // The seed's late steps: c16 68,433..68,437 (sum 1,094,960); c24 68,429..68,438.
+      for (int i = 0; i < cc; ++i) s.kv_lens.push_back(cc == 16 ? 68433 + (i * 3) % 5 : 68429 + (i * 7) % 10);
+      s.concurrency = cc;
+      v.push_back(s);
+    }
+  return v;
+}
+
+std::vector<PublishedGroup> seed001_published_groups() {
+  return {{"32Kx8 64Kx4 128Kx2 256Kx1", 59.09, 59.21, 190.5, 1356.6},
+          {"64Kx16 128Kx8 256Kx4", 225.5, 229.8, 449.9, 1365.9},
+          {"128Kx16 256Kx8", 451.4, 455.8, 890.3, 1427.4}};
+}
+
+// TARGET:Q/KV:hHEADS:pgPAGE:LENS where LENS is "LENxCOUNT" or a comma list.
+BenchShape parse_shape(const std::string& spec) {
+  std::vector<std::string> f;
+  std::stringstream ss(spec);
+  for (std::string x; std::getline(ss, x, ':');) f.push_back(x);
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument(fmt::format(
+        "--shape '{}': {} (expected TARGET:Q/KV:hHEADS:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16 "
+        "or gfx942:bf16/fp8:h16:pg1:32768,1000)",
+        spec, why));
+  };
+  if (f.size() != 5) throw bad("needs 5 fields separated by ':'");
+  BenchShape s;
+  s.set = "cli";
+  s.name = spec;
+  try {
+    s.shape.target = rt::parse_target(f[0], "target");
+    auto slash = f[1].find('/');
+    if (slash == std::string::npos) throw bad("dtype pair must be Q/KV");
+    s.shape.q_dtype = rt::parse_dtype(f[1].substr(0, slash), "q dtype");
+    s.shape.kv_dtype = rt::parse_dtype(f[1].substr(slash + 1), "kv dtype");
+  } catch (const rt::ProblemError& e) {
+    throw bad(e.what());
+  }
+  if (f[2].size() < 2 || f[2][0] != 'h') throw bad("heads field must be hN");
+  if (f[3].size() < 3 || f[3].rfind("pg", 0) != 0) throw bad("page field must be pgN");
+  s.shape.heads = std::stoi(f[2].substr(1));
+  s.shape.page_size = std::stoi(f[3].substr(2));
+  if (auto x = f[4].find('x'); x != std::string::npos) {
+    int len = std::stoi(f[4].substr(0, x)), n = std::stoi(f[4].substr(x + 1));
+    if (len < 1 || n < 1) throw bad("LENxCOUNT must be positive");
+    s.kv_lens.assign(size_t(n), len);
+    s.concurrency = n;
+  } else {
+    std::stringstream ls(f[4]);
+    for (std::string x; std::getline(ls, x, ',');) {
+      int len = std::stoi(x);
+      if (len < 1) throw bad("kv lengths must be >= 1");
+      s.kv_lens.push_back(len);
+    }
+    s.concurrency = int(s.kv_lens.size());
+  }
+  if (s.kv_lens.empty()) throw bad("no kv lengths");
+  return s;
+}
+
+}  // namespace mla::bench
