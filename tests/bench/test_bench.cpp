@@ -80,7 +80,7 @@ TEST_CASE("png: CRC-32 and Adler-32 check values, and an image that inflates bac
   }
 }
 
-TEST_CASE("bench: decode counters scale linearly with tokens and units; extrapolation matches full-scale emulation") {
+TEST_CASE("bench: decode counters scale linearly with tokens and units, and the extrapolation matches full-scale emulation") {
   // The seed-001 kernel (gfx942 bf16 q, fp8 KV, 16 heads, page 1) on a shape small enough to
   // emulate at full scale on all 304 CUs.
   BenchShape s = parse_shape("gfx942:bf16/fp8:h16:pg1:8192,3001");
@@ -112,7 +112,7 @@ TEST_CASE("bench: global reads within 1.03x of what the plan needs (KV, indices,
   }
 }
 
-TEST_CASE("bench: every CU has work where the KV cache is >= 64 KiB per CU; max/mean work <= 1.05") {
+TEST_CASE("bench: every CU has work where the KV cache is >= 64 KiB per CU, and max/mean work <= 1.05") {
   int checked = 0;
   for (const auto& r : seed_results()) {
     INFO(r.shape.name << ": " << r.cus_used << "/" << r.cus << " CUs, balance " << r.balance);
