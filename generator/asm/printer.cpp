@@ -36,7 +36,7 @@ std::string fill(std::string text, const std::map<std::string, std::string>& val
       text.replace(pos, pat.size(), value);
   }
   if (auto pos = text.find("{{"); pos != std::string::npos)
-    throw std::logic_error(fmt::format("template placeholder left unfilled: {}", text.substr(pos, 32)));
+    throw std::logic_error(fmt::format("template field left unfilled: {}", text.substr(pos, 32)));
   return text;
 }
 

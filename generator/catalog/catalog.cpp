@@ -97,19 +97,19 @@ std::string aiter_csv_header(Arch arch) {
 
 BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions& opts) {
   BuildReport report;
-  std::vector<KernelSpec> todo;
+  std::vector<KernelSpec> specs;
   std::set<std::string> queued;  // implied kernels may come from several configs
   for (const auto& c : configs)
     for (const auto& s : c.kernels) {
       if (!queued.insert(fmt::format("{}@{}", s.name(), arch_name(s.arch))).second) continue;
-      todo.push_back(s);
+      specs.push_back(s);
     }
 
   const fs::path out(opts.out_dir);
   const fs::path staging = out / fmt::format(".staging-{}", getpid());
   fs::remove_all(staging);
   std::set<Arch> archs;
-  for (const auto& s : todo) archs.insert(s.arch);
+  for (const auto& s : specs) archs.insert(s.arch);
   for (Arch a : archs) fs::create_directories(mla_dir(staging, a));
 
   // What the existing catalog already has, to skip unchanged kernels.
@@ -126,9 +126,9 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
     }
   }
 
-  std::vector<json> entries(todo.size());
-  std::vector<std::string> errors(todo.size());
-  std::vector<char> fresh(todo.size(), 0);
+  std::vector<json> entries(specs.size());
+  std::vector<std::string> errors(specs.size());
+  std::vector<char> fresh(specs.size(), 0);
   std::atomic<size_t> next{0};
   std::atomic<int> done{0};
   std::mutex progress_mutex;
@@ -138,8 +138,8 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
     opts.progress(line);
   };
   auto worker = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      const KernelSpec& s = todo[i];
+    for (size_t i = next++; i < specs.size(); i = next++) {
+      const KernelSpec& s = specs[i];
       try {
         CompiledKernel k = compile_kernel(s, opts.code_object_version);
         std::string co_name = s.name() + ".co";
@@ -156,15 +156,15 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
           fresh[i] = 1;
         }
         entries[i] = kernel_entry(k, co_name, sha256_file(staged.string()));
-        say(fmt::format("[{}/{}] {} {} ({})", ++done, todo.size(), reuse ? "up to date" : "built", s.name(),
+        say(fmt::format("[{}/{}] {} {} ({})", ++done, specs.size(), reuse ? "up to date" : "built", s.name(),
                         arch_name(s.arch)));
       } catch (const std::exception& e) {
         errors[i] = fmt::format("{} ({}, from {}): {}", s.name(), arch_name(s.arch), s.source_config, e.what());
-        say(fmt::format("[{}/{}] FAILED {} ({})", ++done, todo.size(), s.name(), arch_name(s.arch)));
+        say(fmt::format("[{}/{}] FAILED {} ({})", ++done, specs.size(), s.name(), arch_name(s.arch)));
       }
     }
   };
-  int jobs = std::max(1, std::min<int>(opts.jobs, int(todo.size())));
+  int jobs = std::max(1, std::min<int>(opts.jobs, int(specs.size())));
   std::vector<std::thread> pool;
   for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
@@ -175,7 +175,7 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
   if (!failed.empty()) {
     fs::remove_all(staging);
     throw std::runtime_error(fmt::format("{} of {} kernels failed; {} left unchanged:\n  {}", failed.size(),
-                                         todo.size(), out.string(), fmt::join(failed, "\n  ")));
+                                         specs.size(), out.string(), fmt::join(failed, "\n  ")));
   }
 
   // Per-target catalog files, then swap the staged folders in.
@@ -185,10 +185,10 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
              {"generator_version", MLA_GENERATOR_VERSION},
              {"kernels", json::array()}};
     std::string csv = aiter_csv_header(a) + "\n";
-    for (size_t i = 0; i < todo.size(); ++i) {
-      if (todo[i].arch != a) continue;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].arch != a) continue;
       cat["kernels"].push_back(entries[i]);
-      if (todo[i].kind == KernelKind::MlaDecode) csv += csv_row(todo[i], entries[i]["co"]) + "\n";
+      if (specs[i].kind == KernelKind::MlaDecode) csv += csv_row(specs[i], entries[i]["co"]) + "\n";
     }
     write_file_atomic(mla_dir(staging, a) / "catalog.json", cat.dump(2) + "\n");
     write_file_atomic(mla_dir(staging, a) / "mla_asm.csv", csv);
@@ -204,7 +204,7 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
   }
   fs::remove_all(staging);
   for (char f : fresh) report.built += f;
-  report.up_to_date = int(todo.size()) - report.built;
+  report.up_to_date = int(specs.size()) - report.built;
   return report;
 }
 
