@@ -208,7 +208,13 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   f.row_groups = plan.row_groups;
   const auto& tgt = gen::target(s.target == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
   const int lds = sel.decode.geometry.at("lds_bytes").get<int>();
-  f.max_resident_wgs = std::max(1, std::min(int(tgt.lds_bytes) / std::max(1, lds), 2048 / sel.decode.geometry.at("workgroup_size").get<int>()));
+  // Resident workgroups per CU: limited by LDS and by registers. A SIMD holds 512 unified VGPRs
+  // per lane (gfx90a+), allocated in granules of 8; a CU has 4 SIMDs.
+  const int wave_regs = (std::max(1, sel.decode.unified_vgprs) + 7) / 8 * 8;
+  const int waves_per_cu = 4 * std::max(1, 512 / wave_regs);
+  const int waves_per_wg = sel.decode.geometry.at("workgroup_size").get<int>() / 64;
+  f.max_resident_wgs = std::max(1, std::min({int(tgt.lds_bytes) / std::max(1, lds), waves_per_cu / waves_per_wg,
+                                             2048 / sel.decode.geometry.at("workgroup_size").get<int>()}));
 
   double macs = 0;
   if (r.full_scale) {

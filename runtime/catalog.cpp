@@ -62,6 +62,8 @@ Catalog Catalog::open(const std::string& dir) {
       ck.kind = ck.shape.at("kind");
       ck.geometry = k.value("geometry", json::object());
       ck.kernarg_size = k.at("kernarg_size");
+      const int agprs = k.value("agprs", 0);
+      ck.unified_vgprs = agprs ? k.value("accum_offset", 0) + agprs : k.value("vgprs", 0);
       for (const auto& a : k.at("args"))
         ck.args.push_back({a.at("name"), a.at("offset"), a.at("size"), a.at("value_kind")});
       c.kernels_.push_back(std::move(ck));

@@ -30,6 +30,7 @@ struct CatalogKernel {
   nlohmann::json shape;    // the spec fields (heads, q_dtype, ...)
   nlohmann::json geometry; // decode kernels: tile_tokens, rows_per_group, workgroup_size, ...
   uint32_t kernarg_size = 0;
+  int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
   std::vector<KernelArgInfo> args;
   const KernelArgInfo& arg(const std::string& name) const;  // throws CatalogError naming the field
 };
