@@ -60,8 +60,8 @@ void build_vector_copy(Program& p) {
   b.s_cmp_ge_u32(tile, num_tiles);
   b.s_cbranch_scc1(done);
   b.bind(loop);
-  // The tile offset goes into the VGPR address: the range check (num_records) applies to
-  // vaddr + inst_offset only, never to soffset (gfx9 MUBUF addressing).
+  // The tile offset goes into the VGPR address: vaddr + inst_offset is range-checked on every
+  // generation, while whether soffset is included differs between GCN and CDNA documentation.
   b.s_lshl_b32(tile_off, tile, Imm(10));
   b.v_add_u32(addr, tile_off, lane_off);
   b.buffer_load_dword(data, addr, in_rsrc, Imm(0));
