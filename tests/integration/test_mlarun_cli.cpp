@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codeobj/tools.h"
+#include "generator/test_util.h"
 #include "mla/build_paths.h"
 #include "runtime/problem.h"
 #include "tests/reference/mla_reference.h"
@@ -19,14 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Dir {
-  fs::path path;
-  Dir() {
-    std::string t = (fs::temp_directory_path() / "mlarun-test-XXXXXX").string();
-    path = mkdtemp(t.data());
-  }
-  ~Dir() { fs::remove_all(path); }
-};
+using Dir = TempDir;
 
 gen::ToolResult run(std::string exe, std::vector<std::string> args) {
   args.insert(args.begin(), std::move(exe));
