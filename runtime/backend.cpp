@@ -188,24 +188,18 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
   const size_t H = size_t(k.heads), KH = size_t(k.kheads);
   const size_t eq = size_t(elem_bytes(k.q_dtype));
   const bool pad = k.padded();
-  {
+  auto upload = [&](uint64_t dst, const void* host, size_t bytes, const char* what) {
     DecodeOp op;
     op.kind = DecodeOp::H2D;
-    op.dst = ws.work;
-    op.host = plan.units.data();
-    op.bytes = plan.units.size() * sizeof(WorkUnit);
-    op.what = "upload work units";
+    op.dst = dst;
+    op.host = host;
+    op.bytes = bytes;
+    op.what = what;
     ops.push_back(op);
-  }
-  if (!plan.reduces.empty()) {
-    DecodeOp op;
-    op.kind = DecodeOp::H2D;
-    op.dst = ws.reduce;
-    op.host = plan.reduces.data();
-    op.bytes = plan.reduces.size() * sizeof(ReduceEntry);
-    op.what = "upload reduce map";
-    ops.push_back(op);
-  }
+  };
+  upload(ws.work, plan.units.data(), plan.units.size() * sizeof(WorkUnit), "upload work units");
+  if (!plan.reduces.empty())
+    upload(ws.reduce, plan.reduces.data(), plan.reduces.size() * sizeof(ReduceEntry), "upload reduce map");
   // Padded kernel: request b's row r goes to kernel row kq - q + r (the last q rows of the
   // kernel's kq, whose causal limits are the caller's), heads 0..H-1 of KH.
   auto copy_rows = [&](uint64_t dst, uint64_t src, size_t elem_per_head, bool into_pad, const char* what) {
