@@ -140,7 +140,8 @@ struct RunSample {
   double traffic_read = 0, traffic_needed = 0;  // runtime's Traffic (read vs plan-needed)
   double seconds = 0;
 };
-RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1);
+RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1,
+                     int workgroups_per_cu = 0);
 
 // Linear fit y = a*x1 + b*x2 (least squares); residual = max |y - fit| / y over the samples.
 struct Fit2 {
@@ -178,10 +179,6 @@ struct ShapeResult {
   ModeledTime modeled;
   BruteForce brute;
   double plan_over_best = 0;
-  // The planner told the occupancy the model assumes (workgroups_per_cu = resident workgroups).
-  int units_wpc = 0;
-  ModeledTime modeled_wpc;
-  double plan_wpc_over_best = 0;
   double modeled_tbps = 0;
   nlohmann::json to_json() const;
 };

@@ -52,7 +52,10 @@ std::string decode_asm_for(const rt::DecodeShape& s) {
   throw std::runtime_error("mlabench: no decode kernel for " + s.describe());
 }
 
-RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed) {
+// workgroups_per_cu: 0 plans as the runtime does (the kernel's occupancy); the scaled runs use 1
+// so that each sample's unit count is set by its design (C, 2C, 2C units), not by occupancy.
+RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed,
+                     int workgroups_per_cu) {
   rt::ProblemParams pp;
   pp.target = s.target;
   pp.heads = s.heads;
@@ -67,6 +70,7 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   const auto& cat = catalog_for(s);
   rt::EmulatorRunOptions opts;
   opts.num_cus = num_cus;
+  opts.workgroups_per_cu = workgroups_per_cu;
   auto t0 = std::chrono::steady_clock::now();
   auto r = rt::run_decode_on_emulator(p, cat.select(s), opts);
   RunSample x;
@@ -149,7 +153,7 @@ nlohmann::json ShapeResult::to_json() const {
   j["modeled"]["brute_force_best_splits"] = brute.best_splits;
   j["modeled"]["brute_force_best_us"] = brute.best_s * 1e6;
   j["modeled"]["plan_over_brute_force_best"] = plan_over_best;
-  j["modeled"]["planner_with_resident_wpc"] = {{"workgroups_per_cu", facts.max_resident_wgs}, {"units", units_wpc}, {"modeled_us", modeled_wpc.total_s * 1e6}, {"over_brute_force_best", plan_wpc_over_best}};
+  j["modeled"]["planner_workgroups_per_cu"] = facts.max_resident_wgs;
   j["samples"] = nlohmann::json::array();
   for (const auto& s : samples)
     j["samples"].push_back({{"kv_lens", s.kv_lens.size() > 4 ? nlohmann::json(fmt::format("{} x {}", s.kv_lens[0], s.kv_lens.size()))
@@ -170,7 +174,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.decode_kernel = sel.decode.name;
   const rt::SelectedKernels k = rt::selected_kernels(sel, s);
   const int T = sel.decode.geometry.at("tile_tokens").get<int>();
-  const rt::Plan plan = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, 1));
+  // The runtime's default plan: workgroups per CU = the decode kernel's occupancy (catalog.json).
+  const rt::Plan plan = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0));
 
   // Full-shape plan facts (exact).
   r.units = int(plan.units.size());
@@ -193,7 +198,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     runs = {{Cs * L}, {2 * Cs * L}, {Cs * L, Cs * L}, std::vector<int>(size_t(2 * Cs), L)};
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    r.samples.push_back(run_sample(s, runs[i], Cs, 1 + i));
+    r.samples.push_back(run_sample(s, runs[i], Cs, 1 + i, 1));
     if (o.verbose)
       fmt::print(stderr, "  scaled run {}: {} requests of {} tokens on {} CUs: {} units, {:.1f} s\n", i, runs[i].size(),
                  runs[i][0], Cs, r.samples.back().U, r.samples.back().seconds);
@@ -206,19 +211,13 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   f.tile_tokens = T;
   f.consumers = sel.decode.geometry.at("consumers").get<int>();
   f.row_groups = plan.row_groups;
-  const auto& tgt = gen::target(s.target == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
-  const int lds = sel.decode.geometry.at("lds_bytes").get<int>();
-  // Resident workgroups per CU: limited by LDS and by registers. A SIMD holds 512 unified VGPRs
-  // per lane (gfx90a+), allocated in granules of 8; a CU has 4 SIMDs.
-  const int wave_regs = (std::max(1, sel.decode.unified_vgprs) + 7) / 8 * 8;
-  const int waves_per_cu = 4 * std::max(1, 512 / wave_regs);
-  const int waves_per_wg = sel.decode.geometry.at("workgroup_size").get<int>() / 64;
-  f.max_resident_wgs = std::max(1, std::min({int(tgt.lds_bytes) / std::max(1, lds), waves_per_cu / waves_per_wg,
-                                             2048 / sel.decode.geometry.at("workgroup_size").get<int>()}));
+  // Resident workgroups per CU (LDS, registers, wave slots): computed by the generator from the
+  // target description (gen::occupancy) and recorded in catalog.json.
+  f.max_resident_wgs = sel.decode.resident_workgroups_per_cu;
 
   double macs = 0;
   if (r.full_scale) {
-    RunSample x = run_sample(s, bs.kv_lens, m.cus, 1);
+    RunSample x = run_sample(s, bs.kv_lens, m.cus, 1, 0);
     r.samples.push_back(x);
     r.read_bytes = x.decode_read + x.reduce_read;
     r.written_bytes = x.decode_written + x.reduce_written;
@@ -331,17 +330,6 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
   r.plan_over_best = r.modeled.total_s / r.brute.best_s;
-  {
-    const rt::Plan pw = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, f.max_resident_wgs));
-    int e = 0, sp = 0;
-    for (const auto& x : pw.reduces) {
-      ++e;
-      sp += x.num_splits;
-    }
-    r.units_wpc = int(pw.units.size());
-    r.modeled_wpc = model_time(m, f, model_units(pw), e, sp);
-    r.plan_wpc_over_best = r.modeled_wpc.total_s / r.brute.best_s;
-  }
   return r;
 }
 

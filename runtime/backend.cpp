@@ -175,7 +175,8 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.page_size = k.page_size;
   in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
   in.num_cus = num_cus;
-  in.workgroups_per_cu = workgroups_per_cu;
+  // 0: as many as the decode kernel's occupancy lets a CU hold (catalog.json).
+  in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = geom(k.decode, "tile_tokens");
   in.rows_per_group = geom(k.decode, "rows_per_group");
   return in;

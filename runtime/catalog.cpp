@@ -64,6 +64,12 @@ Catalog Catalog::open(const std::string& dir) {
       ck.kernarg_size = k.at("kernarg_size");
       const int agprs = k.value("agprs", 0);
       ck.unified_vgprs = agprs ? k.value("accum_offset", 0) + agprs : k.value("vgprs", 0);
+      if (k.contains("occupancy")) {
+        ck.resident_workgroups_per_cu = k.at("occupancy").at("workgroups_per_cu").get<int>();
+        if (ck.resident_workgroups_per_cu < 1)
+          throw CatalogError(fmt::format("{}: kernel {}: occupancy.workgroups_per_cu = {} (allowed: >= 1)", dir,
+                                         ck.name, ck.resident_workgroups_per_cu));
+      }
       for (const auto& a : k.at("args"))
         ck.args.push_back({a.at("name"), a.at("offset"), a.at("size"), a.at("value_kind")});
       c.kernels_.push_back(std::move(ck));

@@ -31,6 +31,7 @@ struct CatalogKernel {
   nlohmann::json geometry; // decode kernels: tile_tokens, rows_per_group, workgroup_size, ...
   uint32_t kernarg_size = 0;
   int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
+  int resident_workgroups_per_cu = 1;  // catalog.json occupancy: workgroups a CU holds at once
   std::vector<KernelArgInfo> args;
   const KernelArgInfo& arg(const std::string& name) const;  // throws CatalogError naming the field
 };

@@ -25,7 +25,7 @@ struct mla_context {
   mla_device* dev = nullptr;
   Catalog cat;
   bool validate = false, record = false;
-  int num_cus = 0, wpc = 1;
+  int num_cus = 0, wpc = 0;  // wpc 0: the decode kernel's resident workgroups per CU
   int planned_cus() const { return num_cus > 0 ? num_cus : dev->be->num_cus(); }
 };
 
@@ -33,7 +33,7 @@ struct mla_plan {
   SelectedKernels k;
   int max_batch = 0;
   int64_t max_tokens = 0;
-  int num_cus = 0, wpc = 1;
+  int num_cus = 0, wpc = 0;
   WorkspaceLayout ws;
   Plan plan;
   int batch = 0;
@@ -319,7 +319,8 @@ mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
         ctx->num_cus = int(v);
         break;
       case MLA_OPTION_WORKGROUPS_PER_CU:
-        if (v < 1 || v > 64) bad(fmt::format("MLA_OPTION_WORKGROUPS_PER_CU = {} (allowed: 1..64)", v));
+        if (v < 0 || v > 64)
+          bad(fmt::format("MLA_OPTION_WORKGROUPS_PER_CU = {} (allowed: 0..64, 0 = the kernel's occupancy)", v));
         ctx->wpc = int(v);
         break;
       case MLA_OPTION_RECORD_LAUNCHES: {

@@ -124,7 +124,8 @@ typedef enum mla_option {
   MLA_OPTION_VALIDATE = 0,           /* 1: mla_decode reads kv_indices back and checks every page id
                                         the plan uses against num_pages (synchronous); default 0 */
   MLA_OPTION_NUM_CUS = 1,            /* CUs the planner spreads work over; 0 (default): the device's */
-  MLA_OPTION_WORKGROUPS_PER_CU = 2,  /* planner occupancy model, >= 1 (default 1) */
+  MLA_OPTION_WORKGROUPS_PER_CU = 2,  /* planner occupancy model; 0 (default) = the decode kernel's
+                                        resident workgroups per CU from catalog.json */
   MLA_OPTION_RECORD_LAUNCHES = 3     /* emulator: keep the kernarg bytes of every dispatch (tests) */
 } mla_option;
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t value);

@@ -75,6 +75,9 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
           {"co_sha256", co_sha}};
   // How to launch it: the runtime's planner and dispatcher read this.
   if (k.spec.kind == KernelKind::MlaDecode) entry["geometry"] = mla_geometry(k.spec).to_json();
+  const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
+                                  r.lds_bytes, int(k.program.abi.max_workgroup_size));
+  entry["occupancy"] = {{"workgroups_per_cu", occ.workgroups_per_cu}, {"limited_by", occ.limited_by}};
   return entry;
 }
 

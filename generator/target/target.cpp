@@ -1,5 +1,7 @@
 #include "target/target.h"
 
+#include <algorithm>
+
 namespace mla::gen {
 
 namespace {
@@ -112,5 +114,20 @@ std::optional<Arch> parse_arch(std::string_view name) {
 }
 
 std::string_view arch_name(Arch arch) { return target(arch).name; }
+
+Occupancy occupancy(const Target& t, int unified_vgprs_per_wave, uint32_t lds_bytes, int workgroup_size) {
+  constexpr int kSimds = 4, kRegsPerSimd = 512, kGranule = 8, kWavesPerSimd = 8;
+  const int regs = (std::max(1, unified_vgprs_per_wave) + kGranule - 1) / kGranule * kGranule;
+  const int waves_per_wg = (std::max(1, workgroup_size) + 63) / 64;
+  // The dispatcher places each wave on any SIMD with room, so wave slots pool over the CU.
+  const int waves_per_simd = std::min(kWavesPerSimd, kRegsPerSimd / regs);
+  const int by_regs = kSimds * waves_per_simd / waves_per_wg;
+  const int by_waves = kSimds * kWavesPerSimd / waves_per_wg;
+  const int by_lds = lds_bytes ? int(t.lds_bytes / lds_bytes) : by_waves;
+  Occupancy o;
+  o.workgroups_per_cu = std::max(1, std::min({by_regs, by_waves, by_lds}));
+  o.limited_by = o.workgroups_per_cu == by_lds ? "LDS" : o.workgroups_per_cu == by_regs ? "registers" : "waves";
+  return o;
+}
 
 }  // namespace mla::gen

@@ -89,6 +89,15 @@ struct Target {
 };
 
 const Target& target(Arch arch);
+
+// Workgroups of one kernel a CU holds at once, and what limits it. CDNA3/CDNA4: 4 SIMDs per
+// CU, each with 512 unified VGPRs per lane allocated in granules of 8 and at most 8 waves;
+// the CU's LDS is shared by its workgroups (AMD CDNA3 ISA, 'Occupancy'; AMDGPUUsage).
+struct Occupancy {
+  int workgroups_per_cu = 1;
+  std::string_view limited_by;  // "LDS", "registers", "waves"
+};
+Occupancy occupancy(const Target& t, int unified_vgprs_per_wave, uint32_t lds_bytes, int workgroup_size);
 // Parses "gfx942" / "gfx950"; nullopt otherwise.
 std::optional<Arch> parse_arch(std::string_view name);
 std::string_view arch_name(Arch arch);
