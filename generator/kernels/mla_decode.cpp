@@ -361,9 +361,13 @@ class MlaDecodeBuilder {
     b.v_mul_u32_u24(kbase, Imm(E), j);
     b.v_mul_u32_u24(gq, Imm(kl_qk * kvb / 4), g4);
     b.v_add_u32(kbase, kbase, gq);
-    b.v_mul_u32_u24(vbase, Imm(E), g4);
-    b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
-    b.v_add_u32(vbase, vbase, gq);
+    if (g_.v_lds_transpose) {
+      transpose_read_base(vbase, gq, kvb);
+    } else {
+      b.v_mul_u32_u24(vbase, Imm(E), g4);
+      b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
+      b.v_add_u32(vbase, vbase, gq);
+    }
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
     // K operands read ahead per batch of MFMAs: 36 VGPRs of them at most (the budget left
@@ -377,11 +381,15 @@ class MlaDecodeBuilder {
     VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
     const int v_regs_per_token = kvb;                // 4 columns: 1 dword (fp8) or 2 (bf16)
     const int klpv = g_.pv_k / 4;                    // tokens per lane in PV
-    VReg vraw = ra.vgpr(klpv * v_regs_per_token, "c_v_raw", 2);
     const int x_regs = klpv * pb / 4;                // A operand registers per column
-    VReg xop = ra.vgpr(4 * x_regs, "c_v_transposed", 2);
     const bool widen_v = pb == 2 && kvb == 1;        // fp8 V widened to bf16 for a bf16 PV
-    VReg x8 = widen_v ? ra.vgpr(klpv, "c_v_transposed_fp8", 2) : xop;
+    // v_perm path: raw rows, then 4 transposed columns. LDS-transpose path: the A operands of
+    // a batch of 16-column blocks (8 tokens x kvb bytes per lane each), read ahead.
+    const bool tr = g_.v_lds_transpose;
+    const int tr_batch = 8, tr_regs = klpv * kvb / 4;
+    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : klpv * v_regs_per_token, "c_v_raw", 2);
+    VReg xop = ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : 4 * x_regs, "c_v_transposed", 2);
+    VReg x8 = widen_v && !tr ? ra.vgpr(klpv, "c_v_transposed_fp8", 2) : xop;
     VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
@@ -481,8 +489,35 @@ class MlaDecodeBuilder {
       for (int e = 0; e < 4 * sub_tiles; e += 2) pack_bf16(pop[e / 2], sacc[e], sacc[e + 1], tt, tsum);
     }
 
+    if (tr) {
+      // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two
+      // for bf16 V), a batch of reads ahead of its MFMAs.
+      if (klpv != 8) throw std::logic_error("mla_decode: LDS transpose reads need a 32-token PV tile");
+      for (int b0 = 0; b0 < kMlaVDim / 16; b0 += tr_batch) {
+        for (int c = 0; c < tr_batch; ++c) {
+          const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
+          VReg dst = vraw.sub(c * tr_regs, tr_regs);
+          if (kvb == 1) {
+            b.ds_read_b64_tr_b8(dst, vaddr, col);
+          } else {
+            b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr, col);
+            b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr, col + uint32_t(16 * E));
+          }
+        }
+        for (int c = 0; c < tr_batch; ++c) {
+          VReg a = vraw.sub(c * tr_regs, tr_regs);
+          if (widen_v) {
+            VReg w = xop.sub((c % 2) * x_regs, x_regs);
+            widen_fp8_to_bf16(w, a, xt);
+            a = w;
+          }
+          VReg acc = o.sub(4 * (b0 + c), 4);
+          b.mfma(g_.pv_mfma, acc, a, pop.sub(0, p_regs), acc);
+        }
+      }
+    }
     // O^T += V^T P^T, four 16-column blocks per LDS read of 4 columns per token.
-    for (int nb = 0; nb < kMlaVDim / 64; ++nb) {
+    for (int nb = 0; nb < (tr ? 0 : kMlaVDim / 64); ++nb) {
       for (int p = 0; p < klpv; ++p) {
         int token = 16 * (p / 4) + p % 4;  // + 4g, in vaddr
         uint32_t off = uint32_t(token * E + 64 * nb * kvb);
@@ -507,6 +542,33 @@ class MlaDecodeBuilder {
 
     epilogue(o, mrun, lrun, alpha, row, j, g4, perm16, perm32, tt, tsum);
     b.s_endpgm();
+  }
+
+  // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0, tokens
+  // 0..15 of the sub-tile). A 16x16xK=32 A operand wants, in lane L, column L%16 and the
+  // tokens of k = 8(L/16) + p, p = 0..7, which the P^T operand maps to token
+  // 16(p/4) + 4(L/16) + p%4. ds_read_b64_tr_b8 gives lane L byte r = byte L%8 of the row of
+  // lane 16(L/16) + 4((L/8)%2) + r%4 + 8(r/4); ds_read_b64_tr_b16 gives element r = element
+  // L%4 of lane 4(L/4) + r (the second b16 read, 16 tokens on, covers p = 4..7). Solving for
+  // the row each source lane s must hold:
+  //   b8:  token 16((s/8)%2) + 4(s/16) + s%4, columns 8((s/4)%2) .. +7
+  //   b16: token 4(s/16) + s%4,               columns 4((s/4)%4) .. +3
+  void transpose_read_base(VReg base, VReg tmp, int kvb) {
+    Builder& b = *b_;
+    const int E = g_.lds_row_bytes;
+    b.v_bfe_u32(base, lane_, Imm(4), Imm(2));        // s/16
+    b.v_lshlrev_b32(base, Imm(2), base);              // 4(s/16)
+    b.v_and_b32(tmp, Imm(3), lane_);
+    b.v_add_u32(base, base, tmp);                     // + s%4
+    if (kvb == 1) {
+      b.v_bfe_u32(tmp, lane_, Imm(3), Imm(1));
+      b.v_lshlrev_b32(tmp, Imm(4), tmp);
+      b.v_add_u32(base, base, tmp);                   // + 16((s/8)%2)
+    }
+    b.v_mul_u32_u24(base, Imm(E), base);
+    b.v_bfe_u32(tmp, lane_, Imm(2), Imm(kvb == 1 ? 1 : 2));
+    b.v_lshlrev_b32(tmp, Imm(3), tmp);                // 8 bytes per column group
+    b.v_add_u32(base, base, tmp);
   }
 
   // base = ptr + qo_row * heads * row_bytes (64-bit, scalar).
@@ -625,9 +687,20 @@ class MlaDecodeBuilder {
       request_base(base, ptr(mla_decode_args::o), kMlaVDim * 2);
       b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 2));
       b.v_mul_u32_u24(off, Imm(kMlaVDim * 2), row);
-      b.v_mul_u32_u24(t0, Imm(8), g4);  // 16g columns * 2 bytes = 8 * (4g)
-      b.v_add_u32(off, off, t0);
-      for (int nb = 0; nb < kMlaVDim / 64; ++nb)
+      if (g_.v_lds_transpose) {
+        // Block n register r holds column 16n + 4g + r: 4 consecutive bf16 per block.
+        b.v_lshlrev_b32(t0, Imm(1), g4);
+        b.v_add_u32(off, off, t0);
+        for (int n = 0; n < kMlaVDim / 16; ++n) {
+          pack_bf16(stage[0], o[4 * n + 0], o[4 * n + 1], t0, stage[2]);
+          pack_bf16(stage[1], o[4 * n + 2], o[4 * n + 3], t0, stage[2]);
+          b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * n));
+        }
+      } else {
+        b.v_mul_u32_u24(t0, Imm(8), g4);  // 16g columns * 2 bytes = 8 * (4g)
+        b.v_add_u32(off, off, t0);
+      }
+      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / 64); ++nb)
         for (int r = 0; r < 4; ++r) {
           // Columns 64nb + 16g + 4r + q, q = 0..3, live in O block 4nb+q register r.
           pack_bf16(stage[0], o[4 * (4 * nb + 0) + r], o[4 * (4 * nb + 1) + r], t0, stage[2]);
@@ -647,9 +720,17 @@ class MlaDecodeBuilder {
       partial_base(base, ptr(mla_decode_args::partial_o), M * kMlaVDim * 4);
       b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 4));
       b.v_mul_u32_u24(off, Imm(kMlaVDim * 4), row);
-      b.v_mul_u32_u24(t0, Imm(16), g4);  // 16g columns * 4 bytes
-      b.v_add_u32(off, off, t0);
-      for (int nb = 0; nb < kMlaVDim / 64; ++nb)
+      if (g_.v_lds_transpose) {
+        // Block n: columns 16n + 4g .. +3, stored straight from the accumulators.
+        b.v_lshlrev_b32(t0, Imm(2), g4);
+        b.v_add_u32(off, off, t0);
+        for (int n = 0; n < kMlaVDim / 16; ++n)
+          b.buffer_store_dwordx4(o.sub(4 * n, 4), off, rsrc, Imm(0), uint32_t(64 * n));
+      } else {
+        b.v_mul_u32_u24(t0, Imm(16), g4);  // 16g columns * 4 bytes
+        b.v_add_u32(off, off, t0);
+      }
+      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / 64); ++nb)
         for (int r = 0; r < 4; ++r) {
           for (int q = 0; q < 4; ++q) b.v_mov_b32(stage[q], o[4 * (4 * nb + q) + r]);
           b.buffer_store_dwordx4(stage, off, rsrc, Imm(0), uint32_t((64 * nb + 4 * r) * 4));

@@ -16,7 +16,8 @@ nlohmann::json MlaGeometry::to_json() const {
           {"qk_mfma", qk_mfma},
           {"pv_mfma", pv_mfma},
           {"p_bytes", p_bytes},
-          {"workgroup_size", workgroup_size}};
+          {"workgroup_size", workgroup_size},
+          {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
 }
 
 MlaGeometry mla_geometry(const KernelSpec& s) {
@@ -53,6 +54,7 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   g.lds_row_bytes = kMlaDim * g.kv_bytes;
   g.lds_bytes = g.ring * g.tile_tokens * g.lds_row_bytes;
   g.workgroup_size = 64 * (1 + g.consumers);
+  g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));

@@ -28,6 +28,9 @@ struct MlaGeometry {
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA
   int workgroup_size = 0;  // 64 * (1 + consumers): wave 0 is the producer
+  // V^T operands come straight from LDS with ds_read_b64_tr_b8/_b16 (gfx950) instead of
+  // row reads transposed with v_perm_b32; the O^T blocks then hold 16 consecutive columns.
+  bool v_lds_transpose = false;
 
   nlohmann::json to_json() const;
 };

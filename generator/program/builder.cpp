@@ -191,6 +191,16 @@ void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t
   emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset ? fmt::format("offset:{}", offset) : "");
 }
 
+void Builder::ds_read_b64_tr_b8(VReg d, VReg addr, uint32_t offset) {
+  if (!target().has_lds_transpose) throw std::logic_error(fmt::format("ds_read_b64_tr_b8: {} has no LDS transpose reads", target().name));
+  ds_read("ds_read_b64_tr_b8", d, 2, addr, offset);
+}
+
+void Builder::ds_read_b64_tr_b16(VReg d, VReg addr, uint32_t offset) {
+  if (!target().has_lds_transpose) throw std::logic_error(fmt::format("ds_read_b64_tr_b16: {} has no LDS transpose reads", target().name));
+  ds_read("ds_read_b64_tr_b16", d, 2, addr, offset);
+}
+
 void Builder::ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset) {
   check_width(m, data.count, width, "data");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));

@@ -170,6 +170,10 @@ class Builder {
   void ds_read_b32(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b32", d, 1, addr, offset); }
   void ds_read_b64(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b64", d, 2, addr, offset); }
   void ds_read_b128(VReg d, VReg addr, uint32_t offset = 0) { ds_read("ds_read_b128", d, 4, addr, offset); }
+  // gfx950 transposing reads: each lane gets one element of 8 (b8) or 4 (b16) other lanes' 8-byte
+  // rows (CDNA4 ISA, 'LDS transpose loads'; the emulator's ds_read_tr is checked against golden vectors).
+  void ds_read_b64_tr_b8(VReg d, VReg addr, uint32_t offset = 0);
+  void ds_read_b64_tr_b16(VReg d, VReg addr, uint32_t offset = 0);
   void ds_write_b32(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b32", addr, data, 1, offset); }
   void ds_write_b64(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b64", addr, data, 2, offset); }
   void ds_write_b128(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b128", addr, data, 4, offset); }
