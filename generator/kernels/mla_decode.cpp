@@ -32,6 +32,10 @@ constexpr uint32_t kNegFltMax = 0xff7fffffu;  // -FLT_MAX: running max start, fi
 constexpr uint32_t kNegInf = 0xff800000u;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// Growth of a row's max (log2 units) tolerated before the running max and O^T are rescaled:
+// P <= 2^7 = 128 stays inside both fp8 formats (e4m3 448, gfx942 e4m3fnuz 240), and O^T (f32)
+// grows by at most 128x.
+constexpr float kRescaleSlack = 7.0f;
 
 int log2i(int v) {
   int r = 0;
@@ -466,10 +470,21 @@ class MlaDecodeBuilder {
     b.v_max_f32(tmax, tmax, tt);
     b.ds_bpermute_b32(tt, perm32, tmax);
     b.v_max_f32(tmax, tmax, tt);
-    b.v_max_f32(tmax, mrun, tmax);                 // new running max
+    // Lazy rescale: the reference max m moves only when a row's max grows by more than
+    // kRescaleSlack (log2 units), so P = exp2(s - m) <= 2^7 and, on most tiles, no row
+    // moves and the O^T rescale is skipped (uniform branch). The result is exact either way:
+    // l and O carry the same factor, and lse = m + log(l).
+    b.v_max_f32(tmax, mrun, tmax);
+    b.v_add_f32(tt, f32(kRescaleSlack), mrun);
+    b.v_cmp_gt_f32(vcc, tmax, tt);
+    b.v_cndmask_b32(tmax, mrun, tmax, vcc);        // the row's new reference max
     b.v_sub_f32(alpha[0], mrun, tmax);
-    b.v_exp_f32(alpha[0], alpha[0]);
+    b.v_exp_f32(alpha[0], alpha[0]);               // 1 for rows that keep theirs
     b.v_mov_b32(mrun, tmax);
+    Label rescaled = b.new_label("rescaled");
+    b.s_cbranch_vccz(rescaled);
+    for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+    b.bind(rescaled);
     for (int e = 0; e < 4 * sub_tiles; ++e) {
       b.v_sub_f32(sacc[e], sacc[e], tmax);
       b.v_exp_f32(sacc[e], sacc[e]);
@@ -477,7 +492,6 @@ class MlaDecodeBuilder {
     b.v_add_f32(tsum, sacc[0], sacc[1]);
     for (int e = 2; e < 4 * sub_tiles; ++e) b.v_add_f32(tsum, tsum, sacc[e]);
     b.v_fma_f32(lrun, lrun, alpha[0], tsum);
-    for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
 
     // P^T operand: the lane's own probabilities, token order 16*(p/4) + 4g + p%4.
     if (pb == 1) {
