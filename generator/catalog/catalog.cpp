@@ -77,6 +77,12 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
   if (k.spec.kind == KernelKind::MlaDecode) entry["geometry"] = mla_geometry(k.spec).to_json();
   const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
                                   r.lds_bytes, int(k.program.abi.max_workgroup_size));
+  if (occ.workgroups_per_cu < 1)
+    throw std::runtime_error(fmt::format("{}: one workgroup ({} waves of {} unified VGPRs, {} bytes of LDS) does not fit "
+                                         "a {} CU (limited by {})",
+                                         k.spec.name(), (k.program.abi.max_workgroup_size + 63) / 64,
+                                         r.agprs ? r.accum_offset + r.agprs : r.vgprs, r.lds_bytes,
+                                         k.program.target->name, occ.limited_by));
   entry["occupancy"] = {{"workgroups_per_cu", occ.workgroups_per_cu}, {"limited_by", occ.limited_by}};
   return entry;
 }

@@ -93,6 +93,10 @@ class MlaDecodeBuilder {
     b.s_sub_u32(ntiles_, kv_end(), kv_start());
     b.s_add_u32(ntiles_, ntiles_, Imm(g_.tile_tokens - 1));
     b.s_lshr_b32(ntiles_, ntiles_, Imm(log2i(g_.tile_tokens)));
+    // n_slots = ceil(n_tiles / S): the loop count (one barrier each) of every wave.
+    nslots_ = ra.sgpr(1, "n_slots");
+    b.s_add_u32(nslots_, ntiles_, Imm(g_.kv_splits - 1));
+    b.s_lshr_b32(nslots_, nslots_, Imm(log2i(g_.kv_splits)));
     // Wave role from the work-item id (uniform per wave).
     VReg tmp = ra.vgpr(1, "tmp");
     wave_ = ra.sgpr(1, "wave_id");
@@ -121,7 +125,7 @@ class MlaDecodeBuilder {
   SReg partial() const { return unit_[5]; }
   SReg row_group() const { return unit_[6]; }
 
-  int slot_bytes() const { return g_.tile_tokens * g_.lds_row_bytes; }
+  int slot_bytes() const { return g_.slot_tokens * g_.lds_row_bytes; }
 
   // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
@@ -136,7 +140,7 @@ class MlaDecodeBuilder {
   void producer() {
     Builder& b = *b_;
     auto& ra = b.regs();
-    const int T = g_.tile_tokens, lanes_per_token = 64 / T, E = g_.lds_row_bytes;
+    const int T = g_.tile_tokens, S = g_.kv_splits, lanes_per_token = 64 / T, E = g_.lds_row_bytes;
     const int chunk = E / lanes_per_token, loads = chunk / 16;
     if (chunk % 16 != 0) throw std::logic_error("mla_decode: token row does not split into 16-byte lane chunks");
     VReg vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"),
@@ -152,8 +156,14 @@ class MlaDecodeBuilder {
     VReg kv_hi = ra.vgpr(1, "p_kv_base_hi");
     b.v_mov_b32(kv_hi, ptr(mla_decode_args::kv)[1]);
     b.s_sub_u32(last_tok, kv_end(), Imm(1));
-    VReg idx = ra.vgpr(1, "p_page_id"), tok = ra.vgpr(1, "p_token"), addr = ra.vgpr(2, "p_addr");
-    VReg data = ra.vgpr(4 * loads, "p_tile_data", 4);
+    // Per tile of the slot (S of them): its page ids, tokens and staged rows.
+    std::vector<VReg> idx, tok, data;
+    for (int s = 0; s < S; ++s) {
+      idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
+      tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
+      data.push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}", s), 4));
+    }
+    VReg addr = ra.vgpr(2, "p_addr");
     SReg tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
 
     // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
@@ -162,24 +172,24 @@ class MlaDecodeBuilder {
     SReg saved_exec0 = ra.sgpr(2, "p_saved_exec_index");
     VReg first_lane = ra.vgpr(1, "p_first_lane_of_token");
     b.v_and_b32(first_lane, Imm(lanes_per_token - 1), lane_);
-    auto load_index = [&] {
+    auto load_index = [&](int s) {
       b.s_lshl_b32(slot, tile, Imm(log2i(T)));
       b.s_add_u32(slot, slot, kv_start());
-      b.v_add_u32(tok, slot, vt);
-      b.v_cmp_gt_u32(vcc, kv_end(), tok);
+      b.v_add_u32(tok[s], slot, vt);
+      b.v_cmp_gt_u32(vcc, kv_end(), tok[s]);
       b.v_cmp_eq_u32(saved_exec0, Imm(0), first_lane);
       b.s_and_b64(vcc, vcc, saved_exec0);
-      b.v_min_u32(tok, last_tok, tok);
-      b.v_lshrrev_b32(addr[0], Imm(log2i(s_.page_size)), tok);
+      b.v_min_u32(tok[s], last_tok, tok[s]);
+      b.v_lshrrev_b32(addr[0], Imm(log2i(s_.page_size)), tok[s]);
       b.v_add_u32(addr[0], page_base(), addr[0]);
       b.v_lshlrev_b32(addr[0], Imm(2), addr[0]);
       b.s_and_saveexec_b64(saved_exec0, vcc);
-      b.global_load_dword(idx, addr[0], ptr(mla_decode_args::kv_indices));
+      b.global_load_dword(idx[s], addr[0], ptr(mla_decode_args::kv_indices));
       b.s_mov_exec(saved_exec0);
     };
-    auto share_index = [&] {
-      if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx, idx, 0, 0, 2, 2);
-      else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx, idx, 0, 0, 0, 0);
+    auto share_index = [&](int s) {
+      if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 2, 2);
+      else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 0, 0);
       else throw std::logic_error("mla_decode: lanes per token must be 2 or 4");
     };
     // Token row = page_id * page_size + token % page_size; byte = row * E + part offset.
@@ -187,11 +197,11 @@ class MlaDecodeBuilder {
     // that the plan does not need) and their LDS rows are written as zeros: the consumers
     // mask those tokens' scores, and a zero V keeps 0 * V finite.
     SReg saved_exec = ra.sgpr(2, "p_saved_exec"), tile_end = ra.sgpr(1, "p_tile_end");
-    auto load_data = [&] {
-      share_index();
-      b.v_lshlrev_b32(addr[0], Imm(log2i(s_.page_size)), idx);
+    auto load_data = [&](int s) {
+      share_index(s);
+      b.v_lshlrev_b32(addr[0], Imm(log2i(s_.page_size)), idx[s]);
       if (s_.page_size > 1) {
-        b.v_and_b32(addr[1], Imm(s_.page_size - 1), tok);
+        b.v_and_b32(addr[1], Imm(s_.page_size - 1), tok[s]);
         b.v_add_u32(addr[0], addr[0], addr[1]);
       }
       b.v_mul_hi_u32(addr[1], row_bytes, addr[0]);
@@ -201,7 +211,7 @@ class MlaDecodeBuilder {
       b.v_add_co_u32(addr[0], vcc, ptr(mla_decode_args::kv)[0], addr[0]);
       b.v_addc_co_u32(addr[1], vcc, kv_hi, addr[1], vcc);
       auto loads_ = [&] {
-        for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data.sub(4 * k, 4), addr, uint32_t(16 * k));
+        for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data[s].sub(4 * k, 4), addr, uint32_t(16 * k));
       };
       b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
       b.s_add_u32(tile_end, tile_end, kv_start());
@@ -212,59 +222,68 @@ class MlaDecodeBuilder {
       loads_();
       b.s_branch(loaded);
       b.bind(partial_tile);
-      for (int r = 0; r < data.count; ++r) b.v_mov_b32(data[r], Imm(0));
+      for (int r = 0; r < data[s].count; ++r) b.v_mov_b32(data[s][r], Imm(0));
       b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
-      b.v_add_u32(tok, tile_end, vt);  // the unclamped token (tok's page id is already used)
-      b.v_cmp_gt_u32(vcc, kv_end(), tok);
+      b.v_add_u32(tok[s], tile_end, vt);  // the unclamped token (tok's page id is already used)
+      b.v_cmp_gt_u32(vcc, kv_end(), tok[s]);
       b.s_and_saveexec_b64(saved_exec, vcc);
       loads_();
       b.s_mov_exec(saved_exec);
       b.bind(loaded);
     };
-    auto write_tile = [&](SReg tile_index) {
-      b.s_and_b32(slot, tile_index, Imm(1));
+    // Tile s of slot `slot_index` goes to LDS slot slot_index % 2, tile position s.
+    auto write_tile = [&](SReg slot_index, int s) {
+      b.s_and_b32(slot, slot_index, Imm(1));
       b.s_mul_i32(slot, slot, Imm(slot_bytes()));
       b.v_add_u32(addr[0], slot, lds_off);
-      for (int k = 0; k < loads; ++k) b.ds_write_b128(addr[0], data.sub(4 * k, 4), uint32_t(16 * k));
+      for (int k = 0; k < loads; ++k)
+        b.ds_write_b128(addr[0], data[s].sub(4 * k, 4), uint32_t(s * T * E + 16 * k));
     };
-    // if (tile < n) { body }
-    auto if_tile_exists = [&](auto&& body) {
-      b.s_cmp_ge_u32(tile, ntiles_);
-      unless_scc1(body);
+    // For each tile s of slot `slot_index` that exists (tile = slot * S + s < n_tiles): body(s).
+    SReg slot_index = ra.sgpr(1, "p_slot_index");
+    auto for_tiles_of = [&](auto&& body) {
+      for (int s = 0; s < S; ++s) {
+        b.s_lshl_b32(tile, slot_index, Imm(log2i(S)));
+        if (s) b.s_add_u32(tile, tile, Imm(s));
+        b.s_cmp_ge_u32(tile, ntiles_);
+        unless_scc1([&] { body(s); });
+      }
     };
 
-    // Prologue: tile 0 into slot 0, tile 1's loads and tile 2's page ids in flight.
-    b.s_mov_b32(tile, Imm(0));
-    load_index();
-    load_data();
-    b.s_mov_b32(tile, Imm(1));
-    if_tile_exists(load_index);
-    b.s_mov_b32(tile, Imm(0));
-    write_tile(tile);
-    b.s_mov_b32(tile, Imm(1));
-    if_tile_exists(load_data);
-    b.s_mov_b32(tile, Imm(2));
-    if_tile_exists(load_index);
+    // Prologue: slot 0 into LDS, slot 1's loads and slot 2's page ids in flight.
+    b.s_mov_b32(slot_index, Imm(0));
+    for_tiles_of(load_index);
+    for_tiles_of(load_data);
+    b.s_mov_b32(slot_index, Imm(1));
+    for_tiles_of(load_index);
+    b.s_mov_b32(slot_index, Imm(0));
+    for_tiles_of([&](int s) { write_tile(slot_index, s); });
+    b.s_mov_b32(slot_index, Imm(1));
+    for_tiles_of(load_data);
+    b.s_mov_b32(slot_index, Imm(2));
+    for_tiles_of(load_index);
     b.s_barrier();
+    if (S > 1) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
 
-    // Iteration i: write tile i+1, load tile i+2, fetch page ids of tile i+3, then hand over.
+    // Iteration i: write slot i+1, load slot i+2, fetch page ids of slot i+3, then hand over.
     b.s_mov_b32(iter_, Imm(0));
     Label loop = b.new_label("producer_loop");
     b.bind(loop);
-    b.s_add_u32(tile, iter_, Imm(1));
-    if_tile_exists([&] { write_tile(tile); });
-    b.s_add_u32(tile, iter_, Imm(2));
-    if_tile_exists(load_data);
-    b.s_add_u32(tile, iter_, Imm(3));
-    if_tile_exists(load_index);
+    b.s_add_u32(slot_index, iter_, Imm(1));
+    for_tiles_of([&](int s) { write_tile(slot_index, s); });
+    b.s_add_u32(slot_index, iter_, Imm(2));
+    for_tiles_of(load_data);
+    b.s_add_u32(slot_index, iter_, Imm(3));
+    for_tiles_of(load_index);
     b.s_barrier();
     b.s_add_u32(iter_, iter_, Imm(1));
-    b.s_cmp_lt_u32(iter_, ntiles_);
+    b.s_cmp_lt_u32(iter_, nslots_);
     b.s_cbranch_scc1(loop);
     b.s_endpgm();
-    for (VReg r : {vt, part_off, lds_off, idx, tok, addr, data, kv_hi}) ra.release(r);
-    for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0}) ra.release(r);
-    ra.release(first_lane);
+    for (VReg r : {vt, part_off, lds_off, addr, kv_hi, first_lane}) ra.release(r);
+    for (int s = 0; s < S; ++s)
+      for (VReg r : {idx[s], tok[s], data[s]}) ra.release(r);
+    for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
   }
 
   // ------------------------------------------------------------------ consumer
@@ -289,10 +308,14 @@ class MlaDecodeBuilder {
     b.v_and_b32(j, Imm(15), lane_);
     b.v_lshrrev_b32(g4, Imm(4), lane_);
     b.v_lshlrev_b32(g4, Imm(2), g4);
-    // Row of the request this lane owns: row_group * rows_per_group + 16 * consumer + j.
+    // Consumer c = wave - 1 owns row block c / S and takes tile c % S of every slot.
+    // Row of the request this lane owns: row_group * rows_per_group + 16 * (c / S) + j.
     SReg srow = ra.sgpr(1, "c_row_base");
-    b.s_mul_i32(srow, row_group(), Imm(g_.rows_per_group));
+    split_ = ra.sgpr(1, "c_split");
     b.s_sub_u32(wave_, wave_, Imm(1));
+    b.s_and_b32(split_, wave_, Imm(g_.kv_splits - 1));
+    b.s_lshr_b32(wave_, wave_, Imm(log2i(g_.kv_splits)));
+    b.s_mul_i32(srow, row_group(), Imm(g_.rows_per_group));
     b.s_lshl_b32(wave_, wave_, Imm(4));
     b.s_add_u32(srow, srow, wave_);
     b.v_add_u32(row, srow, j);
@@ -308,14 +331,56 @@ class MlaDecodeBuilder {
     b.v_add_u32(qoff, qoff, gq);
     AReg qa = ra.agpr(qk_blocks * q_regs, "c_q_operand", 2);
     VReg qstage = ra.vgpr(4, "c_q_stage", 4);
-    for (int kb = 0; kb < qk_blocks; ++kb) {
-      VReg st = qstage.sub(0, q_regs);
-      uint32_t off = uint32_t(kb * g_.qk_k * qb);
-      if (q_regs == 2)
-        b.buffer_load_dwordx2(st, qoff, qrsrc, Imm(0), off);
-      else
-        b.buffer_load_dwordx4(st, qoff, qrsrc, Imm(0), off);
-      for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
+    auto load_q = [&](VReg dst, uint32_t off) {
+      if (q_regs == 2) b.buffer_load_dwordx2(dst, qoff, qrsrc, Imm(0), off);
+      else b.buffer_load_dwordx4(dst, qoff, qrsrc, Imm(0), off);
+    };
+    const int S = g_.kv_splits;
+    if (S == 1) {
+      for (int kb = 0; kb < qk_blocks; ++kb) {
+        VReg st = qstage.sub(0, q_regs);
+        load_q(st, uint32_t(kb * g_.qk_k * qb));
+        for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
+      }
+      b.s_barrier();  // pairs with the producer's prologue barrier: slot 0 holds the first tiles
+    } else {
+      // The S consumers of a row block share Q through LDS slot 1 (the producer first writes it
+      // after its second barrier), so each Q byte is read from memory once per workgroup:
+      // consumer s loads k blocks s, s + S, ..., stores them in the LDS image of Q, and after
+      // the barrier every consumer reads all k blocks into its AGPRs.
+      if (qk_blocks % S) throw std::logic_error("mla_decode: k blocks of Q do not divide among the splits");
+      VReg qlds = ra.vgpr(1, "c_q_lds"), soff = ra.vgpr(1, "c_q_split_offset");
+      b.v_mul_u32_u24(qlds, Imm(kMlaDim * qb), j);
+      b.v_add_u32(qlds, qlds, gq);  // gq = g * kl_qk * qb (above)
+      SReg qbase = ra.sgpr(1, "c_q_lds_base");
+      b.s_mul_i32(qbase, wave_, Imm(kMlaDim * qb));  // wave_ = 16 * row block
+      b.s_add_u32(qbase, qbase, Imm(slot_bytes()));
+      b.v_add_u32(qlds, qbase, qlds);
+      ra.release(qbase);
+      SReg so = ra.sgpr(1, "c_q_split_bytes");
+      b.s_mul_i32(so, split_, Imm(g_.qk_k * qb));
+      b.v_add_u32(soff, so, qlds);
+      b.v_add_u32(qoff, so, qoff);
+      ra.release(so);
+      const int per = qk_blocks / S, batch = 4 / q_regs;
+      for (int k = 0; k < per; ++k) {
+        VReg st = qstage.sub((k % batch) * q_regs, q_regs);
+        const uint32_t off = uint32_t(k * S * g_.qk_k * qb);
+        load_q(st, off);
+        if (q_regs == 2) b.ds_write_b64(soff, st, off);
+        else b.ds_write_b128(soff, st, off);
+      }
+      b.s_barrier();  // pairs with the producer's prologue barrier
+      for (int kb = 0; kb < qk_blocks; ++kb) {
+        VReg st = qstage.sub((kb % batch) * q_regs, q_regs);
+        const uint32_t off = uint32_t(kb * g_.qk_k * qb);
+        if (q_regs == 2) b.ds_read_b64(st, qlds, off);
+        else b.ds_read_b128(st, qlds, off);
+        for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
+      }
+      b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
+      ra.release(qlds);
+      ra.release(soff);
     }
     ra.release(qstage);
     ra.release(qoff);
@@ -374,10 +439,14 @@ class MlaDecodeBuilder {
     }
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
-    // K operands read ahead per batch of MFMAs: 36 VGPRs of them at most (the budget left
-    // beside 128 O accumulators), 6 k blocks when fp8 K is widened to bf16.
-    const int kchunk = widen_k ? 6 : std::min(qk_blocks, 36 / q_regs);
+    // K operands read ahead per batch of MFMAs: the largest divisor of the k blocks within 24
+    // VGPRs (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD), 6 k blocks when
+    // fp8 K is widened to bf16 (raw and widened copies).
     const int kraw_regs = std::max(1, k_read_bytes / 4);
+    int kchunk = 6;
+    if (!widen_k)
+      for (kchunk = std::min(qk_blocks, 24 / kraw_regs); qk_blocks % kchunk; --kchunk) {
+      }
     VReg kraw = ra.vgpr(kraw_regs * kchunk, "c_k_raw", 2);
     VReg kop = widen_k ? ra.vgpr(q_regs * kchunk, "c_k_bf16", 2) : kraw;
     const int pb = g_.p_bytes;
@@ -401,14 +470,26 @@ class MlaDecodeBuilder {
     b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
     SReg tb = ra.sgpr(1, "c_tile_base"), sslot = ra.sgpr(1, "c_slot");
 
-    b.s_barrier();  // pairs with the producer's prologue barrier: tile 0 is in slot 0
     b.s_mov_b32(iter_, Imm(0));
     Label loop = b.new_label("consumer_loop");
     b.bind(loop);
+    // This wave's tile: slot iter, tile position split (absent at the unit's end: skip to the
+    // barrier, which every wave passes once per slot).
+    Label absent = b.new_label("tile_absent");
+    b.s_lshl_b32(tb, iter_, Imm(log2i(g_.kv_splits)));
+    b.s_add_u32(tb, tb, split_);
+    b.s_cmp_ge_u32(tb, ntiles_);
+    b.s_cbranch_scc1(absent);
+    b.s_lshl_b32(tb, tb, Imm(log2i(T)));
+    b.s_add_u32(tb, tb, kv_start());
     b.s_and_b32(sslot, iter_, Imm(1));
     b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
-    b.s_lshl_b32(tb, iter_, Imm(log2i(T)));
-    b.s_add_u32(tb, tb, kv_start());
+    if (g_.kv_splits > 1) {
+      SReg pos = ra.sgpr(1, "c_tile_pos");
+      b.s_mul_i32(pos, split_, Imm(T * E));
+      b.s_add_u32(sslot, sslot, pos);
+      ra.release(pos);
+    }
     b.v_add_u32(kaddr, sslot, kbase);
     b.v_add_u32(vaddr, sslot, vbase);
 
@@ -549,13 +630,90 @@ class MlaDecodeBuilder {
       }
     }
 
+    b.bind(absent);
     b.s_barrier();  // slot i%2 is free for the producer
     b.s_add_u32(iter_, iter_, Imm(1));
-    b.s_cmp_lt_u32(iter_, ntiles_);
+    b.s_cmp_lt_u32(iter_, nslots_);
     b.s_cbranch_scc1(loop);
 
+    // Row sum over the 4 lane groups.
+    b.ds_bpermute_b32(tt, perm16, lrun);
+    b.v_add_f32(lrun, lrun, tt);
+    b.ds_bpermute_b32(tt, perm32, lrun);
+    b.v_add_f32(lrun, lrun, tt);
+    if (g_.kv_splits > 1) merge_splits(o, mrun, lrun, alpha, kop, tt, tsum);
     epilogue(o, mrun, lrun, alpha, row, j, g4, perm16, perm32, tt, tsum);
     b.s_endpgm();
+  }
+
+  // The S consumers of a row block hold (m, l, O^T) of disjoint tokens, relative to their own
+  // reference max m. Splits 1..S-1 store theirs in LDS (the ring is free after the last
+  // barrier; one region per (row block, split), lane-major so every lane reads back its own),
+  // and split 0 folds them in: m' = max(m0, ms), a = exp2(m0 - m'), b = exp2(ms - m'),
+  // l' = a l0 + b ls, O' = a O0 + b Os. Splits 1..S-1 end after the store.
+  void merge_splits(VReg o, VReg mrun, VReg lrun, VReg alpha, VReg tmp, VReg t0, VReg t1) {
+    Builder& b = *b_;
+    auto& ra = b.regs();
+    const int S = g_.kv_splits, R = g_.merge_bytes, o_bytes = kRowsPerWave * kMlaVDim * 4;
+    if (tmp.count < 8) throw std::logic_error("mla_decode: merge needs 8 staging registers");
+    // Region of (row block, split s): (rb * (S - 1) + s - 1) * R; rb = wave_ / 16 here.
+    SReg region = ra.sgpr(1, "m_region");
+    VReg addr = ra.vgpr(1, "m_addr");
+    auto region_addr = [&](SReg split) {
+      b.s_lshr_b32(region, wave_, Imm(4));
+      b.s_mul_i32(region, region, Imm(S - 1));
+      b.s_add_u32(region, region, split);
+      b.s_sub_u32(region, region, Imm(1));
+      b.s_mul_i32(region, region, Imm(R));
+      b.v_lshlrev_b32(addr, Imm(4), lane_);
+      b.v_add_u32(addr, region, addr);
+    };
+    Label reader = b.new_label("merge_reader");
+    b.s_cmp_eq_u32(split_, Imm(0));
+    b.s_cbranch_scc1(reader);
+    // Writer: O^T as 32 x 16 bytes per lane (offset 1024 k), then m and l (4 bytes per lane).
+    region_addr(split_);
+    for (int k = 0; k < o.count / 4; ++k) b.ds_write_b128(addr, o.sub(4 * k, 4), uint32_t(1024 * k));
+    b.v_lshlrev_b32(t0, Imm(2), lane_);
+    b.v_add_u32(t0, region, t0);
+    b.ds_write_b32(t0, mrun, uint32_t(o_bytes));
+    b.ds_write_b32(t0, lrun, uint32_t(o_bytes + 256));
+    b.s_barrier();
+    b.s_endpgm();
+
+    b.bind(reader);
+    b.s_barrier();
+    SReg s_other = ra.sgpr(1, "m_split");
+    for (int s = 1; s < S; ++s) {
+      b.s_mov_b32(s_other, Imm(s));
+      region_addr(s_other);
+      b.v_lshlrev_b32(t0, Imm(2), lane_);
+      b.v_add_u32(t0, region, t0);
+      b.ds_read_b32(t1, t0, uint32_t(o_bytes));              // ms
+      b.ds_read_b32(alpha[1], t0, uint32_t(o_bytes + 256));  // ls
+      b.v_max_f32(t0, mrun, t1);                             // m'
+      b.v_sub_f32(mrun, mrun, t0);
+      b.v_exp_f32(alpha[0], mrun);                           // a
+      b.v_sub_f32(t1, t1, t0);
+      b.v_exp_f32(t1, t1);                                   // b
+      b.v_mov_b32(mrun, t0);
+      b.v_mul_f32(alpha[1], alpha[1], t1);
+      b.v_fma_f32(lrun, lrun, alpha[0], alpha[1]);
+      b.v_mov_b32(alpha[1], t1);  // alpha = (a, b)
+      for (int k0 = 0; k0 < o.count / 4; k0 += 2) {
+        b.ds_read_b128(tmp.sub(0, 4), addr, uint32_t(1024 * k0));
+        b.ds_read_b128(tmp.sub(4, 4), addr, uint32_t(1024 * (k0 + 1)));
+        for (int r = 0; r < 8; ++r) {
+          VReg acc = o.sub(4 * k0 + r, 1);
+          b.v_mul_f32(acc, alpha[0], acc);
+          b.v_fma_f32(acc, tmp[r], alpha[1], acc);
+        }
+      }
+    }
+    b.v_mov_b32(alpha[1], Imm(0));
+    ra.release(region);
+    ra.release(addr);
+    ra.release(s_other);
   }
 
   // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0, tokens
@@ -674,11 +832,6 @@ class MlaDecodeBuilder {
     Builder& b = *b_;
     auto& ra = b.regs();
     const int M = g_.rows;
-    // Row sum over the 4 lane groups.
-    b.ds_bpermute_b32(t0, perm16, lrun);
-    b.v_add_f32(lrun, lrun, t0);
-    b.ds_bpermute_b32(t0, perm32, lrun);
-    b.v_add_f32(lrun, lrun, t0);
     // inv = kv_scale / l (0 for a row with no visible token in this unit); lse in natural log.
     b.v_rcp_f32(alpha[0], lrun);
     b.v_mul_f32(alpha[0], argf(mla_decode_args::kv_scale), alpha[0]);
@@ -789,7 +942,7 @@ class MlaDecodeBuilder {
   const KernelSpec& s_;
   MlaGeometry g_;
   Builder* b_ = nullptr;
-  SReg args_, unit_, ntiles_, wave_, iter_;
+  SReg args_, unit_, ntiles_, nslots_, wave_, iter_, split_;
   VReg lane_;
 };
 

@@ -6,10 +6,13 @@ namespace mla::gen {
 
 nlohmann::json MlaGeometry::to_json() const {
   return {{"rows", rows},
+          {"row_blocks", row_blocks},
+          {"kv_splits", kv_splits},
           {"consumers", consumers},
           {"rows_per_group", rows_per_group},
           {"row_groups", row_groups},
           {"tile_tokens", tile_tokens},
+          {"slot_tokens", slot_tokens},
           {"ring", ring},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
@@ -25,8 +28,15 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   MlaGeometry g;
   g.rows = s.heads * s.qseqlen;
   const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
-  g.consumers = std::min(4, blocks);
-  g.rows_per_group = kRowsPerWave * g.consumers;
+  // At most 3 consumer waves: with the producer, one wave per SIMD, which launches whatever
+  // the register count (a wave of more than 256 unified VGPRs cannot share a SIMD). Beyond 3
+  // blocks, the fewest row groups (each re-reads the KV), then the fewest padded blocks.
+  g.row_blocks = std::min(3, blocks);
+  if (blocks > 3) {
+    auto cost = [&](int r) { return std::pair{(blocks + r - 1) / r, r * ((blocks + r - 1) / r) - blocks}; };
+    g.row_blocks = cost(2) < cost(3) ? 2 : 3;
+  }
+  g.rows_per_group = kRowsPerWave * g.row_blocks;
   g.row_groups = (g.rows + g.rows_per_group - 1) / g.rows_per_group;
   g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
   g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
@@ -52,7 +62,28 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   }
   g.tile_tokens = g.pv_k;
   g.lds_row_bytes = kMlaDim * g.kv_bytes;
-  g.lds_bytes = g.ring * g.tile_tokens * g.lds_row_bytes;
+  // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
+  // tile's MFMA and VALU work spreads over the SIMDs: at most 3 consumer waves (with the
+  // producer, one wave per SIMD even if a wave needs more than 256 registers), the ring in
+  // LDS, the producer's staging registers for one slot (S*T*E / 256 dwords per lane) within
+  // 144 VGPRs, the LDS merge of the splits (16 x 512 f32 + m, l per split) within the ring,
+  // and the rows' Q (shared by the splits through LDS slot 1) within a slot.
+  const int tile_bytes = g.tile_tokens * g.lds_row_bytes;
+  g.merge_bytes = kRowsPerWave * kMlaVDim * 4 + 2 * 64 * 4;
+  for (int s : {4, 2, 1}) {
+    const int ring_bytes = g.ring * s * tile_bytes;
+    if (s == 1 || (g.row_blocks * s <= 3 && uint32_t(ring_bytes) <= t.lds_bytes && s * tile_bytes <= 144 * 256 &&
+                   g.row_blocks * (s - 1) * g.merge_bytes <= ring_bytes &&
+                   g.row_blocks * kRowsPerWave * kMlaDim * g.q_bytes <= s * tile_bytes &&
+                   (kMlaDim / g.qk_k) % s == 0)) {
+      g.kv_splits = s;
+      break;
+    }
+  }
+  if (g.kv_splits == 1) g.merge_bytes = 0;
+  g.consumers = g.row_blocks * g.kv_splits;
+  g.slot_tokens = g.kv_splits * g.tile_tokens;
+  g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)

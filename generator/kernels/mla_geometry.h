@@ -16,15 +16,19 @@ inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wa
 
 struct MlaGeometry {
   int rows = 0;            // M = heads * qseqlen rows per request
-  int consumers = 0;       // consumer waves per workgroup (each owns 16 rows)
-  int rows_per_group = 0;  // 16 * consumers
+  int row_blocks = 0;      // 16-row blocks per workgroup
+  int kv_splits = 1;       // S: consumer waves per row block, each on its own T tokens of a slot
+  int consumers = 0;       // consumer waves per workgroup = row_blocks * kv_splits
+  int rows_per_group = 0;  // 16 * row_blocks
   int row_groups = 0;      // workgroups per (request, kv range)
-  int tile_tokens = 0;     // T: tokens per LDS tile = k of the PV MFMA
-  int ring = 2;            // LDS tiles in the ring
+  int tile_tokens = 0;     // T: tokens per consumer tile = k of the PV MFMA (the planner's cut unit)
+  int slot_tokens = 0;     // S * T: tokens per ring slot (one barrier each)
+  int ring = 2;            // LDS slots in the ring
+  int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
   int lds_row_bytes = 0;   // LDS bytes per token row
-  int lds_bytes = 0;       // ring * T * lds_row_bytes
+  int lds_bytes = 0;       // ring * S * T * lds_row_bytes
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA
   int workgroup_size = 0;  // 64 * (1 + consumers): wave 0 is the producer

@@ -123,10 +123,10 @@ Occupancy occupancy(const Target& t, int unified_vgprs_per_wave, uint32_t lds_by
   const int waves_per_simd = std::min(kWavesPerSimd, kRegsPerSimd / regs);
   const int by_regs = kSimds * waves_per_simd / waves_per_wg;
   const int by_waves = kSimds * kWavesPerSimd / waves_per_wg;
-  const int by_lds = lds_bytes ? int(t.lds_bytes / lds_bytes) : by_waves;
+  const int by_lds = lds_bytes ? int(t.lds_bytes / lds_bytes) : by_waves + 1;
   Occupancy o;
-  o.workgroups_per_cu = std::max(1, std::min({by_regs, by_waves, by_lds}));
-  o.limited_by = o.workgroups_per_cu == by_lds ? "LDS" : o.workgroups_per_cu == by_regs ? "registers" : "waves";
+  o.workgroups_per_cu = std::min({by_regs, by_waves, by_lds});  // 0: the workgroup cannot launch
+  o.limited_by = o.workgroups_per_cu == by_regs ? "registers" : o.workgroups_per_cu == by_lds ? "LDS" : "waves";
   return o;
 }
 

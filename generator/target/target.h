@@ -94,7 +94,7 @@ const Target& target(Arch arch);
 // CU, each with 512 unified VGPRs per lane allocated in granules of 8 and at most 8 waves;
 // the CU's LDS is shared by its workgroups (AMD CDNA3 ISA, 'Occupancy'; AMDGPUUsage).
 struct Occupancy {
-  int workgroups_per_cu = 1;
+  int workgroups_per_cu = 1;    // 0: one workgroup does not fit a CU
   std::string_view limited_by;  // "LDS", "registers", "waves"
 };
 Occupancy occupancy(const Target& t, int unified_vgprs_per_wave, uint32_t lds_bytes, int workgroup_size);

@@ -1,0 +1,76 @@
+// Occupancy from the target description, and how the decode geometry spends it.
+#include <catch2/catch.hpp>
+
+#include "kernels/mla_geometry.h"
+#include "target/target.h"
+
+using namespace mla::gen;
+
+namespace {
+
+KernelSpec decode_spec(Arch arch, DType q, DType kv, int heads, int qseqlen) {
+  KernelSpec s;
+  s.kind = KernelKind::MlaDecode;
+  s.arch = arch;
+  s.q_dtype = q;
+  s.kv_dtype = kv;
+  s.heads = heads;
+  s.qseqlen = qseqlen;
+  s.page_size = 1;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("occupancy: registers, LDS and wave slots each limit the workgroups a CU holds") {
+  const Target& t942 = target(Arch::gfx942);  // 64 KiB LDS
+  const Target& t950 = target(Arch::gfx950);  // 160 KiB LDS
+  // 256 unified VGPRs: 2 waves per SIMD = 8 wave slots; 3-wave workgroups: 2 fit.
+  CHECK(occupancy(t950, 256, 0, 192).workgroups_per_cu == 2);
+  CHECK(occupancy(t950, 256, 0, 192).limited_by == "registers");
+  // 260 rounds up to 264 > 256: one wave per SIMD, 4 slots: one 3-wave workgroup.
+  CHECK(occupancy(t950, 260, 0, 192).workgroups_per_cu == 1);
+  // A 5-wave workgroup of > 256-register waves cannot launch at all.
+  CHECK(occupancy(t950, 280, 0, 320).workgroups_per_cu == 0);
+  // LDS: 73728 bytes, 2 fit in 160 KiB; 36864 bytes, 1 fits in 64 KiB.
+  CHECK(occupancy(t950, 128, 73728, 192).workgroups_per_cu == 2);
+  CHECK(occupancy(t950, 128, 73728, 192).limited_by == "LDS");
+  CHECK(occupancy(t942, 128, 36864, 128).workgroups_per_cu == 1);
+  // Wave slots: 8 per SIMD at <= 64 registers: 32 per CU, 16-wave workgroups: 2.
+  CHECK(occupancy(t942, 64, 0, 1024).workgroups_per_cu == 2);
+  CHECK(occupancy(t942, 64, 0, 1024).limited_by == "registers");
+}
+
+TEST_CASE("decode geometry: at most 3 consumer waves, token splits where LDS and registers allow") {
+  // Kimi-K3 on gfx950: 12 heads fp8/fp8, one row block, two consumers on alternate 32-token tiles.
+  MlaGeometry k3 = mla_geometry(decode_spec(Arch::gfx950, DType::fp8, DType::fp8, 12, 1));
+  CHECK(k3.row_blocks == 1);
+  CHECK(k3.kv_splits == 2);
+  CHECK(k3.slot_tokens == 64);
+  CHECK(k3.lds_bytes == 2 * 64 * 576);
+  CHECK(k3.v_lds_transpose);
+  // gfx942 fp8/fp8: two 32-token slots of two tiles would need 72 KiB of LDS: no split.
+  MlaGeometry f942 = mla_geometry(decode_spec(Arch::gfx942, DType::fp8, DType::fp8, 16, 1));
+  CHECK(f942.kv_splits == 1);
+  CHECK_FALSE(f942.v_lds_transpose);
+  // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles, split in two.
+  MlaGeometry b942 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 16, 1));
+  CHECK(b942.tile_tokens == 16);
+  CHECK(b942.kv_splits == 2);
+  for (auto [heads, qs] : {std::pair{16, 2}, std::pair{32, 3}, std::pair{64, 4}, std::pair{128, 1}}) {
+    MlaGeometry g = mla_geometry(decode_spec(Arch::gfx950, DType::bf16, DType::bf16, heads, qs));
+    INFO(heads << " heads, qseqlen " << qs);
+    CHECK(g.consumers <= 3);
+    CHECK(g.consumers == g.row_blocks * g.kv_splits);
+    CHECK(g.row_groups * g.rows_per_group >= g.rows);
+    CHECK(g.workgroup_size == 64 * (1 + g.consumers));
+  }
+  // 128 rows = 8 blocks: 3 groups of 3 blocks (one padded) rather than 4 groups of 2.
+  MlaGeometry h128 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::bf16, 128, 1));
+  CHECK(h128.row_blocks == 3);
+  CHECK(h128.row_groups == 3);
+  // 64 rows = 4 blocks: 2 groups either way, 2 blocks each pads nothing.
+  MlaGeometry h64 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::bf16, 64, 1));
+  CHECK(h64.row_blocks == 2);
+  CHECK(h64.row_groups == 2);
+}
