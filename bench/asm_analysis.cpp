@@ -112,8 +112,13 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
     if (is_label(l)) continue;
     const std::string m = mnemonic(l);
     if (starts(m, "s_cbranch") || m == "s_branch") {
-      // A forward branch inside the loop skips the masked-tile path (taken on full tiles).
+      // Forward branches inside the loop, as the steady state (a full tile deep inside a long
+      // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
+      // taken); a wave always has its tile (".Ltile_absent": not taken).
       std::string target = trim(l.substr(m.size()));
+      if (starts(target, ".Ltile_absent")) continue;
+      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled"))
+        throw std::runtime_error("mlabench: no steady-state rule for the consumer loop's branch to " + target);
       size_t j = i + 1;
       while (j < end && L[j] != target + ":") ++j;
       if (j < end) i = j;

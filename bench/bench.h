@@ -79,6 +79,7 @@ struct KernelFacts {
   double reduce_per_entry = 0, reduce_per_split = 0;     // reduce global bytes (read + written)
   double inflight_bytes_per_wg = 0;   // static, producer loop
   int consumers = 1;                  // consumer waves per workgroup (one SIMD each)
+  int row_blocks = 1;                 // 16-row blocks per workgroup (consumers = row_blocks x kv_splits)
   int max_resident_wgs = 1;           // workgroups a CU can hold (LDS-limited)
   int row_groups = 1;
   double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (table)

@@ -71,7 +71,8 @@ ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector
     const double rate = std::min(port, resident * f.inflight_bytes_per_wg / m.little_latency_s);
     const double simds = std::min(4, resident * f.consumers);
     const double mem = bytes[c] / rate;
-    const double issue = tiles[c] * f.hot_loop_cycles / m.clock_hz / simds;
+    // Every tile passes through each of the row blocks' consumers (one 16-row block each).
+    const double issue = tiles[c] * f.row_blocks * f.hot_loop_cycles / m.clock_hz / simds;
     // Units on a CU run back to back (resident ones overlap their fill).
     const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
     const double tc = fill + std::max(mem, issue);

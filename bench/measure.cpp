@@ -210,6 +210,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   KernelFacts& f = r.facts;
   f.tile_tokens = T;
   f.consumers = sel.decode.geometry.at("consumers").get<int>();
+  f.row_blocks = sel.decode.geometry.at("row_blocks").get<int>();
   f.row_groups = plan.row_groups;
   // Resident workgroups per CU (LDS, registers, wave slots): computed by the generator from the
   // target description (gen::occupancy) and recorded in catalog.json.
@@ -322,7 +323,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.little_per_cu = m.little_bytes_per_cu();
   const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
   r.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
-  r.issue_over_mem = r.hot.issue_cycles / r.tile_mem_cycles;
+  // The CU's stream feeds min(4, resident x consumers) consumer waves, each on its own SIMD; a
+  // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
+  // times to issue one tile's hot loop.
+  const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
+  r.issue_over_mem = r.hot.issue_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
 
   // Modeled.
   r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits);

@@ -292,11 +292,15 @@ class MlaDecodeBuilder {
     auto& ra = b.regs();
     const int T = g_.tile_tokens, E = g_.lds_row_bytes, kvb = g_.kv_bytes, qb = g_.q_bytes;
     const int M = g_.rows, sub_tiles = T / 16;
-    const int kl_qk = g_.qk_k / 4;                  // k values per lane in QK
-    const int qk_blocks = kMlaDim / g_.qk_k;        // MFMAs per 16 tokens
-    const int q_regs = kl_qk * qb / 4;              // Q operand registers per k block
     const bool widen_k = qb == 2 && kvb == 1;       // fp8 K widened to bf16 for a bf16 QK
-    const int k_read_bytes = kl_qk * kvb;           // K bytes a lane reads per k block
+    // Q operand (AGPRs) of each QK block: k/4 elements per lane, qb bytes each.
+    const auto& blocks = g_.qk_blocks;
+    std::vector<int> qa_off;
+    int qa_regs = 0;
+    for (const auto& blk : blocks) {
+      qa_off.push_back(qa_regs);
+      qa_regs += lane_elems(blk) * qb / 4;
+    }
 
     // v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs.
     for (uint32_t v : {sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu}) {
@@ -324,66 +328,85 @@ class MlaDecodeBuilder {
     SReg qrsrc = ra.sgpr(4, "c_q_rsrc"), base = ra.sgpr(2, "c_base");
     request_base(base, ptr(mla_decode_args::q), kMlaDim * qb);
     b.make_buffer_resource(qrsrc, base, Imm(M * kMlaDim * qb));
-    VReg qoff = ra.vgpr(1, "c_q_offset");
-    b.v_mul_u32_u24(qoff, Imm(kMlaDim * qb), row);
+    // Lane (j, g) offsets of the k layouts in use: g * gstride elements (see lane_chunks).
     VReg gq = ra.vgpr(1, "c_tmp");
-    b.v_mul_u32_u24(gq, Imm(kl_qk * qb / 4), g4);  // (4g) * kl_qk*qb/4 = g * kl_qk * qb
-    b.v_add_u32(qoff, qoff, gq);
-    AReg qa = ra.agpr(qk_blocks * q_regs, "c_q_operand", 2);
+    std::map<int, VReg> qg;  // gstride -> Q byte offset of the lane's row and g term
+    for (const auto& blk : blocks) {
+      const int gs = gstride(blk);
+      if (qg.count(gs)) continue;
+      VReg v = ra.vgpr(1, fmt::format("c_q_offset_g{}", gs));
+      b.v_mul_u32_u24(v, Imm(gs * qb / 4), g4);  // (4g) * gs*qb/4 = g * gs * qb
+      qg[gs] = v;
+    }
+    AReg qa = ra.agpr(qa_regs, "c_q_operand", 2);
     VReg qstage = ra.vgpr(4, "c_q_stage", 4);
-    auto load_q = [&](VReg dst, uint32_t off) {
-      if (q_regs == 2) b.buffer_load_dwordx2(dst, qoff, qrsrc, Imm(0), off);
-      else b.buffer_load_dwordx4(dst, qoff, qrsrc, Imm(0), off);
+    // Moves chunk bytes of every QK block into the AGPRs, read with `read(dst, gstride, byte
+    // offset)` (global memory or the LDS image of Q).
+    auto fill_q = [&](auto&& read) {
+      for (size_t bi = 0; bi < blocks.size(); ++bi) {
+        int reg = qa_off[bi];
+        for (const Chunk& c : lane_chunks(blocks[bi])) {
+          const int n = c.len * qb / 4;
+          VReg st = qstage.sub(0, n);
+          read(st, gstride(blocks[bi]), uint32_t(c.elem_off * qb));
+          for (int r = 0; r < n; ++r) b.v_accvgpr_write_b32(qa[reg + r], st[r]);
+          reg += n;
+        }
+      }
     };
     const int S = g_.kv_splits;
     if (S == 1) {
-      for (int kb = 0; kb < qk_blocks; ++kb) {
-        VReg st = qstage.sub(0, q_regs);
-        load_q(st, uint32_t(kb * g_.qk_k * qb));
-        for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
-      }
+      VReg qrow = ra.vgpr(1, "c_q_row_offset");
+      b.v_mul_u32_u24(qrow, Imm(kMlaDim * qb), row);
+      for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);
+      ra.release(qrow);
+      fill_q([&](VReg dst, int gs, uint32_t off) {
+        if (dst.count == 1) b.buffer_load_dword(dst, qg[gs], qrsrc, Imm(0), off);
+        else if (dst.count == 2) b.buffer_load_dwordx2(dst, qg[gs], qrsrc, Imm(0), off);
+        else b.buffer_load_dwordx4(dst, qg[gs], qrsrc, Imm(0), off);
+      });
       b.s_barrier();  // pairs with the producer's prologue barrier: slot 0 holds the first tiles
     } else {
       // The S consumers of a row block share Q through LDS slot 1 (the producer first writes it
-      // after its second barrier), so each Q byte is read from memory once per workgroup:
-      // consumer s loads k blocks s, s + S, ..., stores them in the LDS image of Q, and after
-      // the barrier every consumer reads all k blocks into its AGPRs.
-      if (qk_blocks % S) throw std::logic_error("mla_decode: k blocks of Q do not divide among the splits");
-      VReg qlds = ra.vgpr(1, "c_q_lds"), soff = ra.vgpr(1, "c_q_split_offset");
-      b.v_mul_u32_u24(qlds, Imm(kMlaDim * qb), j);
-      b.v_add_u32(qlds, qlds, gq);  // gq = g * kl_qk * qb (above)
-      SReg qbase = ra.sgpr(1, "c_q_lds_base");
-      b.s_mul_i32(qbase, wave_, Imm(kMlaDim * qb));  // wave_ = 16 * row block
-      b.s_add_u32(qbase, qbase, Imm(slot_bytes()));
-      b.v_add_u32(qlds, qbase, qlds);
-      ra.release(qbase);
-      SReg so = ra.sgpr(1, "c_q_split_bytes");
-      b.s_mul_i32(so, split_, Imm(g_.qk_k * qb));
-      b.v_add_u32(soff, so, qlds);
-      b.v_add_u32(qoff, so, qoff);
-      ra.release(so);
-      const int per = qk_blocks / S, batch = 4 / q_regs;
-      for (int k = 0; k < per; ++k) {
-        VReg st = qstage.sub((k % batch) * q_regs, q_regs);
-        const uint32_t off = uint32_t(k * S * g_.qk_k * qb);
-        load_q(st, off);
-        if (q_regs == 2) b.ds_write_b64(soff, st, off);
-        else b.ds_write_b128(soff, st, off);
+      // after its second barrier), so each Q byte is read from memory once per workgroup: the
+      // consumers copy the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer
+      // s taking pieces s*64 + lane of every round; after the barrier each reads its operands.
+      const int area = q_share_bytes(S, qb), round = 8 * 64 * S;
+      SReg qarea = ra.sgpr(1, "c_q_lds_base");
+      b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
+      b.s_mul_i32(qarea, qarea, Imm(area));
+      b.s_add_u32(qarea, qarea, Imm(slot_bytes()));
+      VReg lin = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global");
+      SReg t = ra.sgpr(1, "c_q_tmp");
+      b.s_lshl_b32(t, split_, Imm(6));
+      b.v_add_u32(lin, t, lane_);
+      b.v_lshlrev_b32(lin, Imm(3), lin);
+      b.s_mul_i32(t, srow, Imm(kMlaDim * qb));  // the row block's first row, in bytes
+      b.v_add_u32(glin, t, lin);
+      b.v_add_u32(lin, qarea, lin);
+      for (int k = 0; k < area / round; ++k) {
+        VReg st = qstage.sub(2 * (k % 2), 2);
+        if (k) b.v_add_u32(glin, Imm(round), glin);
+        b.buffer_load_dwordx2(st, glin, qrsrc, Imm(0));
+        b.ds_write_b64(lin, st, uint32_t(k * round));
       }
       b.s_barrier();  // pairs with the producer's prologue barrier
-      for (int kb = 0; kb < qk_blocks; ++kb) {
-        VReg st = qstage.sub((kb % batch) * q_regs, q_regs);
-        const uint32_t off = uint32_t(kb * g_.qk_k * qb);
-        if (q_regs == 2) b.ds_read_b64(st, qlds, off);
-        else b.ds_read_b128(st, qlds, off);
-        for (int r = 0; r < q_regs; ++r) b.v_accvgpr_write_b32(qa[kb * q_regs + r], st[r]);
-      }
+      VReg qrow = ra.vgpr(1, "c_q_row_offset");
+      b.v_mul_u32_u24(qrow, Imm(kMlaDim * qb), j);
+      b.v_add_u32(qrow, qarea, qrow);
+      for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);
+      fill_q([&](VReg dst, int gs, uint32_t off) {
+        if (dst.count == 1) b.ds_read_b32(dst, qg[gs], off);
+        else if (dst.count == 2) b.ds_read_b64(dst, qg[gs], off);
+        else b.ds_read_b128(dst, qg[gs], off);
+      });
       b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
-      ra.release(qlds);
-      ra.release(soff);
+      for (VReg r : {lin, glin, qrow}) ra.release(r);
+      ra.release(qarea);
+      ra.release(t);
     }
+    for (auto& [gs, v] : qg) ra.release(v);
     ra.release(qstage);
-    ra.release(qoff);
     ra.release(qrsrc);
 
     // Visible-token limit of this lane's row: min(kv_end, kv_len - qseqlen + 1 + row / heads).
@@ -424,12 +447,19 @@ class MlaDecodeBuilder {
     b.v_mov_b32(lrun, Imm(0));
     b.v_mov_b32(alpha[1], Imm(0));
 
-    // LDS addresses: K operand row j, k offset (kl*g) elements; V reads token 4g, columns 4j.
-    VReg kaddr = ra.vgpr(1, "c_k_addr"), vaddr = ra.vgpr(1, "c_v_addr");
-    VReg kbase = ra.vgpr(1, "c_k_base"), vbase = ra.vgpr(1, "c_v_base");
-    b.v_mul_u32_u24(kbase, Imm(E), j);
-    b.v_mul_u32_u24(gq, Imm(kl_qk * kvb / 4), g4);
-    b.v_add_u32(kbase, kbase, gq);
+    // LDS addresses: K operand row j plus the lane's g term of each k layout in use; V reads
+    // token 4g, columns 4j (or the transposing reads' rows).
+    std::map<int, std::pair<VReg, VReg>> kad;  // gstride -> (base in the slot, address this tile)
+    for (const auto& blk : blocks) {
+      const int gs = gstride(blk);
+      if (kad.count(gs)) continue;
+      VReg base = ra.vgpr(1, fmt::format("c_k_base_g{}", gs)), addr = ra.vgpr(1, fmt::format("c_k_addr_g{}", gs));
+      b.v_mul_u32_u24(base, Imm(E), j);
+      b.v_mul_u32_u24(gq, Imm(gs * kvb / 4), g4);
+      b.v_add_u32(base, base, gq);
+      kad[gs] = {base, addr};
+    }
+    VReg vaddr = ra.vgpr(1, "c_v_addr"), vbase = ra.vgpr(1, "c_v_base");
     if (g_.v_lds_transpose) {
       transpose_read_base(vbase, gq, kvb);
     } else {
@@ -439,16 +469,26 @@ class MlaDecodeBuilder {
     }
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
-    // K operands read ahead per batch of MFMAs: the largest divisor of the k blocks within 24
-    // VGPRs (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD), 6 k blocks when
-    // fp8 K is widened to bf16 (raw and widened copies).
-    const int kraw_regs = std::max(1, k_read_bytes / 4);
-    int kchunk = 6;
-    if (!widen_k)
-      for (kchunk = std::min(qk_blocks, 24 / kraw_regs); qk_blocks % kchunk; --kchunk) {
-      }
-    VReg kraw = ra.vgpr(kraw_regs * kchunk, "c_k_raw", 2);
-    VReg kop = widen_k ? ra.vgpr(q_regs * kchunk, "c_k_bf16", 2) : kraw;
+    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs
+    // (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD); with fp8 K widened to
+    // bf16, the raw bytes take half as many again.
+    std::vector<std::vector<int>> batches(1);
+    int op_regs = 0, raw_max = 0, op_max = 0;
+    auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
+    auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qb / 4; };
+    for (size_t bi = 0; bi < blocks.size(); ++bi) {
+      if (op_regs + op_regs_of(blocks[bi]) > 24 && !batches.back().empty()) batches.emplace_back(), op_regs = 0;
+      batches.back().push_back(int(bi));
+      op_regs += op_regs_of(blocks[bi]);
+      op_max = std::max(op_max, op_regs);
+    }
+    for (const auto& bt : batches) {
+      int r = 0;
+      for (int bi : bt) r += raw_regs_of(blocks[bi]);
+      raw_max = std::max(raw_max, r);
+    }
+    VReg kraw = ra.vgpr(std::max(raw_max, 8), "c_k_raw", 2);  // >= 8: staging of merge_splits
+    VReg kop = widen_k ? ra.vgpr(op_max, "c_k_bf16", 2) : kraw;
     const int pb = g_.p_bytes;
     const int p_regs = g_.pv_k / 4 * pb / 4;         // P^T operand registers
     VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
@@ -490,28 +530,38 @@ class MlaDecodeBuilder {
       b.s_add_u32(sslot, sslot, pos);
       ra.release(pos);
     }
-    b.v_add_u32(kaddr, sslot, kbase);
+    for (auto& [gs, ba] : kad) b.v_add_u32(ba.second, sslot, ba.first);
     b.v_add_u32(vaddr, sslot, vbase);
 
     // S^T = K Q^T per 16-token sub-tile.
     for (int st = 0; st < sub_tiles; ++st) {
       VReg sdst = sacc.sub(4 * st, 4);
-      for (int k0 = 0; k0 < qk_blocks; k0 += kchunk) {
-        int n = std::min(kchunk, qk_blocks - k0);
-        for (int c = 0; c < n; ++c) {
-          uint32_t off = uint32_t(16 * st * E + (k0 + c) * g_.qk_k * kvb);
-          VReg dst = kraw.sub(c * kraw_regs, kraw_regs);
-          if (k_read_bytes == 4) b.ds_read_b32(dst, kaddr, off);
-          else if (k_read_bytes == 8) b.ds_read_b64(dst, kaddr, off);
-          else b.ds_read_b128(dst, kaddr, off);
+      for (const auto& bt : batches) {
+        std::vector<VReg> raw, op;
+        int rr = 0, ro = 0;
+        for (int bi : bt) {
+          const QkBlock& blk = blocks[bi];
+          raw.push_back(kraw.sub(rr, raw_regs_of(blk)));
+          op.push_back(widen_k ? kop.sub(ro, op_regs_of(blk)) : raw.back());
+          rr += raw_regs_of(blk);
+          ro += op_regs_of(blk);
+          int reg = 0;
+          for (const Chunk& c : lane_chunks(blk)) {
+            const int n = std::max(1, c.len * kvb / 4);
+            const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
+            VReg dst = raw.back().sub(reg, n), addr = kad[gstride(blk)].second;
+            if (n == 1) b.ds_read_b32(dst, addr, off);
+            else if (n == 2) b.ds_read_b64(dst, addr, off);
+            else b.ds_read_b128(dst, addr, off);
+            reg += n;
+          }
         }
-        if (widen_k) {
-          for (int c = 0; c < n; ++c) widen_fp8_to_bf16(kop.sub(c * q_regs, q_regs), kraw.sub(c * kraw_regs, kraw_regs), xt);
-        }
-        for (int c = 0; c < n; ++c) {
-          int kb = k0 + c;
-          AccSrc acc = kb == 0 ? AccSrc::zero() : AccSrc(sdst);
-          b.mfma(g_.qk_mfma, sdst, kop.sub(c * q_regs, q_regs), qa.sub(kb * q_regs, q_regs), acc);
+        if (widen_k)
+          for (size_t c = 0; c < bt.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
+        for (size_t c = 0; c < bt.size(); ++c) {
+          const int bi = bt[c];
+          AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
+          b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
         }
       }
     }
@@ -714,6 +764,23 @@ class MlaDecodeBuilder {
     ra.release(region);
     ra.release(addr);
     ra.release(s_other);
+  }
+
+  // Per-lane k layout of a 16x16 MFMA operand (emulator/mfma.cpp, 'Operand layout'): E = k/4
+  // elements per lane of group g = lane / 16; E <= 16: k0 + E g + p; E > 16 (K=128 f8f6f4):
+  // k0 + 16 (g + 4 (p / 16)) + p % 16, i.e. 16-element chunks 64 apart. lane_chunks gives the
+  // chunks without the lane's g term (g * gstride elements).
+  struct Chunk {
+    int elem_off, len;
+  };
+  static int lane_elems(const QkBlock& blk) { return blk.k / 4; }
+  static int gstride(const QkBlock& blk) { return std::min(lane_elems(blk), 16); }
+  static std::vector<Chunk> lane_chunks(const QkBlock& blk) {
+    const int e = lane_elems(blk);
+    if (e <= 16) return {{blk.k0, e}};
+    std::vector<Chunk> v;
+    for (int c = 0; c < e / 16; ++c) v.push_back({blk.k0 + 64 * c, 16});
+    return v;
   }
 
   // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0, tokens

@@ -17,10 +17,16 @@ nlohmann::json MlaGeometry::to_json() const {
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
+          {"qk_blocks", int(qk_blocks.size())},
           {"pv_mfma", pv_mfma},
           {"p_bytes", p_bytes},
           {"workgroup_size", workgroup_size},
           {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
+}
+
+int q_share_bytes(int kv_splits, int q_bytes) {
+  const int piece = 8 * 64 * kv_splits;  // one dwordx2 per lane per consumer per round
+  return (kRowsPerWave * kMlaDim * q_bytes + piece - 1) / piece * piece;
 }
 
 MlaGeometry mla_geometry(const KernelSpec& s) {
@@ -45,11 +51,19 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     if (t.find_mfma("v_mfma_f32_16x16x32_bf16")) return {"v_mfma_f32_16x16x32_bf16", 32};
     return {"v_mfma_f32_16x16x16_bf16", 16};
   };
-  // QK^T: fp8 x fp8 when both are fp8; otherwise bf16 (fp8 K is widened exactly to bf16).
+  // QK^T: fp8 x fp8 when both are fp8 (gfx950: K=128 f8f6f4 over the latent 512, at twice
+  // the rate of K=32, and K=32 over the rope 64); otherwise bf16 (fp8 K widened exactly).
   if (s.q_dtype == DType::fp8) {
     g.qk_mfma = "v_mfma_f32_16x16x32_fp8_fp8", g.qk_k = 32;
+    if (t.find_mfma("v_mfma_f32_16x16x128_f8f6f4")) g.qk_mfma = "v_mfma_f32_16x16x128_f8f6f4", g.qk_k = 128;
   } else {
     std::tie(g.qk_mfma, g.qk_k) = bf16_mfma();
+  }
+  for (int k0 = 0; k0 < kMlaDim;) {
+    QkBlock blk{g.qk_mfma, k0, g.qk_k};
+    if (k0 + g.qk_k > kMlaDim) blk = {"v_mfma_f32_16x16x32_fp8_fp8", k0, 32};  // fp8 only: 576 = 4*128 + 2*32
+    g.qk_blocks.push_back(blk);
+    k0 += blk.k;
   }
   // PV: fp8 P for fp8 q with an fp8 cache (as aiter does); bf16 P whenever q is bf16, with an
   // fp8 V widened exactly to bf16 in registers, because rounding P to fp8 alone costs the
@@ -74,8 +88,7 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     const int ring_bytes = g.ring * s * tile_bytes;
     if (s == 1 || (g.row_blocks * s <= 3 && uint32_t(ring_bytes) <= t.lds_bytes && s * tile_bytes <= 144 * 256 &&
                    g.row_blocks * (s - 1) * g.merge_bytes <= ring_bytes &&
-                   g.row_blocks * kRowsPerWave * kMlaDim * g.q_bytes <= s * tile_bytes &&
-                   (kMlaDim / g.qk_k) % s == 0)) {
+                   g.row_blocks * q_share_bytes(s, g.q_bytes) <= s * tile_bytes)) {
       g.kv_splits = s;
       break;
     }

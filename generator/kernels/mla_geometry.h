@@ -3,6 +3,7 @@
 // all read this one description.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,12 @@ namespace mla::gen {
 inline constexpr int kMlaDim = 576;     // latent 512 + rope 64
 inline constexpr int kMlaVDim = 512;    // o covers the latent part
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
+
+// One MFMA of S^T = K Q^T over k = k0..k0+k-1 of the 576 (16 tokens x 16 rows).
+struct QkBlock {
+  std::string mfma;
+  int k0 = 0, k = 0;
+};
 
 struct MlaGeometry {
   int rows = 0;            // M = heads * qseqlen rows per request
@@ -30,7 +37,8 @@ struct MlaGeometry {
   int lds_row_bytes = 0;   // LDS bytes per token row
   int lds_bytes = 0;       // ring * S * T * lds_row_bytes
   std::string qk_mfma, pv_mfma;
-  int qk_k = 0, pv_k = 0;  // K of each MFMA
+  int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
+  std::vector<QkBlock> qk_blocks;  // covering k = 0..575
   int workgroup_size = 0;  // 64 * (1 + consumers): wave 0 is the producer
   // V^T operands come straight from LDS with ds_read_b64_tr_b8/_b16 (gfx950) instead of
   // row reads transposed with v_perm_b32; the O^T blocks then hold 16 consecutive columns.
@@ -38,6 +46,10 @@ struct MlaGeometry {
 
   nlohmann::json to_json() const;
 };
+
+// LDS bytes of one row block's Q image when S consumers share it (16 rows x 576, rounded up to
+// whole rounds of one 8-byte piece per lane per consumer).
+int q_share_bytes(int kv_splits, int q_bytes);
 
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);
