@@ -157,13 +157,19 @@ class MlaDecodeBuilder {
     b.v_mov_b32(kv_hi, ptr(mla_decode_args::kv)[1]);
     b.s_sub_u32(last_tok, kv_end(), Imm(1));
     // Per tile of the slot (S of them): its page ids, tokens and staged rows.
-    std::vector<VReg> idx, tok, data;
+    // D register sets of staged rows: slot k lands in set k % D, so D slots are in flight.
+    const int D = g_.stage_slots;
+    std::vector<VReg> idx, tok;
+    std::vector<std::vector<VReg>> data(D);
     for (int s = 0; s < S; ++s) {
       idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
       tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
-      data.push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}", s), 4));
+      for (int d = 0; d < D; ++d) data[d].push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}_{}", d, s), 4));
     }
+    int set = 0;  // the register set the next load_data / write_tile use
     VReg addr = ra.vgpr(2, "p_addr");
+    std::vector<VReg> taddr;  // per tile: its lane's global row address
+    for (int s = 0; s < S; ++s) taddr.push_back(ra.vgpr(2, fmt::format("p_tile_addr{}", s), 2));
     SReg tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
 
     // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
@@ -197,21 +203,27 @@ class MlaDecodeBuilder {
     // that the plan does not need) and their LDS rows are written as zeros: the consumers
     // mask those tokens' scores, and a zero V keeps 0 * V finite.
     SReg saved_exec = ra.sgpr(2, "p_saved_exec"), tile_end = ra.sgpr(1, "p_tile_end");
-    auto load_data = [&](int s) {
+    // Addresses of every tile of a slot first, then the loads: the page ids were fetched a slot
+    // earlier, and reading them all before any row load keeps the waitcnt pass from making a
+    // tile's loads wait for the previous tile's.
+    auto tile_address = [&](int s) {
+      VReg a = taddr[s];
       share_index(s);
-      b.v_lshlrev_b32(addr[0], Imm(log2i(s_.page_size)), idx[s]);
+      b.v_lshlrev_b32(a[0], Imm(log2i(s_.page_size)), idx[s]);
       if (s_.page_size > 1) {
-        b.v_and_b32(addr[1], Imm(s_.page_size - 1), tok[s]);
-        b.v_add_u32(addr[0], addr[0], addr[1]);
+        b.v_and_b32(a[1], Imm(s_.page_size - 1), tok[s]);
+        b.v_add_u32(a[0], a[0], a[1]);
       }
-      b.v_mul_hi_u32(addr[1], row_bytes, addr[0]);
-      b.v_mul_lo_u32(addr[0], row_bytes, addr[0]);
-      b.v_add_co_u32(addr[0], vcc, addr[0], part_off);
-      b.v_addc_co_u32(addr[1], vcc, addr[1], Imm(0), vcc);
-      b.v_add_co_u32(addr[0], vcc, ptr(mla_decode_args::kv)[0], addr[0]);
-      b.v_addc_co_u32(addr[1], vcc, kv_hi, addr[1], vcc);
+      b.v_mul_hi_u32(a[1], row_bytes, a[0]);
+      b.v_mul_lo_u32(a[0], row_bytes, a[0]);
+      b.v_add_co_u32(a[0], vcc, a[0], part_off);
+      b.v_addc_co_u32(a[1], vcc, a[1], Imm(0), vcc);
+      b.v_add_co_u32(a[0], vcc, ptr(mla_decode_args::kv)[0], a[0]);
+      b.v_addc_co_u32(a[1], vcc, kv_hi, a[1], vcc);
+    };
+    auto load_data = [&](int s) {
       auto loads_ = [&] {
-        for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data[s].sub(4 * k, 4), addr, uint32_t(16 * k));
+        for (int k = 0; k < loads; ++k) b.global_load_dwordx4(data[set][s].sub(4 * k, 4), taddr[s], uint32_t(16 * k));
       };
       b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
       b.s_add_u32(tile_end, tile_end, kv_start());
@@ -222,10 +234,10 @@ class MlaDecodeBuilder {
       loads_();
       b.s_branch(loaded);
       b.bind(partial_tile);
-      for (int r = 0; r < data[s].count; ++r) b.v_mov_b32(data[s][r], Imm(0));
+      for (int r = 0; r < data[set][s].count; ++r) b.v_mov_b32(data[set][s][r], Imm(0));
       b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
-      b.v_add_u32(tok[s], tile_end, vt);  // the unclamped token (tok's page id is already used)
-      b.v_cmp_gt_u32(vcc, kv_end(), tok[s]);
+      b.v_add_u32(addr[0], tile_end, vt);  // the unclamped token (tok[s] is the next slot's by now)
+      b.v_cmp_gt_u32(vcc, kv_end(), addr[0]);
       b.s_and_saveexec_b64(saved_exec, vcc);
       loads_();
       b.s_mov_exec(saved_exec);
@@ -237,7 +249,7 @@ class MlaDecodeBuilder {
       b.s_mul_i32(slot, slot, Imm(slot_bytes()));
       b.v_add_u32(addr[0], slot, lds_off);
       for (int k = 0; k < loads; ++k)
-        b.ds_write_b128(addr[0], data[s].sub(4 * k, 4), uint32_t(s * T * E + 16 * k));
+        b.ds_write_b128(addr[0], data[set][s].sub(4 * k, 4), uint32_t(s * T * E + 16 * k));
     };
     // For each tile s of slot `slot_index` that exists (tile = slot * S + s < n_tiles): body(s).
     SReg slot_index = ra.sgpr(1, "p_slot_index");
@@ -250,39 +262,73 @@ class MlaDecodeBuilder {
       }
     };
 
-    // Prologue: slot 0 into LDS, slot 1's loads and slot 2's page ids in flight.
-    b.s_mov_b32(slot_index, Imm(0));
-    for_tiles_of(load_index);
-    for_tiles_of(load_data);
-    b.s_mov_b32(slot_index, Imm(1));
-    for_tiles_of(load_index);
-    b.s_mov_b32(slot_index, Imm(0));
+    // slot_index = plus (prologue: no base) or iter + plus.
+    auto at_slot = [&](const SReg* base, int plus) {
+      if (!base) b.s_mov_b32(slot_index, Imm(plus));
+      else b.s_add_u32(slot_index, *base, Imm(plus));
+    };
+    // Page ids, addresses and loads run for every tile of a slot, present or not: a tile past
+    // the unit's end has no lane below kv_end, so its loads are masked off (they read nothing)
+    // yet count in vmcnt like the others. Every path through an iteration then issues the
+    // same loads, and the waitcnt pass can leave a whole slot in flight.
+    auto all_tiles = [&](auto&& body) {
+      for (int s = 0; s < S; ++s) {
+        b.s_lshl_b32(tile, slot_index, Imm(log2i(S)));
+        if (s) b.s_add_u32(tile, tile, Imm(s));
+        body(s);
+      }
+    };
+    // A slot's addresses (from page ids fetched a slot earlier), then the next slot's page ids,
+    // then this slot's row loads into `set`: waiting for those page ids later does not wait
+    // for these rows (vmcnt counts in issue order).
+    auto page_ids = [&](const SReg* base, int plus) {
+      at_slot(base, plus);
+      all_tiles(load_index);
+    };
+    auto fetch = [&](const SReg* base, int plus) {
+      at_slot(base, plus);
+      all_tiles(tile_address);
+      page_ids(base, plus + 1);
+      at_slot(base, plus);
+      all_tiles(load_data);
+    };
+    // Prologue: slots 0..D-1 loaded, slot 0 written to LDS, slot D's loads and slot D+1's page
+    // ids in flight.
+    page_ids(nullptr, 0);
+    for (int k = 0; k < D; ++k) {
+      set = k;
+      fetch(nullptr, k);
+    }
+    set = 0;
+    at_slot(nullptr, 0);
     for_tiles_of([&](int s) { write_tile(slot_index, s); });
-    b.s_mov_b32(slot_index, Imm(1));
-    for_tiles_of(load_data);
-    b.s_mov_b32(slot_index, Imm(2));
-    for_tiles_of(load_index);
+    fetch(nullptr, D);
     b.s_barrier();
     if (S > 1) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
 
-    // Iteration i: write slot i+1, load slot i+2, fetch page ids of slot i+3, then hand over.
+    // Iteration i: write slot i+1, load slot i+1+D into the set it frees (and fetch page ids
+    // of slot i+2+D), then hand over. Unrolled D times, so that the register set is static.
     b.s_mov_b32(iter_, Imm(0));
-    Label loop = b.new_label("producer_loop");
+    Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
     b.bind(loop);
-    b.s_add_u32(slot_index, iter_, Imm(1));
-    for_tiles_of([&](int s) { write_tile(slot_index, s); });
-    b.s_add_u32(slot_index, iter_, Imm(2));
-    for_tiles_of(load_data);
-    b.s_add_u32(slot_index, iter_, Imm(3));
-    for_tiles_of(load_index);
-    b.s_barrier();
-    b.s_add_u32(iter_, iter_, Imm(1));
-    b.s_cmp_lt_u32(iter_, nslots_);
+    for (int c = 0; c < D; ++c) {
+      set = (c + 1) % D;
+      at_slot(&iter_, 1);
+      for_tiles_of([&](int s) { write_tile(slot_index, s); });
+      fetch(&iter_, 1 + D);
+      b.s_barrier();
+      b.s_add_u32(iter_, iter_, Imm(1));
+      b.s_cmp_lt_u32(iter_, nslots_);
+      if (c + 1 < D) b.s_cbranch_scc0(done);
+    }
     b.s_cbranch_scc1(loop);
+    b.bind(done);
     b.s_endpgm();
     for (VReg r : {vt, part_off, lds_off, addr, kv_hi, first_lane}) ra.release(r);
     for (int s = 0; s < S; ++s)
-      for (VReg r : {idx[s], tok[s], data[s]}) ra.release(r);
+      for (VReg r : {idx[s], tok[s], taddr[s]}) ra.release(r);
+    for (auto& d : data)
+      for (VReg r : d) ra.release(r);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
   }
 

@@ -14,6 +14,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"tile_tokens", tile_tokens},
           {"slot_tokens", slot_tokens},
           {"ring", ring},
+          {"stage_slots", stage_slots},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -97,6 +98,9 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   g.consumers = g.row_blocks * g.kv_splits;
   g.slot_tokens = g.kv_splits * g.tile_tokens;
   g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes;
+  // Two slots staged in the producer's registers when they fit the same 144-VGPR budget: twice
+  // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
+  g.stage_slots = 2 * g.slot_tokens * g.lds_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)

@@ -31,6 +31,7 @@ struct MlaGeometry {
   int tile_tokens = 0;     // T: tokens per consumer tile = k of the PV MFMA (the planner's cut unit)
   int slot_tokens = 0;     // S * T: tokens per ring slot (one barrier each)
   int ring = 2;            // LDS slots in the ring
+  int stage_slots = 1;     // D: slots the producer keeps in flight in registers (1 or 2)
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
