@@ -548,7 +548,10 @@ class MlaDecodeBuilder {
     const int tr_batch = 8, tr_regs = klpv * kvb / 4;
     VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : klpv * v_regs_per_token, "c_v_raw", 2);
     VReg xop = ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : 4 * x_regs, "c_v_transposed", 2);
-    VReg x8 = widen_v && !tr ? ra.vgpr(klpv, "c_v_transposed_fp8", 2) : xop;
+    // fp8 V for a bf16 PV without transposing reads: each token pair's 4 columns widened to f32,
+    // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
+    // than transposing bytes first and widening after).
+    VReg vf32 = widen_v && !tr ? ra.vgpr(8, "c_v_f32", 2) : xop;
     VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
@@ -716,10 +719,18 @@ class MlaDecodeBuilder {
         if (kvb == 1) b.ds_read_b32(dst, vaddr, off);
         else b.ds_read_b64(dst, vaddr, off);
       }
-      transpose_v(x8, vraw, xt, klpv, kvb);
-      if (widen_v)
-        for (int q = 0; q < 4; ++q)
-          widen_fp8_to_bf16(xop.sub(q * x_regs, x_regs), x8.sub(q * (klpv / 4), klpv / 4), xt);
+      if (widen_v) {
+        // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
+        for (int w = 0; w < klpv / 2; ++w) {
+          for (int h = 0; h < 2; ++h) {
+            b.v_cvt_pk_f32_fp8(vf32.sub(4 * h, 2), vraw[2 * w + h], 0);
+            b.v_cvt_pk_f32_fp8(vf32.sub(4 * h + 2, 2), vraw[2 * w + h], 1);
+          }
+          for (int q = 0; q < 4; ++q) b.v_perm_b32(xop[q * x_regs + w], vf32[4 + q], vf32[q], K(sel(2, 3, 6, 7)));
+        }
+      } else {
+        transpose_v(xop, vraw, xt, klpv, kvb);
+      }
       for (int q = 0; q < 4; ++q) {
         VReg acc = o.sub(4 * (4 * nb + q), 4);
         b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
