@@ -245,9 +245,13 @@ class MlaDecodeBuilder {
     };
     // Tile s of slot `slot_index` goes to LDS slot slot_index % 2, tile position s.
     auto write_tile = [&](SReg slot_index, int s) {
-      b.s_and_b32(slot, slot_index, Imm(1));
-      b.s_mul_i32(slot, slot, Imm(slot_bytes()));
-      b.v_add_u32(addr[0], slot, lds_off);
+      if (g_.ring == 2) {
+        b.s_and_b32(slot, slot_index, Imm(1));
+        b.s_mul_i32(slot, slot, Imm(slot_bytes()));
+        b.v_add_u32(addr[0], slot, lds_off);
+      } else {
+        b.v_mov_b32(addr[0], lds_off);
+      }
       for (int k = 0; k < loads; ++k)
         b.ds_write_b128(addr[0], data[set][s].sub(4 * k, 4), uint32_t(s * T * E + 16 * k));
     };
@@ -304,15 +308,17 @@ class MlaDecodeBuilder {
     for_tiles_of([&](int s) { write_tile(slot_index, s); });
     fetch(nullptr, D);
     b.s_barrier();
-    if (S > 1) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
+    if (S > 1 && !g_.q_in_lds) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
 
     // Iteration i: write slot i+1, load slot i+1+D into the set it frees (and fetch page ids
-    // of slot i+2+D), then hand over. Unrolled D times, so that the register set is static.
+    // of slot i+2+D), then hand over. With a one-slot ring, the write waits for a first
+    // barrier (the consumers have read slot i). Unrolled D times, so that the register set is static.
     b.s_mov_b32(iter_, Imm(0));
     Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
     b.bind(loop);
     for (int c = 0; c < D; ++c) {
       set = (c + 1) % D;
+      if (g_.ring == 1) b.s_barrier();  // one slot: the consumers are done reading slot i
       at_slot(&iter_, 1);
       for_tiles_of([&](int s) { write_tile(slot_index, s); });
       fetch(&iter_, 1 + D);
@@ -384,7 +390,7 @@ class MlaDecodeBuilder {
       b.v_mul_u32_u24(v, Imm(gs * qb / 4), g4);  // (4g) * gs*qb/4 = g * gs * qb
       qg[gs] = v;
     }
-    AReg qa = ra.agpr(qa_regs, "c_q_operand", 2);
+    AReg qa = g_.q_in_lds ? AReg{} : ra.agpr(qa_regs, "c_q_operand", 2);
     VReg qstage = ra.vgpr(4, "c_q_stage", 4);
     // Moves chunk bytes of every QK block into the AGPRs, read with `read(dst, gstride, byte
     // offset)` (global memory or the LDS image of Q).
@@ -401,7 +407,7 @@ class MlaDecodeBuilder {
       }
     };
     const int S = g_.kv_splits;
-    if (S == 1) {
+    if (S == 1 && !g_.q_in_lds) {
       VReg qrow = ra.vgpr(1, "c_q_row_offset");
       b.v_mul_u32_u24(qrow, Imm(kMlaDim * qb), row);
       for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);
@@ -413,15 +419,16 @@ class MlaDecodeBuilder {
       });
       b.s_barrier();  // pairs with the producer's prologue barrier: slot 0 holds the first tiles
     } else {
-      // The S consumers of a row block share Q through LDS slot 1 (the producer first writes it
-      // after its second barrier), so each Q byte is read from memory once per workgroup: the
-      // consumers copy the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer
-      // s taking pieces s*64 + lane of every round; after the barrier each reads its operands.
+      // The S consumers of a row block share Q through LDS (slot 1 of the ring, which the
+      // producer first writes after its second barrier; or, Q in LDS, a region of its own after
+      // the ring), so each Q byte is read from memory once per workgroup: the consumers copy
+      // the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer s taking
+      // pieces s*64 + lane of every round; after the barrier each reads its operands.
       const int area = q_share_bytes(S, qb), round = 8 * 64 * S;
       SReg qarea = ra.sgpr(1, "c_q_lds_base");
       b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
       b.s_mul_i32(qarea, qarea, Imm(area));
-      b.s_add_u32(qarea, qarea, Imm(slot_bytes()));
+      b.s_add_u32(qarea, qarea, Imm(g_.q_in_lds ? g_.ring * slot_bytes() : slot_bytes()));
       VReg lin = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global");
       SReg t = ra.sgpr(1, "c_q_tmp");
       b.s_lshl_b32(t, split_, Imm(6));
@@ -440,18 +447,21 @@ class MlaDecodeBuilder {
       VReg qrow = ra.vgpr(1, "c_q_row_offset");
       b.v_mul_u32_u24(qrow, Imm(kMlaDim * qb), j);
       b.v_add_u32(qrow, qarea, qrow);
-      for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);
-      fill_q([&](VReg dst, int gs, uint32_t off) {
-        if (dst.count == 1) b.ds_read_b32(dst, qg[gs], off);
-        else if (dst.count == 2) b.ds_read_b64(dst, qg[gs], off);
-        else b.ds_read_b128(dst, qg[gs], off);
-      });
-      b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
+      for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);  // Q in LDS: the loop reads through these
+      if (!g_.q_in_lds) {
+        fill_q([&](VReg dst, int gs, uint32_t off) {
+          if (dst.count == 1) b.ds_read_b32(dst, qg[gs], off);
+          else if (dst.count == 2) b.ds_read_b64(dst, qg[gs], off);
+          else b.ds_read_b128(dst, qg[gs], off);
+        });
+        b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
+      }
       for (VReg r : {lin, glin, qrow}) ra.release(r);
       ra.release(qarea);
       ra.release(t);
     }
-    for (auto& [gs, v] : qg) ra.release(v);
+    if (!g_.q_in_lds)
+      for (auto& [gs, v] : qg) ra.release(v);
     ra.release(qstage);
     ra.release(qrsrc);
 
@@ -535,6 +545,7 @@ class MlaDecodeBuilder {
     }
     VReg kraw = ra.vgpr(std::max(raw_max, 8), "c_k_raw", 2);  // >= 8: staging of merge_splits
     VReg kop = widen_k ? ra.vgpr(op_max, "c_k_bf16", 2) : kraw;
+    VReg qop = g_.q_in_lds ? ra.vgpr(op_max, "c_q_from_lds", 2) : VReg{};
     const int pb = g_.p_bytes;
     const int p_regs = g_.pv_k / 4 * pb / 4;         // P^T operand registers
     VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
@@ -571,8 +582,12 @@ class MlaDecodeBuilder {
     b.s_cbranch_scc1(absent);
     b.s_lshl_b32(tb, tb, Imm(log2i(T)));
     b.s_add_u32(tb, tb, kv_start());
-    b.s_and_b32(sslot, iter_, Imm(1));
-    b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
+    if (g_.ring == 2) {
+      b.s_and_b32(sslot, iter_, Imm(1));
+      b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
+    } else {
+      b.s_mov_b32(sslot, Imm(0));
+    }
     if (g_.kv_splits > 1) {
       SReg pos = ra.sgpr(1, "c_tile_pos");
       b.s_mul_i32(pos, split_, Imm(T * E));
@@ -605,12 +620,33 @@ class MlaDecodeBuilder {
             reg += n;
           }
         }
+        // Q in LDS: this batch's Q operands, read like the AGPR copy is filled.
+        std::vector<VReg> qv;
+        if (g_.q_in_lds) {
+          int rq = 0;
+          for (int bi : bt) {
+            const QkBlock& blk = blocks[bi];
+            qv.push_back(qop.sub(rq, op_regs_of(blk)));
+            rq += op_regs_of(blk);
+            int reg = 0;
+            for (const Chunk& c : lane_chunks(blk)) {
+              const int n = c.len * qb / 4;
+              VReg dst = qv.back().sub(reg, n), addr = qg[gstride(blk)];
+              const uint32_t off = uint32_t(c.elem_off * qb);
+              if (n == 1) b.ds_read_b32(dst, addr, off);
+              else if (n == 2) b.ds_read_b64(dst, addr, off);
+              else b.ds_read_b128(dst, addr, off);
+              reg += n;
+            }
+          }
+        }
         if (widen_k)
           for (size_t c = 0; c < bt.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
         for (size_t c = 0; c < bt.size(); ++c) {
           const int bi = bt[c];
           AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
-          b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
+          if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[c], acc);
+          else b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
         }
       }
     }
@@ -739,6 +775,7 @@ class MlaDecodeBuilder {
 
     b.bind(absent);
     b.s_barrier();  // slot i%2 is free for the producer
+    if (g_.ring == 1) b.s_barrier();  // one slot: the producer has written slot i+1
     b.s_add_u32(iter_, iter_, Imm(1));
     b.s_cmp_lt_u32(iter_, nslots_);
     b.s_cbranch_scc1(loop);
@@ -754,74 +791,95 @@ class MlaDecodeBuilder {
   }
 
   // The S consumers of a row block hold (m, l, O^T) of disjoint tokens, relative to their own
-  // reference max m. Splits 1..S-1 store theirs in LDS (the ring is free after the last
-  // barrier; one region per (row block, split), lane-major so every lane reads back its own),
-  // and split 0 folds them in: m' = max(m0, ms), a = exp2(m0 - m'), b = exp2(ms - m'),
-  // l' = a l0 + b ls, O' = a O0 + b Os. Splits 1..S-1 end after the store.
+  // reference max m. Splits 1..S-1 store theirs in LDS (free after the last barrier: ring and
+  // Q region; lane-major, so every lane reads back its own) and split 0 folds them in:
+  // m' = max(m0, ms), a = exp2(m0 - m'), b = exp2(ms - m'), l' = a l0 + b ls, O' = a O0 + b Os.
+  // Writer w = row block * (S-1) + split - 1 uses region w % F in round w / F, F = regions
+  // that fit; a writer ends after its round's first barrier, and a second barrier keeps the
+  // next round's writers off the regions until split 0 has read them.
   void merge_splits(VReg o, VReg mrun, VReg lrun, VReg alpha, VReg tmp, VReg t0, VReg t1) {
     Builder& b = *b_;
     auto& ra = b.regs();
     const int S = g_.kv_splits, R = g_.merge_bytes, o_bytes = kRowsPerWave * kMlaVDim * 4;
-    if (tmp.count < 8) throw std::logic_error("mla_decode: merge needs 8 staging registers");
-    // Region of (row block, split s): (rb * (S - 1) + s - 1) * R; rb = wave_ / 16 here.
-    SReg region = ra.sgpr(1, "m_region");
+    const int F = g_.lds_bytes / R, W = g_.row_blocks * (S - 1), rounds = (W + F - 1) / F;
+    if (F < 1 || tmp.count < 8) throw std::logic_error("mla_decode: no room for the merge of the splits");
+    SReg widx = ra.sgpr(1, "m_writer"), region = ra.sgpr(1, "m_region"), other = ra.sgpr(1, "m_other");
     VReg addr = ra.vgpr(1, "m_addr");
-    auto region_addr = [&](SReg split) {
-      b.s_lshr_b32(region, wave_, Imm(4));
-      b.s_mul_i32(region, region, Imm(S - 1));
-      b.s_add_u32(region, region, split);
-      b.s_sub_u32(region, region, Imm(1));
+    b.s_lshr_b32(widx, wave_, Imm(4));  // wave_ = 16 * row block
+    b.s_mul_i32(widx, widx, Imm(S - 1));
+    b.s_add_u32(widx, widx, split_);
+    b.s_sub_u32(widx, widx, Imm(1));     // meaningless for split 0, never used there
+    auto region_of = [&](SReg w, int round) {  // region = (w - round*F) * R; addr = region + 16 lane
+      b.s_sub_u32(region, w, Imm(round * F));
       b.s_mul_i32(region, region, Imm(R));
       b.v_lshlrev_b32(addr, Imm(4), lane_);
       b.v_add_u32(addr, region, addr);
     };
-    Label reader = b.new_label("merge_reader");
-    b.s_cmp_eq_u32(split_, Imm(0));
-    b.s_cbranch_scc1(reader);
-    // Writer: O^T as 32 x 16 bytes per lane (offset 1024 k), then m and l (4 bytes per lane).
-    region_addr(split_);
-    for (int k = 0; k < o.count / 4; ++k) b.ds_write_b128(addr, o.sub(4 * k, 4), uint32_t(1024 * k));
-    b.v_lshlrev_b32(t0, Imm(2), lane_);
-    b.v_add_u32(t0, region, t0);
-    b.ds_write_b32(t0, mrun, uint32_t(o_bytes));
-    b.ds_write_b32(t0, lrun, uint32_t(o_bytes + 256));
-    b.s_barrier();
-    b.s_endpgm();
-
-    b.bind(reader);
-    b.s_barrier();
-    SReg s_other = ra.sgpr(1, "m_split");
-    for (int s = 1; s < S; ++s) {
-      b.s_mov_b32(s_other, Imm(s));
-      region_addr(s_other);
+    // SCC = 1 unless round*F <= w < (round+1)*F.
+    auto outside_round = [&](SReg w, int round, Label skip) {
+      b.s_cmp_lt_u32(w, Imm(round * F));
+      b.s_cbranch_scc1(skip);
+      b.s_cmp_ge_u32(w, Imm((round + 1) * F));
+      b.s_cbranch_scc1(skip);
+    };
+    for (int k = 0; k < rounds; ++k) {
+      Label not_writer = b.new_label("merge_not_writer"), no_merge = b.new_label("merge_done");
+      b.s_cmp_eq_u32(split_, Imm(0));
+      b.s_cbranch_scc1(not_writer);
+      outside_round(widx, k, not_writer);
+      // Writer: O^T as 32 x 16 bytes per lane (offset 1024 n), then m and l (4 bytes per lane).
+      region_of(widx, k);
+      for (int n = 0; n < o.count / 4; ++n) b.ds_write_b128(addr, o.sub(4 * n, 4), uint32_t(1024 * n));
       b.v_lshlrev_b32(t0, Imm(2), lane_);
       b.v_add_u32(t0, region, t0);
-      b.ds_read_b32(t1, t0, uint32_t(o_bytes));              // ms
-      b.ds_read_b32(alpha[1], t0, uint32_t(o_bytes + 256));  // ls
-      b.v_max_f32(t0, mrun, t1);                             // m'
-      b.v_sub_f32(mrun, mrun, t0);
-      b.v_exp_f32(alpha[0], mrun);                           // a
-      b.v_sub_f32(t1, t1, t0);
-      b.v_exp_f32(t1, t1);                                   // b
-      b.v_mov_b32(mrun, t0);
-      b.v_mul_f32(alpha[1], alpha[1], t1);
-      b.v_fma_f32(lrun, lrun, alpha[0], alpha[1]);
-      b.v_mov_b32(alpha[1], t1);  // alpha = (a, b)
-      for (int k0 = 0; k0 < o.count / 4; k0 += 2) {
-        b.ds_read_b128(tmp.sub(0, 4), addr, uint32_t(1024 * k0));
-        b.ds_read_b128(tmp.sub(4, 4), addr, uint32_t(1024 * (k0 + 1)));
-        for (int r = 0; r < 8; ++r) {
-          VReg acc = o.sub(4 * k0 + r, 1);
-          b.v_mul_f32(acc, alpha[0], acc);
-          b.v_fma_f32(acc, tmp[r], alpha[1], acc);
+      b.ds_write_b32(t0, mrun, uint32_t(o_bytes));
+      b.ds_write_b32(t0, lrun, uint32_t(o_bytes + 256));
+      b.s_barrier();
+      b.s_endpgm();
+
+      b.bind(not_writer);
+      b.s_barrier();
+      b.s_cmp_lg_u32(split_, Imm(0));
+      b.s_cbranch_scc1(no_merge);
+      for (int sp = 1; sp < S; ++sp) {
+        Label absent = b.new_label("merge_skip");
+        b.s_lshr_b32(other, wave_, Imm(4));
+        b.s_mul_i32(other, other, Imm(S - 1));
+        b.s_add_u32(other, other, Imm(sp - 1));
+        outside_round(other, k, absent);
+        region_of(other, k);
+        b.v_lshlrev_b32(t0, Imm(2), lane_);
+        b.v_add_u32(t0, region, t0);
+        b.ds_read_b32(t1, t0, uint32_t(o_bytes));              // ms
+        b.ds_read_b32(alpha[1], t0, uint32_t(o_bytes + 256));  // ls
+        b.v_max_f32(t0, mrun, t1);                             // m'
+        b.v_sub_f32(mrun, mrun, t0);
+        b.v_exp_f32(alpha[0], mrun);                           // a
+        b.v_sub_f32(t1, t1, t0);
+        b.v_exp_f32(t1, t1);                                   // b
+        b.v_mov_b32(mrun, t0);
+        b.v_mul_f32(alpha[1], alpha[1], t1);
+        b.v_fma_f32(lrun, lrun, alpha[0], alpha[1]);
+        b.v_mov_b32(alpha[1], t1);  // alpha = (a, b)
+        for (int n0 = 0; n0 < o.count / 4; n0 += 2) {
+          b.ds_read_b128(tmp.sub(0, 4), addr, uint32_t(1024 * n0));
+          b.ds_read_b128(tmp.sub(4, 4), addr, uint32_t(1024 * (n0 + 1)));
+          for (int r = 0; r < 8; ++r) {
+            VReg acc = o.sub(4 * n0 + r, 1);
+            b.v_mul_f32(acc, alpha[0], acc);
+            b.v_fma_f32(acc, tmp[r], alpha[1], acc);
+          }
         }
+        b.bind(absent);
       }
+      b.bind(no_merge);
+      if (k + 1 < rounds) b.s_barrier();
     }
     b.v_mov_b32(alpha[1], Imm(0));
-    ra.release(region);
+    for (SReg r : {widx, region, other}) ra.release(r);
     ra.release(addr);
-    ra.release(s_other);
   }
+
 
   // Per-lane k layout of a 16x16 MFMA operand (emulator/mfma.cpp, 'Operand layout'): E = k/4
   // elements per lane of group g = lane / 16; E <= 16: k0 + E g + p; E > 16 (K=128 f8f6f4):

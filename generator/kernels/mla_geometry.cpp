@@ -15,6 +15,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"slot_tokens", slot_tokens},
           {"ring", ring},
           {"stage_slots", stage_slots},
+          {"q_in_lds", q_in_lds},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -78,26 +79,43 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   g.tile_tokens = g.pv_k;
   g.lds_row_bytes = kMlaDim * g.kv_bytes;
   // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
-  // tile's MFMA and VALU work spreads over the SIMDs: at most 3 consumer waves (with the
-  // producer, one wave per SIMD even if a wave needs more than 256 registers), the ring in
-  // LDS, the producer's staging registers for one slot (S*T*E / 256 dwords per lane) within
-  // 144 VGPRs, the LDS merge of the splits (16 x 512 f32 + m, l per split) within the ring,
-  // and the rows' Q (shared by the splits through LDS slot 1) within a slot.
+  // tile's MFMA and VALU work spreads over the SIMDs. The first layout that fits wins, in the
+  // order: more splits; a two-slot ring (the producer fills one slot while the consumers read
+  // the other) before a one-slot ring (two barriers per slot, the consumers wait while the
+  // producer writes); Q in AGPRs before Q in LDS (read again every tile). Constraints:
+  //  - at most 3 consumer waves, so that with the producer each wave has its own SIMD whatever
+  //    its register count; 4 (one row block) only with Q in LDS, which frees the 36-72 AGPRs
+  //    of Q so that two waves can share a SIMD (the catalog build checks the count);
+  //  - ring (+ Q) within the target's LDS, the producer's staging registers for one slot
+  //    (S*T*E / 256 dwords per lane) within 144 VGPRs;
+  //  - splits sharing Q in AGPRs copy it through LDS slot 1: a two-slot ring, Q within a slot;
+  //  - the merge of the splits (16 x 512 f32 + m, l per split, in rounds) within the LDS.
   const int tile_bytes = g.tile_tokens * g.lds_row_bytes;
   g.merge_bytes = kRowsPerWave * kMlaVDim * 4 + 2 * 64 * 4;
-  for (int s : {4, 2, 1}) {
-    const int ring_bytes = g.ring * s * tile_bytes;
-    if (s == 1 || (g.row_blocks * s <= 3 && uint32_t(ring_bytes) <= t.lds_bytes && s * tile_bytes <= 144 * 256 &&
-                   g.row_blocks * (s - 1) * g.merge_bytes <= ring_bytes &&
-                   g.row_blocks * q_share_bytes(s, g.q_bytes) <= s * tile_bytes)) {
-      g.kv_splits = s;
-      break;
-    }
-  }
+  bool found = false;
+  for (int sp : {4, 2, 1})
+    for (int ring : {2, 1})
+      for (bool qlds : {false, true}) {
+        if (found) continue;
+        const int consumers = g.row_blocks * sp;
+        if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
+        if (ring == 1 && sp > 1 && !qlds) continue;
+        const int ring_bytes = ring * sp * tile_bytes;
+        const int q_region = qlds ? g.row_blocks * q_share_bytes(sp, g.q_bytes) : 0;
+        if (uint32_t(ring_bytes + q_region) > t.lds_bytes) continue;
+        if (sp > 1 && sp * tile_bytes > 144 * 256) continue;
+        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(sp, g.q_bytes) > sp * tile_bytes) continue;
+        if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
+        g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
+        found = true;
+      }
+  if (!found)
+    throw std::invalid_argument(fmt::format("{} ({}): no LDS layout fits the target's {} bytes", s.name(), t.name,
+                                            t.lds_bytes));
   if (g.kv_splits == 1) g.merge_bytes = 0;
   g.consumers = g.row_blocks * g.kv_splits;
   g.slot_tokens = g.kv_splits * g.tile_tokens;
-  g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes;
+  g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes + g.q_region_bytes;
   // Two slots staged in the producer's registers when they fit the same 144-VGPR budget: twice
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
   g.stage_slots = 2 * g.slot_tokens * g.lds_row_bytes <= 144 * 256 ? 2 : 1;

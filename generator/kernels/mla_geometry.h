@@ -30,13 +30,15 @@ struct MlaGeometry {
   int row_groups = 0;      // workgroups per (request, kv range)
   int tile_tokens = 0;     // T: tokens per consumer tile = k of the PV MFMA (the planner's cut unit)
   int slot_tokens = 0;     // S * T: tokens per ring slot (one barrier each)
-  int ring = 2;            // LDS slots in the ring
+  int ring = 2;            // LDS slots in the ring (1: two barriers per slot)
+  bool q_in_lds = false;   // Q operands read from LDS every tile instead of held in AGPRs
+  int q_region_bytes = 0;  // LDS after the ring holding the row blocks' Q (q_in_lds)
   int stage_slots = 1;     // D: slots the producer keeps in flight in registers (1 or 2)
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
   int lds_row_bytes = 0;   // LDS bytes per token row
-  int lds_bytes = 0;       // ring * S * T * lds_row_bytes
+  int lds_bytes = 0;       // ring * S * T * lds_row_bytes + q_region_bytes
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
   std::vector<QkBlock> qk_blocks;  // covering k = 0..575

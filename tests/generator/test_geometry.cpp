@@ -41,26 +41,38 @@ TEST_CASE("occupancy: registers, LDS and wave slots each limit the workgroups a 
   CHECK(occupancy(t942, 64, 0, 1024).limited_by == "registers");
 }
 
-TEST_CASE("decode geometry: at most 3 consumer waves, token splits where LDS and registers allow") {
-  // Kimi-K3 on gfx950: 12 heads fp8/fp8, one row block, two consumers on alternate 32-token tiles.
+TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow from LDS and registers") {
+  // Kimi-K3 on gfx950: 12 heads fp8/fp8, one row block, two consumers on alternate 32-token
+  // tiles of a two-slot ring, Q in AGPRs, V^T by transposing LDS reads.
   MlaGeometry k3 = mla_geometry(decode_spec(Arch::gfx950, DType::fp8, DType::fp8, 12, 1));
   CHECK(k3.row_blocks == 1);
   CHECK(k3.kv_splits == 2);
+  CHECK(k3.ring == 2);
+  CHECK_FALSE(k3.q_in_lds);
   CHECK(k3.slot_tokens == 64);
   CHECK(k3.lds_bytes == 2 * 64 * 576);
   CHECK(k3.v_lds_transpose);
-  // gfx942 fp8/fp8: two 32-token slots of two tiles would need 72 KiB of LDS: no split.
+  CHECK(k3.qk_blocks.size() == 6);  // 4 x K=128 f8f6f4 + 2 x K=32
+  // gfx942 fp8/fp8: two-slot rings of two 32-token tiles would need 72 KiB: one slot, Q in LDS.
   MlaGeometry f942 = mla_geometry(decode_spec(Arch::gfx942, DType::fp8, DType::fp8, 16, 1));
-  CHECK(f942.kv_splits == 1);
+  CHECK(f942.kv_splits == 2);
+  CHECK(f942.ring == 1);
+  CHECK(f942.q_in_lds);
+  CHECK(f942.lds_bytes == 64 * 576 + 16 * 576);
   CHECK_FALSE(f942.v_lds_transpose);
-  // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles, split in two.
+  CHECK(f942.qk_blocks.size() == 18);
+  // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles over four consumers, one slot, Q in LDS.
   MlaGeometry b942 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 16, 1));
   CHECK(b942.tile_tokens == 16);
-  CHECK(b942.kv_splits == 2);
+  CHECK(b942.kv_splits == 4);
+  CHECK(b942.consumers == 4);
+  CHECK(b942.ring == 1);
+  CHECK(b942.q_in_lds);
+  CHECK(b942.lds_bytes <= 65536);
   for (auto [heads, qs] : {std::pair{16, 2}, std::pair{32, 3}, std::pair{64, 4}, std::pair{128, 1}}) {
     MlaGeometry g = mla_geometry(decode_spec(Arch::gfx950, DType::bf16, DType::bf16, heads, qs));
     INFO(heads << " heads, qseqlen " << qs);
-    CHECK(g.consumers <= 3);
+    CHECK(g.consumers <= 3);  // several row blocks: Q stays in AGPRs, one wave per SIMD
     CHECK(g.consumers == g.row_blocks * g.kv_splits);
     CHECK(g.row_groups * g.rows_per_group >= g.rows);
     CHECK(g.workgroup_size == 64 * (1 + g.consumers));

@@ -109,13 +109,20 @@ TEST_CASE("mla e2e: a single-split request writes its final output directly, no 
 }
 
 TEST_CASE("mla e2e: random wave interleaving gives the same bits") {
-  auto p = params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 2, 16, {77, 130}, 9);
-  auto a = test::run_e2e(p);
-  rt::EmulatorRunOptions opts;
-  opts.dispatch.random_seed = 1234;
-  auto b = test::run_e2e(p, opts);
-  check(b);
-  CHECK(a.result.o == b.result.o);
+  // Two row blocks with a two-slot ring; four token splits with a one-slot ring, Q in LDS and
+  // a merge in three rounds (gfx942 bf16/fp8); two splits on gfx950.
+  for (auto p : {params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 2, 16, {77, 130}, 9),
+                 params(rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1, 16, {300, 45}, 9),
+                 params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 1, {300, 45}, 9)}) {
+    rt::EmulatorRunOptions one_cu;
+    one_cu.num_cus = 1;  // long units: many slots
+    auto a = test::run_e2e(p, one_cu);
+    rt::EmulatorRunOptions opts = one_cu;
+    opts.dispatch.random_seed = 1234;
+    auto b = test::run_e2e(p, opts);
+    check(b);
+    CHECK(a.result.o == b.result.o);
+  }
 }
 
 TEST_CASE("mla e2e: each KV byte is read once per unit, and nothing else but indices, Q, work and partials") {
