@@ -100,7 +100,8 @@ nlohmann::json HotLoop::to_json() const {
   return {{"instructions", insts.size()},  {"issue_cycles", issue_cycles}, {"mfma", mfma},
           {"valu", valu},                  {"lds", lds},                   {"salu", salu},
           {"mfma_cycles", mfma_cycles},    {"valu_cycles", valu_cycles},   {"lds_cycles", lds_cycles},
-          {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles}};
+          {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles},
+          {"ring_stall_cycles_modeled", ring_stall_cycles}};
 }
 
 HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca) {

@@ -112,6 +112,7 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
 struct HotLoop {
   std::vector<std::string> insts;  // steady-state path of one tile (full tile)
   double issue_cycles = 0;         // per-target table (docs/performance.md)
+  double ring_stall_cycles = 0;    // one-slot ring: modeled wait for the producer's LDS write
   double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
   int mfma = 0, valu = 0, lds = 0, salu = 0;
   double mca_cycles = -1;          // llvm-mca's estimate per iteration (-1: not available)

@@ -317,7 +317,12 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const std::string text = decode_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   r.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  f.hot_loop_cycles = r.hot.issue_cycles;
+  // One-slot ring: per slot, the consumers also wait while the producer writes the slot to LDS
+  // (slot bytes at the CU's LDS bandwidth of 128 bytes per clock, modeled) between two barriers.
+  if (sel.decode.geometry.at("ring").get<int>() == 1)
+    r.hot.ring_stall_cycles = sel.decode.geometry.at("slot_tokens").get<double>() *
+                              sel.decode.geometry.at("lds_row_bytes").get<double>() / 128.0;
+  f.hot_loop_cycles = r.hot.issue_cycles + r.hot.ring_stall_cycles;
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
   r.little_per_cu = m.little_bytes_per_cu();
@@ -327,7 +332,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
   // times to issue one tile's hot loop.
   const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
-  r.issue_over_mem = r.hot.issue_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
+  r.issue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
 
   // Modeled.
   r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits);
