@@ -148,7 +148,7 @@ TEST_CASE("mla e2e: scaled-down Kimi-K3, 12 and 16 heads, fp8/fp8 gfx950, batch 
     }
 }
 
-// Scores ~10x the usual spread: row maxima keep jumping by more than the kernel's rescale
+// Scores ~7x the usual spread: row maxima keep jumping by more than the kernel's rescale
 // slack (7 in log2 units), so the lazy O rescale is taken on some tiles and skipped on others,
 // and P reaches up to 2^7 before the next rescale; fp8 P must not saturate (e4m3fnuz: 240).
 TEST_CASE("mla e2e: peaked scores exercise the lazy rescale on every target and dtype pair") {
@@ -158,7 +158,7 @@ TEST_CASE("mla e2e: peaked scores exercise the lazy rescale on every target and 
       rt::EmulatorRunOptions opts;
       opts.num_cus = 2;  // long units: many tiles after the first
       auto p = params(t, q, kv, 16, 1, 16, {900, 517}, 12);
-      p.sm_scale = 0.7;
+      p.sm_scale = 0.5;
       p.return_lse = true;
       auto e = test::run_e2e(p, opts);
       check(e);
