@@ -1,20 +1,22 @@
 // The MLA decode kernel: one workgroup per work unit (request, kv range, row group).
 //
-// Wave 0 is the producer: it only streams the unit's KV tiles (page indices, then token
-// rows) from memory into a two-slot LDS ring. Waves 1..C are consumers: each owns 16 query
-// rows (heads x qseqlen) of the unit and only computes: S^T = K Q^T on MFMA, online
-// softmax, O^T += V^T P^T on MFMA. Rows are independent, so consumers exchange nothing.
-// One s_barrier per tile hands slot i%2 from producer to consumers and back.
+// Wave 0 is the producer: it only streams the unit's KV (page indices, then token rows) from
+// memory through registers into an LDS ring of one or two slots; a slot holds S tiles of T
+// tokens. Waves 1..C are consumers: consumer c owns row block c / S (16 query rows) and tile
+// c % S of every slot, and only computes: S^T = K Q^T on MFMA, online softmax with a lazy
+// rescale, O^T += V^T P^T on MFMA. The S consumers of a row block merge their states in LDS at
+// the end. Barriers hand slots between producer and consumers (one per slot with two slots,
+// two with one).
 //
 // Register layouts (16x16 MFMAs; lane l, j = l % 16, g = l / 16):
 //   S^T tile s (tokens 16s..16s+15): D[i = token 4g + r][j = row]  -> lane holds row j.
 //   P^T as the B operand of PV:      B[k = KL*g + p][j = row], token of k = 16*(p/4) + 4g + p%4,
 //                                    so every lane feeds PV with its own softmax values.
-//   V^T as the A operand of PV:      A[i = column][k], read 4 columns per token from LDS and
-//                                    transposed in registers (v_perm_b32).
-//   O^T block n:                     D[i = column 4g + r][j = row]; the lane owns row j, and for
-//                                    column group nb the 16 columns 64nb + 16g .. +15.
-// See docs/mla-decode.md for the schedule and the LDS layout.
+//   V^T as the A operand of PV:      A[i = column][k]: gfx950 transposing LDS reads, or 4 columns
+//                                    per token read from LDS and transposed with v_perm_b32.
+//   O^T block:                       D[i = column][j = row]; the lane owns row j (column mapping
+//                                    per V path: see transpose_read_base and the epilogue).
+// See docs/mla-decode.md for the geometry rules, the schedule and the LDS layout.
 #include <fmt/format.h>
 
 #include <cmath>
