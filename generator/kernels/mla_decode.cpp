@@ -798,7 +798,9 @@ class MlaDecodeBuilder {
   // m' = max(m0, ms), a = exp2(m0 - m'), b = exp2(ms - m'), l' = a l0 + b ls, O' = a O0 + b Os.
   // Writer w = row block * (S-1) + split - 1 uses region w % F in round w / F, F = regions
   // that fit; a writer ends after its round's first barrier, and a second barrier keeps the
-  // next round's writers off the regions until split 0 has read them.
+  // next round's writers off the regions until split 0 has read them. (S_BARRIER: "if some
+  // waves in the threadgroup have already terminated, this waits on only the surviving waves",
+  // AMD CDNA3 ISA; the producer ends early the same way.)
   void merge_splits(VReg o, VReg mrun, VReg lrun, VReg alpha, VReg tmp, VReg t0, VReg t1) {
     Builder& b = *b_;
     auto& ra = b.regs();
