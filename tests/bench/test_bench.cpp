@@ -169,23 +169,38 @@ TEST_CASE("bench: static bytes in flight and hot-loop path on a hand-written loo
 .Lloaded_3:
 	s_cbranch_scc1 .Lproducer_loop_1
 .Lconsumer_loop_4:
+	s_cbranch_scc1 .Ltile_absent_8
 	v_mfma_f32_16x16x32_fp8_fp8 v[0:3], v[4:5], a[0:1], v[0:3]
 	s_cbranch_scc1 .Lskip_5
 	v_cndmask_b32 v0, v1, v0, vcc
 .Lskip_5:
+	s_cbranch_vccz .Lrescaled_7
+	v_pk_mul_f32 v[10:11], v[10:11], v[12:13] op_sel_hi:[1,0]
+.Lrescaled_7:
 	v_exp_f32 v1, v1
 	s_nop 1  ; hazard
 	ds_read_b64 v[2:3], v4
 	s_waitcnt lgkmcnt(0)
+.Ltile_absent_8:
+	s_barrier
 	s_cbranch_scc1 .Lconsumer_loop_4
 )";
   // In flight after the loop's loads: 2 x 1 KiB + 256 B (the partial path is jumped over).
   CHECK(producer_inflight_bytes(text) == 2 * 1024 + 256);
   HotLoop h = analyze_hot_loop(text, rt::Target::gfx942, false);
-  REQUIRE(h.insts.size() == 5);  // the masked-tile block is skipped; s_waitcnt is kept (0 cycles)
-  // 4-pass MFMA 16 + transcendental 16 + s_nop 1 (2 wait states) 8 + ds_read_b64 4.
-  CHECK(h.issue_cycles == 16 + 16 + 8 + 4);
+  // Steady state: the tile is present (fall through), the masked-tile block and the O rescale
+  // are skipped; s_waitcnt is kept (0 cycles).
+  REQUIRE(h.insts.size() == 6);
+  // 4-pass MFMA 16 + transcendental 16 + s_nop 1 (2 wait states) 8 + ds_read_b64 4 + barrier 4.
+  CHECK(h.issue_cycles == 16 + 16 + 8 + 4 + 4);
   CHECK(h.mfma == 1);
+  CHECK(h.valu == 1);
+  // A forward branch the analysis has no steady-state rule for is an error, not a guess.
+  std::string unknown = text;
+  unknown.replace(unknown.find(".Lskip_5\n"), 8, ".Lother_5");
+  unknown.replace(unknown.find(".Lskip_5:"), 9, ".Lother_5:");
+  CHECK_THROWS_WITH(analyze_hot_loop(unknown, rt::Target::gfx942, false),
+                    Catch::Contains("no steady-state rule") && Catch::Contains(".Lother_5"));
 }
 
 TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a clear message") {

@@ -1,6 +1,7 @@
 // Split planner: coverage, tile alignment, partial slots, round-robin balance at the seed shapes.
 #include <catch2/catch.hpp>
 
+#include "runtime/backend.h"
 #include "runtime/planner.h"
 #include "runtime/problem.h"
 
@@ -280,4 +281,17 @@ TEST_CASE("planner: plan_inputs_of and to_json", "[planner]") {
   CHECK(j["num_partials"] == p.num_partials);
   CHECK(j["splits"].size() == 3);
   CHECK(j.contains("balance"));
+}
+
+TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occupancy", "[planner]") {
+  rt::SelectedKernels k;
+  k.kheads = 16, k.kqseqlen = 1, k.page_size = 1;
+  k.decode.name = "mla_decode_test";
+  k.decode.geometry = {{"tile_tokens", 32}, {"rows_per_group", 16}};
+  k.decode.resident_workgroups_per_cu = 2;
+  CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
+  CHECK(rt::plan_inputs_for(k, {1000}, 256, 3).workgroups_per_cu == 3);  // an explicit override wins
+  // With two resident workgroups the planner fills each CU with two units of a long request.
+  const rt::Plan p = rt::plan_decode(rt::plan_inputs_for(k, {256 * 2 * 32 * 8}, 256, 0));
+  CHECK(p.units.size() >= 2 * 256);
 }
