@@ -28,13 +28,20 @@ int cmd_build(const std::vector<std::string>& configs, const std::string& out, i
 
 int cmd_list(const std::string& dir) {
   auto cats = read_catalog(dir);
-  fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>6}  {}\n", "target", "kernel", "vgpr", "agpr", "sgpr", "lds",
-             "insts", "source");
+  // wg/cu: resident workgroups per CU (catalog occupancy); waves: per workgroup (decode: the
+  // producer + consumers = row blocks x token splits).
+  fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>5} {:>5} {:>6}  {}\n", "target", "kernel", "vgpr", "agpr", "sgpr",
+             "lds", "waves", "wg/cu", "insts", "source");
   for (const auto& c : cats) {
-    for (const auto& k : c["kernels"])
-      fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>6}  {}\n", c["target"].get<std::string>(),
+    for (const auto& k : c["kernels"]) {
+      const int wg_size = k.value("workgroup_size", 64);
+      const std::string wpc =
+          k.contains("occupancy") ? std::to_string(k["occupancy"].value("workgroups_per_cu", 0)) : std::string("?");
+      fmt::print("{:<8} {:<40} {:>5} {:>5} {:>5} {:>7} {:>5} {:>5} {:>6}  {}\n", c["target"].get<std::string>(),
                  k["name"].get<std::string>(), k["vgprs"].get<int>(), k["agprs"].get<int>(), k["sgprs"].get<int>(),
-                 k["lds_bytes"].get<int>(), k["instructions"].get<int>(), k["source_config"].get<std::string>());
+                 k["lds_bytes"].get<int>(), (wg_size + 63) / 64, wpc, k["instructions"].get<int>(),
+                 k["source_config"].get<std::string>());
+    }
   }
   return 0;
 }

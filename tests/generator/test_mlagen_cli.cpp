@@ -73,6 +73,7 @@ TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") 
   REQUIRE(list.exit_code == 0);
   CHECK_THAT(list.out, Catch::Contains("pipe_mfma_16x16x32_fp8"));
   CHECK_THAT(list.out, Catch::Contains("mla_decode_fp8fp8_h12_qs1_pg128"));
+  CHECK_THAT(list.out, Catch::Contains("wg/cu"));  // occupancy from catalog.json
 }
 
 TEST_CASE("mlagen build with a bad config exits non-zero and leaves nothing in out/") {
