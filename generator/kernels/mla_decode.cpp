@@ -143,7 +143,7 @@ class MlaDecodeBuilder {
     Builder& b = *b_;
     auto& ra = b.regs();
     const int T = g_.tile_tokens, S = g_.kv_splits, lanes_per_token = 64 / T, E = g_.lds_row_bytes;
-    const int chunk = E / lanes_per_token, loads = chunk / 16;
+    const int chunk = g_.kv_row_bytes / lanes_per_token, loads = chunk / 16;
     if (chunk % 16 != 0) throw std::logic_error("mla_decode: token row does not split into 16-byte lane chunks");
     VReg vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"),
          lds_off = ra.vgpr(1, "p_lds_offset");
@@ -153,7 +153,7 @@ class MlaDecodeBuilder {
     b.v_mul_u32_u24(lds_off, Imm(E), vt);
     b.v_add_u32(lds_off, lds_off, part_off);
     SReg last_tok = ra.sgpr(1, "p_last_token"), row_bytes = ra.sgpr(1, "p_row_bytes");
-    b.s_mov_b32(row_bytes, Imm(E));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
+    b.s_mov_b32(row_bytes, Imm(g_.kv_row_bytes));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
     // v_addc_co_u32 reads VCC already: the kv base's high half must come from a VGPR.
     VReg kv_hi = ra.vgpr(1, "p_kv_base_hi");
     b.v_mov_b32(kv_hi, ptr(mla_decode_args::kv)[1]);
@@ -200,7 +200,8 @@ class MlaDecodeBuilder {
       else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 0, 0);
       else throw std::logic_error("mla_decode: lanes per token must be 2 or 4");
     };
-    // Token row = page_id * page_size + token % page_size; byte = row * E + part offset.
+    // Token row = page_id * page_size + token % page_size; byte = row * 576 * kv bytes + part
+    // offset (the LDS copy of a row is kLdsRowPad bytes longer).
     // In the unit's last, partial tile the lanes past kv_end load nothing (no byte is read
     // that the plan does not need) and their LDS rows are written as zeros: the consumers
     // mask those tokens' scores, and a zero V keeps 0 * V finite.
@@ -357,7 +358,11 @@ class MlaDecodeBuilder {
     }
 
     // v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs.
-    for (uint32_t v : {sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu}) {
+    // (and the Q copy's q / P multiplier and piece count, VOP3 / VOPC operands too).
+    const uint32_t qP = uint32_t(kMlaDim * qb / 8);
+    for (uint32_t v : {sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu,
+                       q_piece_divider(qb).first, uint32_t(kRowsPerWave) * qP}) {
+      if (consts_.count(v)) continue;
       SReg k = ra.sgpr(1, fmt::format("c_const_{:x}", v));
       b.s_mov_b32(k, Imm(v));
       consts_[v] = k;
@@ -426,28 +431,49 @@ class MlaDecodeBuilder {
       // the ring), so each Q byte is read from memory once per workgroup: the consumers copy
       // the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer s taking
       // pieces s*64 + lane of every round; after the barrier each reads its operands.
-      const int area = q_share_bytes(S, qb), round = 8 * 64 * S;
+      const int area = q_share_bytes(S, qb);
       SReg qarea = ra.sgpr(1, "c_q_lds_base");
       b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
       b.s_mul_i32(qarea, qarea, Imm(area));
       b.s_add_u32(qarea, qarea, Imm(g_.q_in_lds ? g_.ring * slot_bytes() : slot_bytes()));
-      VReg lin = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global");
-      SReg t = ra.sgpr(1, "c_q_tmp");
+      // Piece q = round * 64S + 64s + lane of the block's 16 rows (P pieces per row): memory byte
+      // 8q from the block's first row; LDS byte 8(q + q / P) (rows padded by 8 bytes). q / P by
+      // multiply and shift, checked exact over the range here.
+      const int P = kMlaDim * qb / 8, pieces = kRowsPerWave * P, per_round = 64 * S;
+      const int rounds = (pieces + per_round - 1) / per_round;
+      const auto [mul, shift] = q_piece_divider(qb);
+      if (rounds * per_round > kRowsPerWave * P + 64 * 4) throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
+      if (kLdsRowPad != 8) throw std::logic_error("mla_decode: the Q copy assumes 8-byte row padding");
+      VReg piece = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global"), lds = ra.vgpr(1, "c_q_piece_lds");
+      SReg t = ra.sgpr(1, "c_q_tmp"), saved = ra.sgpr(2, "c_q_exec");
       b.s_lshl_b32(t, split_, Imm(6));
-      b.v_add_u32(lin, t, lane_);
-      b.v_lshlrev_b32(lin, Imm(3), lin);
+      b.v_add_u32(piece, t, lane_);
+      b.v_lshlrev_b32(glin, Imm(3), piece);
       b.s_mul_i32(t, srow, Imm(kMlaDim * qb));  // the row block's first row, in bytes
-      b.v_add_u32(glin, t, lin);
-      b.v_add_u32(lin, qarea, lin);
-      for (int k = 0; k < area / round; ++k) {
+      b.v_add_u32(glin, t, glin);
+      for (int k = 0; k < rounds; ++k) {
         VReg st = qstage.sub(2 * (k % 2), 2);
-        if (k) b.v_add_u32(glin, Imm(round), glin);
+        if (k) {
+          b.v_add_u32(piece, Imm(per_round), piece);
+          b.v_add_u32(glin, Imm(8 * per_round), glin);
+        }
+        b.v_mul_u32_u24(lds, K(mul), piece);
+        b.v_lshrrev_b32(lds, Imm(shift), lds);
+        b.v_add_u32(lds, piece, lds);
+        b.v_lshlrev_b32(lds, Imm(3), lds);
+        b.v_add_u32(lds, qarea, lds);
+        const bool tail = (k + 1) * per_round > pieces;
+        if (tail) {
+          b.v_cmp_gt_u32(vcc, K(uint32_t(pieces)), piece);
+          b.s_and_saveexec_b64(saved, vcc);
+        }
         b.buffer_load_dwordx2(st, glin, qrsrc, Imm(0));
-        b.ds_write_b64(lin, st, uint32_t(k * round));
+        b.ds_write_b64(lds, st);
+        if (tail) b.s_mov_exec(saved);
       }
       b.s_barrier();  // pairs with the producer's prologue barrier
       VReg qrow = ra.vgpr(1, "c_q_row_offset");
-      b.v_mul_u32_u24(qrow, Imm(kMlaDim * qb), j);
+      b.v_mul_u32_u24(qrow, Imm(q_lds_row_bytes(qb)), j);
       b.v_add_u32(qrow, qarea, qrow);
       for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);  // Q in LDS: the loop reads through these
       if (!g_.q_in_lds) {
@@ -458,9 +484,10 @@ class MlaDecodeBuilder {
         });
         b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
       }
-      for (VReg r : {lin, glin, qrow}) ra.release(r);
+      for (VReg r : {piece, glin, lds, qrow}) ra.release(r);
       ra.release(qarea);
       ra.release(t);
+      ra.release(saved);
     }
     if (!g_.q_in_lds)
       for (auto& [gs, v] : qg) ra.release(v);
@@ -938,6 +965,20 @@ class MlaDecodeBuilder {
     b.s_add_u32(base[0], ptr64[0], t[0]);
     b.s_addc_u32(base[1], ptr64[1], t[1]);
     b.regs().release(t);
+  }
+
+  // (mul, shift) with (q * mul) >> shift == q / P for every piece index q of the Q copy (P =
+  // 8-byte pieces of a Q row; q < 16 P + one round of 4 consumers); v_mul_u32_u24 keeps the low
+  // 32 bits, so q * mul must stay below 2^32.
+  static std::pair<uint32_t, int> q_piece_divider(int qb) {
+    const uint32_t P = uint32_t(kMlaDim * qb / 8), n = uint32_t(kRowsPerWave) * P + 64 * 4;
+    for (int shift = 16; shift < 32; ++shift) {
+      const uint32_t mul = uint32_t(((uint64_t(1) << shift) + P - 1) / P);
+      bool exact = mul < (1u << 24) && uint64_t(n) * mul < (uint64_t(1) << 32);
+      for (uint32_t q = 0; exact && q < uint32_t(n); ++q) exact = (uint64_t(q) * mul) >> shift == q / P;
+      if (exact) return {mul, shift};
+    }
+    throw std::logic_error(fmt::format("mla_decode: no multiply-shift divides by {} below {}", P, n));
   }
 
   // d = row / heads, exact for row < 16 * rows_per_group * row_groups.

@@ -16,6 +16,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"ring", ring},
           {"stage_slots", stage_slots},
           {"q_in_lds", q_in_lds},
+          {"kv_row_bytes", kv_row_bytes},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -26,10 +27,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
 }
 
-int q_share_bytes(int kv_splits, int q_bytes) {
-  const int piece = 8 * 64 * kv_splits;  // one dwordx2 per lane per consumer per round
-  return (kRowsPerWave * kMlaDim * q_bytes + piece - 1) / piece * piece;
-}
+int q_share_bytes(int kv_splits, int q_bytes) { return kRowsPerWave * q_lds_row_bytes(q_bytes); }
 
 MlaGeometry mla_geometry(const KernelSpec& s) {
   const Target& t = target(s.arch);
@@ -77,7 +75,8 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     g.p_bytes = 2;
   }
   g.tile_tokens = g.pv_k;
-  g.lds_row_bytes = kMlaDim * g.kv_bytes;
+  g.kv_row_bytes = kMlaDim * g.kv_bytes;
+  g.lds_row_bytes = g.kv_row_bytes + kLdsRowPad;
   // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
   // tile's MFMA and VALU work spreads over the SIMDs. The first layout that fits wins, in the
   // order: more splits; a two-slot ring (the producer fills one slot while the consumers read
@@ -103,7 +102,7 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
         const int ring_bytes = ring * sp * tile_bytes;
         const int q_region = qlds ? g.row_blocks * q_share_bytes(sp, g.q_bytes) : 0;
         if (uint32_t(ring_bytes + q_region) > t.lds_bytes) continue;
-        if (sp > 1 && sp * tile_bytes > 144 * 256) continue;
+        if (sp > 1 && sp * g.tile_tokens * g.kv_row_bytes > 144 * 256) continue;
         if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(sp, g.q_bytes) > sp * tile_bytes) continue;
         if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
         g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
@@ -118,7 +117,7 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes + g.q_region_bytes;
   // Two slots staged in the producer's registers when they fit the same 144-VGPR budget: twice
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
-  g.stage_slots = 2 * g.slot_tokens * g.lds_row_bytes <= 144 * 256 ? 2 : 1;
+  g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
