@@ -139,6 +139,7 @@ struct RunSample {
   double partial_units = 0, final_units = 0;
   double decode_read = 0, decode_written = 0, reduce_read = 0, reduce_written = 0;
   double mfma_macs = 0, wave_insts = 0;
+  double lds_bank_cycles = 0, lds_ideal_cycles = 0;  // decode, emulator's bank model (modeled)
   double traffic_read = 0, traffic_needed = 0;  // runtime's Traffic (read vs plan-needed)
   double seconds = 0;
 };
@@ -176,6 +177,7 @@ struct ShapeResult {
   // hot loop
   HotLoop hot;
   double tile_mem_cycles = 0, issue_over_mem = 0;
+  double lds_bank_factor = 0;  // decode LDS clocks / conflict-free clocks (emulator bank model, modeled)
   // modeled
   KernelFacts facts;
   ModeledTime modeled;

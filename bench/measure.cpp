@@ -93,6 +93,8 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_written);
   x.mfma_macs = double(r.decode.total.mfma_macs);
   x.wave_insts = double(r.decode.total.wave_insts);
+  x.lds_bank_cycles = double(r.decode.total.lds_bank_cycles);
+  x.lds_ideal_cycles = double(r.decode.total.lds_ideal_cycles);
   x.traffic_read = double(r.traffic.read());
   x.traffic_needed = double(r.traffic.needed());
   return x;
@@ -147,7 +149,8 @@ nlohmann::json ShapeResult::to_json() const {
                {"kv_bytes_per_cu", kv_bytes_per_cu}};
   j["target_model"] = {{"little_bytes_per_cu", little_per_cu},
                        {"tile_mem_cycles_at_cu_share", tile_mem_cycles},
-                       {"hot_loop_issue_over_tile_mem", issue_over_mem}};
+                       {"hot_loop_issue_over_tile_mem", issue_over_mem},
+                       {"lds_bank_factor_modeled", lds_bank_factor}};
   j["modeled"] = modeled.to_json();
   j["modeled"]["modeled_tbps"] = modeled_tbps;
   j["modeled"]["brute_force_best_splits"] = brute.best_splits;
@@ -333,6 +336,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // times to issue one tile's hot loop.
   const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
   r.issue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
+  {
+    double bank = 0, ideal = 0;
+    for (const auto& x : r.samples) bank += x.lds_bank_cycles, ideal += x.lds_ideal_cycles;
+    r.lds_bank_factor = ideal > 0 ? bank / ideal : 0;
+  }
 
   // Modeled.
   r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits);

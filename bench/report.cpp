@@ -68,17 +68,19 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
   s += "\nHot loop per tile (measured statically from the generated .s; issue table of docs/performance.md; "
        "llvm-mca as a cross-check):\n\n| kernel | tile tokens | instructions | MFMA / VALU / LDS / SALU | issue cycles "
        "(table) | + one-slot ring stall (**modeled**) | llvm-mca cycles | tile memory cycles at the CU's HBM share | consumer waves per CU (resident WGs x "
-       "consumers) / row blocks | (issue + stall) / (memory x waves / row blocks) |\n"
-       "|---|---|---|---|---|---|---|---|---|---|\n";
+       "consumers) / row blocks | (issue + stall) / (memory x waves / row blocks) | LDS clocks / conflict-free (**modeled** "
+       "bank model) |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, bool> seen;
   for (const auto& x : r) {
     if (seen[x.decode_kernel]) continue;
     seen[x.decode_kernel] = true;
-    s += fmt::format("| {} | {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {} | {:.0f} | {} x {} / {} | {:.2f} |\n",
+    s += fmt::format("| {} | {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {} | {:.0f} | {} x {} / {} | {:.2f} | {:.2f} |\n",
                      x.decode_kernel, x.facts.tile_tokens, x.hot.insts.size(), x.hot.mfma, x.hot.valu, x.hot.lds,
                      x.hot.salu, x.hot.issue_cycles, x.hot.ring_stall_cycles,
                      x.hot.mca_cycles >= 0 ? fmt::format("{:.0f}", x.hot.mca_cycles) : "n/a", x.tile_mem_cycles,
-                     x.facts.max_resident_wgs, x.facts.consumers, x.facts.row_blocks, x.issue_over_mem);
+                     x.facts.max_resident_wgs, x.facts.consumers, x.facts.row_blocks, x.issue_over_mem,
+                     x.lds_bank_factor);
   }
   return s;
 }

@@ -20,6 +20,8 @@ void WorkgroupCounters::add(const WorkgroupCounters& o) {
   mfma += o.mfma;
   mfma_macs += o.mfma_macs;
   barriers += o.barriers;
+  lds_bank_cycles += o.lds_bank_cycles;
+  lds_ideal_cycles += o.lds_ideal_cycles;
   waves += o.waves;
 }
 
@@ -36,6 +38,8 @@ static nlohmann::json wg_json(const WorkgroupCounters& c) {
   j["mfma"] = c.mfma;
   j["mfma_macs"] = c.mfma_macs;
   j["barriers"] = c.barriers;
+  j["lds_bank_cycles_modeled"] = c.lds_bank_cycles;
+  j["lds_ideal_cycles_modeled"] = c.lds_ideal_cycles;
   j["waves"] = c.waves;
   return j;
 }

@@ -22,6 +22,11 @@ struct WorkgroupCounters {
   uint64_t lds_read_bytes = 0, lds_write_bytes = 0;
   uint64_t mfma = 0, mfma_macs = 0;  // MACs per issued MFMA = m*n*k*blocks
   uint64_t barriers = 0;             // s_barrier executed (per wave)
+  // LDS bank model (modeled, not a hardware fact): 32 banks of 4 bytes, 128 bytes per clock;
+  // lanes in order in groups that move 128 bytes (32 lanes of 4 bytes, 16 of 8, 8 of 16); a
+  // group takes as many clocks as the most distinct dwords any one bank holds (one dword read
+  // by several lanes is a broadcast). ideal = the groups' count, as if conflict-free.
+  uint64_t lds_bank_cycles = 0, lds_ideal_cycles = 0;
   unsigned waves = 0;
   void add(const WorkgroupCounters& o);
 };

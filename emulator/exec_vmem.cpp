@@ -2,6 +2,7 @@
 //
 // Data is read/written when the instruction issues; the destination registers stay locked in
 // the waitcnt scoreboard until an s_waitcnt covers the operation (see executor.cpp).
+#include <algorithm>
 #include <fmt/format.h>
 
 #include "emulator/exec_common.h"
@@ -224,10 +225,36 @@ void global_op(Wave& w, const Inst& in) {
 // ------------------------------------------------------------------------------------------
 // DS
 // ------------------------------------------------------------------------------------------
+// The bank model of WorkgroupCounters::lds_bank_cycles (counters.h).
+void count_lds_banks(Wave& w, const uint32_t* addrs, uint64_t mask, unsigned bytes) {
+  const unsigned dwords = std::max(1u, bytes / 4), group = std::max(1u, 128u / (4 * dwords));
+  for (unsigned g0 = 0; g0 < 64; g0 += group) {
+    uint32_t seen[64 * 4];
+    unsigned n = 0, per_bank[32] = {};
+    bool any = false;
+    for (unsigned l = g0; l < g0 + group && l < 64; ++l) {
+      if (!((mask >> l) & 1)) continue;
+      any = true;
+      for (unsigned i = 0; i < dwords; ++i) {
+        const uint32_t dw = addrs[l] / 4 + i;
+        bool dup = false;
+        for (unsigned k = 0; k < n && !dup; ++k) dup = seen[k] == dw;
+        if (dup) continue;
+        seen[n++] = dw;
+        ++per_bank[dw % 32];
+      }
+    }
+    if (!any) continue;
+    w.ctr->lds_bank_cycles += *std::max_element(per_bank, per_bank + 32);
+    w.ctr->lds_ideal_cycles += 1;
+  }
+}
+
 void record_lds_op(Wave& w, PendingOp& op, const uint32_t* addrs, uint64_t mask, unsigned bytes, bool write) {
   op.lds_write = write;
   op.lds_bytes = uint8_t(bytes);
   for (int l = 0; l < 64; ++l) if ((mask >> l) & 1) op.lds_addrs.push_back(addrs[l]);
+  count_lds_banks(w, addrs, mask, bytes);
 }
 
 void ds_read(Wave& w, const Inst& in) {

@@ -165,3 +165,30 @@ TEST_CASE("semantics: 3-operand integer min/max/med, 64-bit compares", "[semanti
     }
   }
 }
+
+TEST_CASE("counters: the LDS bank model charges rows 576 bytes apart and not 584", "[counters]") {
+  // Lane l reads 8 bytes of row l % 16 at column 8 (l / 16): the K operand pattern of the decode
+  // kernel. 576-byte rows are 144 dwords = 16 banks apart (rows 0, 2, 4, ... share banks 0-1):
+  // 8 distinct dwords per bank in each 16-lane group of 128 bytes. 584-byte rows are 18 banks
+  // apart: all 32 banks once.
+  auto run = [](unsigned stride) {
+    const std::string body = fmt::format(R"(
+  v_and_b32 v3, 15, v0
+  v_mul_u32_u24 v3, {}, v3
+  v_lshrrev_b32 v4, 4, v0
+  v_lshl_add_u32 v3, v4, 3, v3
+  ds_read_b64 v[20:21], v3
+  s_waitcnt lgkmcnt(0)
+)", stride);
+    KernelOpts o;
+    o.lds = 16 * 1024;
+    return emutest::run_wave(Gfx::gfx942, fmt::format("lds_banks_{}", stride), body, std::vector<uint32_t>(256, 1),
+                             std::vector<uint32_t>(256, 0), o)
+        .counters.total;
+  };
+  const auto c576 = run(576), c584 = run(584);
+  CHECK(c576.lds_ideal_cycles == 4);
+  CHECK(c576.lds_bank_cycles == 4 * 8);
+  CHECK(c584.lds_ideal_cycles == 4);
+  CHECK(c584.lds_bank_cycles == 4);
+}
