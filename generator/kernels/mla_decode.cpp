@@ -9,9 +9,10 @@
 // two with one).
 //
 // Register layouts (16x16 MFMAs; lane l, j = l % 16, g = l / 16):
-//   S^T tile s (tokens 16s..16s+15): D[i = token 4g + r][j = row]  -> lane holds row j.
-//   P^T as the B operand of PV:      B[k = KL*g + p][j = row], token of k = 16*(p/4) + 4g + p%4,
-//                                    so every lane feeds PV with its own softmax values.
+//   S^T sub-tile st (ST of them):    D[i][j = row], i = 4g + r holding token
+//                                    16 st + 4((g + st) % 4) + r -> lane holds row j.
+//   P^T as the B operand of PV:      B[k = KL*g + p][j = row], p = 4 st + r: the same token, so
+//                                    every lane feeds PV with its own softmax values.
 //   V^T as the A operand of PV:      A[i = column][k]: gfx950 transposing LDS reads, or 4 columns
 //                                    per token read from LDS and transposed with v_perm_b32.
 //   O^T block:                       D[i = column][j = row]; the lane owns row j (column mapping
@@ -201,7 +202,7 @@ class MlaDecodeBuilder {
       else throw std::logic_error("mla_decode: lanes per token must be 2 or 4");
     };
     // Token row = page_id * page_size + token % page_size; byte = row * 576 * kv bytes + part
-    // offset (the LDS copy of a row is kLdsRowPad bytes longer).
+    // offset (the LDS copy of a row is lds_row_pad bytes longer).
     // In the unit's last, partial tile the lanes past kv_end load nothing (no byte is read
     // that the plan does not need) and their LDS rows are written as zeros: the consumers
     // mask those tokens' scores, and a zero V keeps 0 * V finite.
@@ -443,7 +444,7 @@ class MlaDecodeBuilder {
       const int rounds = (pieces + per_round - 1) / per_round;
       const auto [mul, shift] = q_piece_divider(qb);
       if (rounds * per_round > kRowsPerWave * P + 64 * 4) throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
-      if (kLdsRowPad != 8) throw std::logic_error("mla_decode: the Q copy assumes 8-byte row padding");
+      static_assert(kQRowPad == 8, "the Q copy maps piece q to LDS byte 8 (q + q / P)");
       VReg piece = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global"), lds = ra.vgpr(1, "c_q_piece_lds");
       SReg t = ra.sgpr(1, "c_q_tmp"), saved = ra.sgpr(2, "c_q_exec");
       b.s_lshl_b32(t, split_, Imm(6));
@@ -534,23 +535,50 @@ class MlaDecodeBuilder {
 
     // LDS addresses: K operand row j plus the lane's g term of each k layout in use; V reads
     // token 4g, columns 4j (or the transposing reads' rows).
-    std::map<int, std::pair<VReg, VReg>> kad;  // gstride -> (base in the slot, address this tile)
-    for (const auto& blk : blocks) {
-      const int gs = gstride(blk);
-      if (kad.count(gs)) continue;
-      VReg base = ra.vgpr(1, fmt::format("c_k_base_g{}", gs)), addr = ra.vgpr(1, fmt::format("c_k_addr_g{}", gs));
-      b.v_mul_u32_u24(base, Imm(E), j);
-      b.v_mul_u32_u24(gq, Imm(gs * kvb / 4), g4);
-      b.v_add_u32(base, base, gq);
-      kad[gs] = {base, addr};
+    // Token order: S^T sub-tile st, row i holds token 16 st + (i + 4 st) % 16. The lane of group
+    // g then holds, for p = 4 st + r, token 16 st + 4 ((g + st) % 4) + r. With the padded row
+    // stride this keeps every LDS read conflict-free in the bank model: the 8 (or 16) rows a
+    // K read group touches are consecutive modulo 16, and the 8 tokens of a lane group's PV
+    // k values fall in distinct rows modulo 8 (a transposing read group).
+    VReg rj = ra.vgpr(1, "c_rotated_row");
+    std::map<std::pair<int, int>, VReg> kbase;  // (gstride, st) -> LDS base in the slot
+    std::map<int, VReg> kaddr;                  // gstride -> address of the current sub-tile
+    for (int st = 0; st < sub_tiles; ++st) {
+      b.v_add_u32(rj, Imm(4 * st), j);
+      b.v_and_b32(rj, Imm(15), rj);
+      for (const auto& blk : blocks) {
+        const int gs = gstride(blk);
+        if (kbase.count({gs, st})) continue;
+        VReg base = ra.vgpr(1, fmt::format("c_k_base_g{}_s{}", gs, st));
+        b.v_mul_u32_u24(base, Imm(E), rj);
+        b.v_mul_u32_u24(gq, Imm(gs * kvb / 4), g4);
+        b.v_add_u32(base, base, gq);
+        kbase[{gs, st}] = base;
+        if (!kaddr.count(gs)) kaddr[gs] = ra.vgpr(1, fmt::format("c_k_addr_g{}", gs));
+      }
     }
-    VReg vaddr = ra.vgpr(1, "c_v_addr"), vbase = ra.vgpr(1, "c_v_base");
-    if (g_.v_lds_transpose) {
-      transpose_read_base(vbase, gq, kvb);
-    } else {
-      b.v_mul_u32_u24(vbase, Imm(E), g4);
-      b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
-      b.v_add_u32(vbase, vbase, gq);
+    ra.release(rj);
+    // gtok[st] = 4 ((g + st) % 4): the lane's first token of sub-tile st, less 16 st.
+    std::vector<VReg> gtok{g4};
+    for (int st = 1; st < sub_tiles; ++st) {
+      gtok.push_back(ra.vgpr(1, fmt::format("c_group_token_s{}", st)));
+      b.v_add_u32(gtok.back(), Imm(4 * st), g4);
+      b.v_and_b32(gtok.back(), Imm(15), gtok.back());
+    }
+    // V: per sub-tile base (the transposing b8 read needs one: its source lanes carry st).
+    const bool tr_b8 = g_.v_lds_transpose && kvb == 1;
+    std::vector<VReg> vbase, vaddr;
+    for (int st = 0; st < (tr_b8 ? 1 : sub_tiles); ++st) {
+      vbase.push_back(ra.vgpr(1, fmt::format("c_v_base_s{}", st)));
+      vaddr.push_back(ra.vgpr(1, fmt::format("c_v_addr_s{}", st)));
+      if (g_.v_lds_transpose) {
+        transpose_read_base(vbase.back(), gq, kvb, st);
+      } else {
+        // Tokens 16 st + gtok[st] + r (16 st + r in the immediate offset), columns 4j.
+        b.v_mul_u32_u24(vbase.back(), Imm(E), gtok[st]);
+        b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
+        b.v_add_u32(vbase.back(), vbase.back(), gq);
+      }
     }
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
@@ -623,12 +651,12 @@ class MlaDecodeBuilder {
       b.s_add_u32(sslot, sslot, pos);
       ra.release(pos);
     }
-    for (auto& [gs, ba] : kad) b.v_add_u32(ba.second, sslot, ba.first);
-    b.v_add_u32(vaddr, sslot, vbase);
+    for (size_t v = 0; v < vbase.size(); ++v) b.v_add_u32(vaddr[v], sslot, vbase[v]);
 
     // S^T = K Q^T per 16-token sub-tile.
     for (int st = 0; st < sub_tiles; ++st) {
       VReg sdst = sacc.sub(4 * st, 4);
+      for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
       for (const auto& bt : batches) {
         std::vector<VReg> raw, op;
         int rr = 0, ro = 0;
@@ -642,7 +670,7 @@ class MlaDecodeBuilder {
           for (const Chunk& c : lane_chunks(blk)) {
             const int n = std::max(1, c.len * kvb / 4);
             const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
-            VReg dst = raw.back().sub(reg, n), addr = kad[gstride(blk)].second;
+            VReg dst = raw.back().sub(reg, n), addr = kaddr[gstride(blk)];
             if (n == 1) b.ds_read_b32(dst, addr, off);
             else if (n == 2) b.ds_read_b64(dst, addr, off);
             else b.ds_read_b128(dst, addr, off);
@@ -702,7 +730,7 @@ class MlaDecodeBuilder {
       b.v_sub_u32(tt, lim, tb);
       for (int st = 0; st < sub_tiles; ++st)
         for (int r = 0; r < 4; ++r) {
-          b.v_add_u32(tsum, Imm(16 * st + r), g4);
+          b.v_add_u32(tsum, Imm(16 * st + r), gtok[st]);
           b.v_cmp_gt_i32(vcc, tt, tsum);
           b.v_cndmask_b32(sacc[4 * st + r], neg_inf, sacc[4 * st + r], vcc);
         }
@@ -738,7 +766,7 @@ class MlaDecodeBuilder {
     for (int e = 2; e < 4 * sub_tiles; ++e) b.v_add_f32(tsum, tsum, sacc[e]);
     b.v_fma_f32(lrun, lrun, alpha[0], tsum);
 
-    // P^T operand: the lane's own probabilities, token order 16*(p/4) + 4g + p%4.
+    // P^T operand: the lane's own probabilities, p = 4 st + r (token 16 st + 4((g+st)%4) + r).
     if (pb == 1) {
       for (int st = 0; st < sub_tiles; ++st) {
         b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 0], sacc[4 * st + 1], 0);
@@ -757,10 +785,10 @@ class MlaDecodeBuilder {
           const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
           VReg dst = vraw.sub(c * tr_regs, tr_regs);
           if (kvb == 1) {
-            b.ds_read_b64_tr_b8(dst, vaddr, col);
+            b.ds_read_b64_tr_b8(dst, vaddr[0], col);
           } else {
-            b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr, col);
-            b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr, col + uint32_t(16 * E));
+            b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr[0], col);
+            b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr[1], col);
           }
         }
         for (int c = 0; c < tr_batch; ++c) {
@@ -778,11 +806,11 @@ class MlaDecodeBuilder {
     // O^T += V^T P^T, four 16-column blocks per LDS read of 4 columns per token.
     for (int nb = 0; nb < (tr ? 0 : kMlaVDim / 64); ++nb) {
       for (int p = 0; p < klpv; ++p) {
-        int token = 16 * (p / 4) + p % 4;  // + 4g, in vaddr
-        uint32_t off = uint32_t(token * E + 64 * nb * kvb);
+        const int st = p / 4;  // token 16 st + gtok[st] + p % 4 (gtok in vaddr[st])
+        uint32_t off = uint32_t((16 * st + p % 4) * E + 64 * nb * kvb);
         VReg dst = vraw.sub(p * v_regs_per_token, v_regs_per_token);
-        if (kvb == 1) b.ds_read_b32(dst, vaddr, off);
-        else b.ds_read_b64(dst, vaddr, off);
+        if (kvb == 1) b.ds_read_b32(dst, vaddr[st], off);
+        else b.ds_read_b64(dst, vaddr[st], off);
       }
       if (widen_v) {
         // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
@@ -929,30 +957,36 @@ class MlaDecodeBuilder {
     return v;
   }
 
-  // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0, tokens
-  // 0..15 of the sub-tile). A 16x16xK=32 A operand wants, in lane L, column L%16 and the
-  // tokens of k = 8(L/16) + p, p = 0..7, which the P^T operand maps to token
-  // 16(p/4) + 4(L/16) + p%4. ds_read_b64_tr_b8 gives lane L byte r = byte L%8 of the row of
-  // lane 16(L/16) + 4((L/8)%2) + r%4 + 8(r/4); ds_read_b64_tr_b16 gives element r = element
-  // L%4 of lane 4(L/4) + r (the second b16 read, 16 tokens on, covers p = 4..7). Solving for
-  // the row each source lane s must hold:
-  //   b8:  token 16((s/8)%2) + 4(s/16) + s%4, columns 8((s/4)%2) .. +7
-  //   b16: token 4(s/16) + s%4,               columns 4((s/4)%4) .. +3
-  void transpose_read_base(VReg base, VReg tmp, int kvb) {
+  // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0). A
+  // 16x16xK=32 A operand wants, in lane L, column L%16 and the tokens of k = 8(L/16) + p,
+  // p = 4 st + r, which the P^T operand maps to token 16 st + 4((L/16 + st) % 4) + r.
+  // ds_read_b64_tr_b8 gives lane L byte p = byte L%8 of the row of lane 16(L/16) + 4((L/8)%2) +
+  // p%4 + 8(p/4); ds_read_b64_tr_b16 gives element r = element L%4 of lane 4(L/4) + r, one read
+  // per sub-tile st. Solving for the row each source lane s must hold:
+  //   b8:  st = (s/8)%2: token 16 st + 4((s/16 + st) % 4) + s%4, columns 8((s/4)%2) .. +7
+  //   b16 (read st): token 16 st + 4((s/16 + st) % 4) + s%4,     columns 4((s/4)%4) .. +3
+  void transpose_read_base(VReg base, VReg tmp, int kvb, int st) {
     Builder& b = *b_;
     const int E = g_.lds_row_bytes;
-    b.v_bfe_u32(base, lane_, Imm(4), Imm(2));        // s/16
-    b.v_lshlrev_b32(base, Imm(2), base);              // 4(s/16)
-    b.v_and_b32(tmp, Imm(3), lane_);
-    b.v_add_u32(base, base, tmp);                     // + s%4
+    b.v_lshrrev_b32(base, Imm(4), lane_);              // s/16
     if (kvb == 1) {
-      b.v_bfe_u32(tmp, lane_, Imm(3), Imm(1));
+      b.v_bfe_u32(tmp, lane_, Imm(3), Imm(1));         // st = (s/8)%2
+      b.v_add_u32(base, base, tmp);
+      b.v_and_b32(base, Imm(3), base);
+      b.v_lshlrev_b32(base, Imm(2), base);             // 4((s/16 + st) % 4)
       b.v_lshlrev_b32(tmp, Imm(4), tmp);
-      b.v_add_u32(base, base, tmp);                   // + 16((s/8)%2)
+      b.v_add_u32(base, base, tmp);                    // + 16 st
+    } else {
+      if (st) b.v_add_u32(base, Imm(st), base);
+      b.v_and_b32(base, Imm(3), base);
+      b.v_lshlrev_b32(base, Imm(2), base);             // 4((s/16 + st) % 4)
+      if (st) b.v_add_u32(base, Imm(16 * st), base);   // + 16 st
     }
+    b.v_and_b32(tmp, Imm(3), lane_);
+    b.v_add_u32(base, base, tmp);                      // + s%4
     b.v_mul_u32_u24(base, Imm(E), base);
     b.v_bfe_u32(tmp, lane_, Imm(2), Imm(kvb == 1 ? 1 : 2));
-    b.v_lshlrev_b32(tmp, Imm(3), tmp);                // 8 bytes per column group
+    b.v_lshlrev_b32(tmp, Imm(3), tmp);                 // 8 bytes per column group
     b.v_add_u32(base, base, tmp);
   }
 

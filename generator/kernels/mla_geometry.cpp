@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace mla::gen {
 
 nlohmann::json MlaGeometry::to_json() const {
@@ -17,6 +19,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"stage_slots", stage_slots},
           {"q_in_lds", q_in_lds},
           {"kv_row_bytes", kv_row_bytes},
+          {"lds_row_pad", lds_row_pad},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -75,8 +78,11 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     g.p_bytes = 2;
   }
   g.tile_tokens = g.pv_k;
+  // K reads 16 bytes per lane when the first QK block holds >= 16 bytes of K per lane.
+  const int k_chunk_bytes = std::min(g.qk_blocks.front().k / 4, 16) * g.kv_bytes;
+  g.lds_row_pad = k_chunk_bytes >= 16 ? 16 : 8;
   g.kv_row_bytes = kMlaDim * g.kv_bytes;
-  g.lds_row_bytes = g.kv_row_bytes + kLdsRowPad;
+  g.lds_row_bytes = g.kv_row_bytes + g.lds_row_pad;
   // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
   // tile's MFMA and VALU work spreads over the SIMDs. The first layout that fits wins, in the
   // order: more splits; a two-slot ring (the producer fills one slot while the consumers read

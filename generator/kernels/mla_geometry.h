@@ -14,10 +14,12 @@ namespace mla::gen {
 inline constexpr int kMlaDim = 576;     // latent 512 + rope 64
 inline constexpr int kMlaVDim = 512;    // o covers the latent part
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
-// LDS rows (KV tokens and Q rows) are padded by 8 bytes: 576 and 1152 bytes are 16 and 0 modulo
-// the 32 4-byte banks, so the 16 rows a 16-lane group reads at one offset would share 2 (or 1)
-// banks; at 584 / 1160 bytes (18 / 2 banks apart) an 8-byte read of 16 rows covers all 32 banks.
-inline constexpr int kLdsRowPad = 8;
+// LDS rows are padded against bank conflicts (32 banks of 4 bytes): unpadded, 576- and 1152-byte
+// rows are 16 and 0 banks apart, so the 16 rows a 16-lane group reads at one offset share 2 (or
+// 1) banks. Q rows and token rows read 8 bytes per lane: +8 bytes (18 / 2 banks apart: 16 lanes
+// x 2 banks cover all 32). Token rows read 16 bytes per lane (K=128 f8f6f4, bf16 K=32): +16
+// bytes (20 / 4 banks apart: 8 lanes x 4 banks cover all 32) - see MlaGeometry::lds_row_pad.
+inline constexpr int kQRowPad = 8;
 
 // One MFMA of S^T = K Q^T over k = k0..k0+k-1 of the 576 (16 tokens x 16 rows).
 struct QkBlock {
@@ -42,7 +44,8 @@ struct MlaGeometry {
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
   int kv_row_bytes = 0;    // bytes of one token row in memory (576 x kv bytes)
-  int lds_row_bytes = 0;   // LDS stride of a token row: kv_row_bytes + kLdsRowPad
+  int lds_row_pad = 8;     // 8, or 16 when the K operand reads 16 bytes per lane
+  int lds_row_bytes = 0;   // LDS stride of a token row: kv_row_bytes + lds_row_pad
   int lds_bytes = 0;       // ring * S * T * lds_row_bytes + q_region_bytes
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
@@ -56,10 +59,10 @@ struct MlaGeometry {
 };
 
 // LDS bytes of one row block's Q image when S consumers share it (16 padded rows of 576 x q
-// bytes + kLdsRowPad, copied in 8-byte pieces).
+// bytes + kQRowPad, copied in 8-byte pieces).
 int q_share_bytes(int kv_splits, int q_bytes);
 // LDS stride of a Q row.
-inline int q_lds_row_bytes(int q_bytes) { return kMlaDim * q_bytes + kLdsRowPad; }
+inline int q_lds_row_bytes(int q_bytes) { return kMlaDim * q_bytes + kQRowPad; }
 
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);

@@ -50,7 +50,8 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   CHECK(k3.ring == 2);
   CHECK_FALSE(k3.q_in_lds);
   CHECK(k3.slot_tokens == 64);
-  CHECK(k3.lds_bytes == 2 * 64 * (576 + kLdsRowPad));
+  CHECK(k3.lds_row_pad == 16);  // K=128 reads 16 bytes of K per lane
+  CHECK(k3.lds_bytes == 2 * 64 * (576 + 16));
   CHECK(k3.v_lds_transpose);
   CHECK(k3.qk_blocks.size() == 6);  // 4 x K=128 f8f6f4 + 2 x K=32
   // gfx942 fp8/fp8: two-slot rings of two 32-token tiles would need 72 KiB: one slot, Q in LDS.
@@ -58,7 +59,8 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   CHECK(f942.kv_splits == 2);
   CHECK(f942.ring == 1);
   CHECK(f942.q_in_lds);
-  CHECK(f942.lds_bytes == 64 * (576 + kLdsRowPad) + 16 * (576 + kLdsRowPad));
+  CHECK(f942.lds_row_pad == 8);
+  CHECK(f942.lds_bytes == 64 * (576 + 8) + 16 * (576 + kQRowPad));
   CHECK_FALSE(f942.v_lds_transpose);
   CHECK(f942.qk_blocks.size() == 18);
   // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles over four consumers, one slot, Q in LDS.
