@@ -130,6 +130,25 @@ class MlaDecodeBuilder {
 
   int slot_bytes() const { return g_.slot_tokens * g_.lds_row_bytes; }
 
+  // The producer's token swizzle for conflict-free ds_write_b128 (two lanes per fp8 token, rows
+  // 592 bytes apart); checked here against the bank model rather than assumed.
+  bool write_token_swizzle() const {
+    const int lpt = 64 / g_.tile_tokens, chunk = g_.kv_row_bytes / std::max(1, lpt);
+    if (!(lpt == 2 && g_.kv_bytes == 1 && g_.lds_row_pad == 16)) return false;
+    for (int grp = 0; grp < 8; ++grp) {  // 8 lanes per 128-byte group
+      int banks[32] = {};
+      for (int l = 8 * grp; l < 8 * grp + 8; ++l) {
+        const int q = l / 2, part = l % 2;
+        const int token = 8 * (q / 8) + 2 * ((q / 4) % 2) + q % 2 + 4 * ((q / 2) % 2);
+        const int dword = (token * g_.lds_row_bytes + part * chunk) / 4;
+        for (int i = 0; i < 4; ++i) ++banks[(dword + i) % 32];
+      }
+      for (int c : banks)
+        if (c > 1) throw std::logic_error("mla_decode: the producer's write swizzle conflicts");
+    }
+    return true;
+  }
+
   // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
   void unless_scc1(F&& body) {
@@ -149,6 +168,21 @@ class MlaDecodeBuilder {
     VReg vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"),
          lds_off = ra.vgpr(1, "p_lds_offset");
     b.v_lshrrev_b32(vt, Imm(log2i(lanes_per_token)), lane_);
+    if (write_token_swizzle()) {
+      // Pair q = lane / 2 writes token 8(q/8) + 2((q/4)%2) + q%2 + 4((q/2)%2): the 8 lanes of a
+      // ds_write_b128 group then write tokens {0,1,4,5} or {2,3,6,7} (mod 8), whose 16-byte
+      // pieces at parts 0 and 288 fall in 8 distinct 4-bank groups with 592-byte rows
+      // (row r at bank 20 r, part 1 at +8). Lanes of a token stay in one quad (page-id DPP).
+      VReg t = part_off;
+      b.v_and_b32(t, Imm(1), vt);
+      VReg u = lds_off;
+      b.v_bfe_u32(u, vt, Imm(1), Imm(1));
+      b.v_lshl_add_u32(t, u, Imm(2), t);                // q%2 + 4((q/2)%2)
+      b.v_bfe_u32(u, vt, Imm(2), Imm(1));
+      b.v_lshl_add_u32(t, u, Imm(1), t);                // + 2((q/4)%2)
+      b.v_lshrrev_b32(u, Imm(3), vt);
+      b.v_lshl_add_u32(vt, u, Imm(3), t);               // + 8(q/8)
+    }
     b.v_and_b32(part_off, Imm(lanes_per_token - 1), lane_);
     b.v_mul_u32_u24(part_off, Imm(chunk), part_off);
     b.v_mul_u32_u24(lds_off, Imm(E), vt);
