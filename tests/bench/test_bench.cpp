@@ -215,3 +215,21 @@ TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a cle
   o.runs = 10;
   CHECK_THROWS_AS(hip_bench(seed000_shapes(), o, table), std::invalid_argument);
 }
+
+TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/fp8 at 8, 12 and 16 heads") {
+  // gfx942 bf16/fp8 (0.72) is reported, not asserted: docs/performance.md explains why.
+  int checked = 0;
+  for (const auto& r : seed_results())
+    if (r.shape.shape.target == rt::Target::gfx950) {
+      INFO(r.shape.name << ": " << r.issue_over_mem);
+      CHECK(r.issue_over_mem <= 0.3);
+      ++checked;
+    }
+  CHECK(checked == 4);
+  for (const char* spec : {"gfx950:fp8/fp8:h8:pg1:4096x4", "gfx950:fp8/fp8:h16:pg128:4096x4"}) {
+    ShapeResult r = measure_shape(parse_shape(spec), quick());
+    INFO(spec << ": " << r.issue_over_mem << " (" << r.decode_kernel << ")");
+    CHECK(r.issue_over_mem <= 0.3);
+    CHECK(r.lds_bank_factor <= 1.1);  // conflict-free in the bank model, but for the odd group
+  }
+}
