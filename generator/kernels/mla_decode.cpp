@@ -20,6 +20,7 @@
 // See docs/mla-decode.md for the geometry rules, the schedule and the LDS layout.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -130,23 +131,32 @@ class MlaDecodeBuilder {
 
   int slot_bytes() const { return g_.slot_tokens * g_.lds_row_bytes; }
 
-  // The producer's token swizzle for conflict-free ds_write_b128 (two lanes per fp8 token, rows
-  // 592 bytes apart); checked here against the bank model rather than assumed.
-  bool write_token_swizzle() const {
-    const int lpt = 64 / g_.tile_tokens, chunk = g_.kv_row_bytes / std::max(1, lpt);
-    if (!(lpt == 2 && g_.kv_bytes == 1 && g_.lds_row_pad == 16)) return false;
-    for (int grp = 0; grp < 8; ++grp) {  // 8 lanes per 128-byte group
-      int banks[32] = {};
-      for (int l = 8 * grp; l < 8 * grp + 8; ++l) {
-        const int q = l / 2, part = l % 2;
-        const int token = 8 * (q / 8) + 2 * ((q / 4) % 2) + q % 2 + 4 * ((q / 2) % 2);
-        const int dword = (token * g_.lds_row_bytes + part * chunk) / 4;
-        for (int i = 0; i < 4; ++i) ++banks[(dword + i) % 32];
+  // The producer's token swizzle for its ds_write_b128s: lane pair/quad q (lanes_per_token lanes
+  // each, in one quad for the page-id DPP) writes token perm(q), perm a permutation of q's bits.
+  // The first permutation (identity first) under which every 8-lane, 128-byte write group is
+  // conflict-free in the emulator's bank model wins; none: the one with the fewest conflicts.
+  std::vector<int> write_token_bits() const {
+    const int lpt = 64 / g_.tile_tokens, chunk = g_.kv_row_bytes / lpt, nbits = log2i(g_.tile_tokens);
+    std::vector<int> perm(static_cast<size_t>(nbits)), best;
+    for (int i = 0; i < nbits; ++i) perm[size_t(i)] = i;
+    int best_cost = 1 << 30;
+    do {
+      int cost = 0;
+      for (int grp = 0; grp < 8; ++grp) {  // 8 lanes of 16 bytes per 128-byte group
+        int banks[32] = {};
+        for (int l = 8 * grp; l < 8 * grp + 8; ++l) {
+          const int q = l / lpt, part = l % lpt;
+          int token = 0;
+          for (int i = 0; i < nbits; ++i) token |= ((q >> i) & 1) << perm[size_t(i)];
+          const int dword = (token * g_.lds_row_bytes + part * chunk) / 4;
+          for (int i = 0; i < 4; ++i) ++banks[(dword + i) % 32];
+        }
+        cost += *std::max_element(banks, banks + 32);
       }
-      for (int c : banks)
-        if (c > 1) throw std::logic_error("mla_decode: the producer's write swizzle conflicts");
-    }
-    return true;
+      if (cost < best_cost) best_cost = cost, best = perm;
+      if (cost == 8) break;  // one clock per group
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    return best;
   }
 
   // Emits `body` behind a branch that skips it when SCC is 1.
@@ -168,20 +178,18 @@ class MlaDecodeBuilder {
     VReg vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"),
          lds_off = ra.vgpr(1, "p_lds_offset");
     b.v_lshrrev_b32(vt, Imm(log2i(lanes_per_token)), lane_);
-    if (write_token_swizzle()) {
-      // Pair q = lane / 2 writes token 8(q/8) + 2((q/4)%2) + q%2 + 4((q/2)%2): the 8 lanes of a
-      // ds_write_b128 group then write tokens {0,1,4,5} or {2,3,6,7} (mod 8), whose 16-byte
-      // pieces at parts 0 and 288 fall in 8 distinct 4-bank groups with 592-byte rows
-      // (row r at bank 20 r, part 1 at +8). Lanes of a token stay in one quad (page-id DPP).
-      VReg t = part_off;
-      b.v_and_b32(t, Imm(1), vt);
-      VReg u = lds_off;
-      b.v_bfe_u32(u, vt, Imm(1), Imm(1));
-      b.v_lshl_add_u32(t, u, Imm(2), t);                // q%2 + 4((q/2)%2)
-      b.v_bfe_u32(u, vt, Imm(2), Imm(1));
-      b.v_lshl_add_u32(t, u, Imm(1), t);                // + 2((q/4)%2)
-      b.v_lshrrev_b32(u, Imm(3), vt);
-      b.v_lshl_add_u32(vt, u, Imm(3), t);               // + 8(q/8)
+    const std::vector<int> bits = write_token_bits();
+    bool identity = true;
+    for (size_t i = 0; i < bits.size(); ++i) identity = identity && bits[i] == int(i);
+    if (!identity) {
+      // Token = bit i of q moved to bit bits[i] (see write_token_bits).
+      VReg t = part_off, u = lds_off;
+      b.v_mov_b32(t, Imm(0));
+      for (size_t i = 0; i < bits.size(); ++i) {
+        b.v_bfe_u32(u, vt, Imm(int(i)), Imm(1));
+        b.v_lshl_or_b32(t, u, Imm(bits[i]), t);
+      }
+      b.v_mov_b32(vt, t);
     }
     b.v_and_b32(part_off, Imm(lanes_per_token - 1), lane_);
     b.v_mul_u32_u24(part_off, Imm(chunk), part_off);
