@@ -577,17 +577,32 @@ class MlaDecodeBuilder {
 
     // LDS addresses: K operand row j plus the lane's g term of each k layout in use; V reads
     // token 4g, columns 4j (or the transposing reads' rows).
-    // Token order: S^T sub-tile st, row i holds token 16 st + (i + 4 st) % 16. The lane of group
-    // g then holds, for p = 4 st + r, token 16 st + 4 ((g + st) % 4) + r. With the padded row
-    // stride this keeps every LDS read conflict-free in the bank model: the 8 (or 16) rows a
-    // K read group touches are consecutive modulo 16, and the 8 tokens of a lane group's PV
-    // k values fall in distinct rows modulo 8 (a transposing read group).
-    VReg rj = ra.vgpr(1, "c_rotated_row");
+    // Token order: S^T sub-tile st, row i = 4x + r holds token 16 st + 4 h(x, st) + r, so the
+    // lane of group g holds, for p = 4 st + r, token 16 st + 4 h(g, st) + r. h keeps the LDS
+    // reads conflict-free in the bank model (the 16 rows of a K read group are distinct modulo
+    // 16 for any h that permutes 0..3): with transposing V reads, h = (x + st) % 4, so the 8
+    // tokens of a lane group's PV k values fall in distinct rows modulo 8; with V read 4 bytes
+    // per lane (gfx942, 32 lanes per group = groups g = 0 and 1), h swaps x's two bits, so
+    // those two groups' rows are 8 apart (16 banks at 584-byte rows).
+    auto token_group = [&](VReg dst, VReg x, int st) {  // dst = 4 h(x, st), x in 0..3
+      if (g_.v_lds_transpose) {
+        b.v_add_u32(dst, Imm(st), x);
+        b.v_and_b32(dst, Imm(3), dst);
+      } else {
+        b.v_and_b32(gq, Imm(1), x);
+        b.v_lshrrev_b32(dst, Imm(1), x);
+        b.v_lshl_or_b32(dst, gq, Imm(1), dst);
+      }
+      b.v_lshlrev_b32(dst, Imm(2), dst);
+    };
+    VReg rj = ra.vgpr(1, "c_k_row"), xj = ra.vgpr(1, "c_k_row_group");
     std::map<std::pair<int, int>, VReg> kbase;  // (gstride, st) -> LDS base in the slot
     std::map<int, VReg> kaddr;                  // gstride -> address of the current sub-tile
     for (int st = 0; st < sub_tiles; ++st) {
-      b.v_add_u32(rj, Imm(4 * st), j);
-      b.v_and_b32(rj, Imm(15), rj);
+      b.v_lshrrev_b32(xj, Imm(2), j);
+      token_group(rj, xj, st);
+      b.v_and_b32(xj, Imm(3), j);
+      b.v_add_u32(rj, rj, xj);                      // 4 h(j/4, st) + j%4 (+ 16 st: immediate)
       for (const auto& blk : blocks) {
         const int gs = gstride(blk);
         if (kbase.count({gs, st})) continue;
@@ -599,14 +614,15 @@ class MlaDecodeBuilder {
         if (!kaddr.count(gs)) kaddr[gs] = ra.vgpr(1, fmt::format("c_k_addr_g{}", gs));
       }
     }
-    ra.release(rj);
-    // gtok[st] = 4 ((g + st) % 4): the lane's first token of sub-tile st, less 16 st.
-    std::vector<VReg> gtok{g4};
-    for (int st = 1; st < sub_tiles; ++st) {
+    // gtok[st] = 4 h(g, st): the lane's first token of sub-tile st, less 16 st.
+    std::vector<VReg> gtok;
+    b.v_lshrrev_b32(xj, Imm(4), lane_);  // g
+    for (int st = 0; st < sub_tiles; ++st) {
       gtok.push_back(ra.vgpr(1, fmt::format("c_group_token_s{}", st)));
-      b.v_add_u32(gtok.back(), Imm(4 * st), g4);
-      b.v_and_b32(gtok.back(), Imm(15), gtok.back());
+      token_group(gtok.back(), xj, st);
     }
+    ra.release(rj);
+    ra.release(xj);
     // V: per sub-tile base (the transposing b8 read needs one: its source lanes carry st).
     const bool tr_b8 = g_.v_lds_transpose && kvb == 1;
     std::vector<VReg> vbase, vaddr;
