@@ -485,7 +485,8 @@ class MlaDecodeBuilder {
       const int P = kMlaDim * qb / 8, pieces = kRowsPerWave * P, per_round = 64 * S;
       const int rounds = (pieces + per_round - 1) / per_round;
       const auto [mul, shift] = q_piece_divider(qb);
-      if (rounds * per_round > kRowsPerWave * P + 64 * 4) throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
+      if (rounds * per_round > kRowsPerWave * P + 64 * 4)
+        throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
       static_assert(kQRowPad == 8, "the Q copy maps piece q to LDS byte 8 (q + q / P)");
       VReg piece = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global"), lds = ra.vgpr(1, "c_q_piece_lds");
       SReg t = ra.sgpr(1, "c_q_tmp"), saved = ra.sgpr(2, "c_q_exec");
