@@ -159,6 +159,14 @@ class MlaDecodeBuilder {
     return best;
   }
 
+  // An LDS read of dst.count (1, 2 or 4) dwords.
+  void ds_read_dwords(VReg dst, VReg addr, uint32_t off) {
+    if (dst.count == 1) b_->ds_read_b32(dst, addr, off);
+    else if (dst.count == 2) b_->ds_read_b64(dst, addr, off);
+    else if (dst.count == 4) b_->ds_read_b128(dst, addr, off);
+    else throw std::logic_error(fmt::format("mla_decode: no LDS read of {} dwords", dst.count));
+  }
+
   // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
   void unless_scc1(F&& body) {
@@ -474,7 +482,7 @@ class MlaDecodeBuilder {
       // the ring), so each Q byte is read from memory once per workgroup: the consumers copy
       // the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer s taking
       // pieces s*64 + lane of every round; after the barrier each reads its operands.
-      const int area = q_share_bytes(S, qb);
+      const int area = q_share_bytes(qb);
       SReg qarea = ra.sgpr(1, "c_q_lds_base");
       b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
       b.s_mul_i32(qarea, qarea, Imm(area));
@@ -522,9 +530,7 @@ class MlaDecodeBuilder {
       for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);  // Q in LDS: the loop reads through these
       if (!g_.q_in_lds) {
         fill_q([&](VReg dst, int gs, uint32_t off) {
-          if (dst.count == 1) b.ds_read_b32(dst, qg[gs], off);
-          else if (dst.count == 2) b.ds_read_b64(dst, qg[gs], off);
-          else b.ds_read_b128(dst, qg[gs], off);
+          ds_read_dwords(dst, qg[gs], off);
         });
         b.s_barrier();  // Q is in every consumer's AGPRs: slot 1 is the producer's again
       }
@@ -730,9 +736,7 @@ class MlaDecodeBuilder {
             const int n = std::max(1, c.len * kvb / 4);
             const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
             VReg dst = raw.back().sub(reg, n), addr = kaddr[gstride(blk)];
-            if (n == 1) b.ds_read_b32(dst, addr, off);
-            else if (n == 2) b.ds_read_b64(dst, addr, off);
-            else b.ds_read_b128(dst, addr, off);
+            ds_read_dwords(dst, addr, off);
             reg += n;
           }
         }
@@ -749,9 +753,7 @@ class MlaDecodeBuilder {
               const int n = c.len * qb / 4;
               VReg dst = qv.back().sub(reg, n), addr = qg[gstride(blk)];
               const uint32_t off = uint32_t(c.elem_off * qb);
-              if (n == 1) b.ds_read_b32(dst, addr, off);
-              else if (n == 2) b.ds_read_b64(dst, addr, off);
-              else b.ds_read_b128(dst, addr, off);
+              ds_read_dwords(dst, addr, off);
               reg += n;
             }
           }
@@ -868,8 +870,7 @@ class MlaDecodeBuilder {
         const int st = p / 4;  // token 16 st + gtok[st] + p % 4 (gtok in vaddr[st])
         uint32_t off = uint32_t((16 * st + p % 4) * E + 64 * nb * kvb);
         VReg dst = vraw.sub(p * v_regs_per_token, v_regs_per_token);
-        if (kvb == 1) b.ds_read_b32(dst, vaddr[st], off);
-        else b.ds_read_b64(dst, vaddr[st], off);
+        ds_read_dwords(dst, vaddr[st], off);
       }
       if (widen_v) {
         // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].

@@ -30,7 +30,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
 }
 
-int q_share_bytes(int kv_splits, int q_bytes) { return kRowsPerWave * q_lds_row_bytes(q_bytes); }
+int q_share_bytes(int q_bytes) { return kRowsPerWave * q_lds_row_bytes(q_bytes); }
 
 MlaGeometry mla_geometry(const KernelSpec& s) {
   const Target& t = target(s.arch);
@@ -106,10 +106,10 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
         if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
         if (ring == 1 && sp > 1 && !qlds) continue;
         const int ring_bytes = ring * sp * tile_bytes;
-        const int q_region = qlds ? g.row_blocks * q_share_bytes(sp, g.q_bytes) : 0;
+        const int q_region = qlds ? g.row_blocks * q_share_bytes(g.q_bytes) : 0;
         if (uint32_t(ring_bytes + q_region) > t.lds_bytes) continue;
         if (sp > 1 && sp * g.tile_tokens * g.kv_row_bytes > 144 * 256) continue;
-        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(sp, g.q_bytes) > sp * tile_bytes) continue;
+        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(g.q_bytes) > sp * tile_bytes) continue;
         if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
         g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
         found = true;

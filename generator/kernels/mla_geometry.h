@@ -58,9 +58,8 @@ struct MlaGeometry {
   nlohmann::json to_json() const;
 };
 
-// LDS bytes of one row block's Q image when S consumers share it (16 padded rows of 576 x q
-// bytes + kQRowPad, copied in 8-byte pieces).
-int q_share_bytes(int kv_splits, int q_bytes);
+// LDS bytes of one row block's Q image (16 padded rows of 576 x q bytes + kQRowPad).
+int q_share_bytes(int q_bytes);
 // LDS stride of a Q row.
 inline int q_lds_row_bytes(int q_bytes) { return kMlaDim * q_bytes + kQRowPad; }
 
