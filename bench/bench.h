@@ -75,6 +75,9 @@ struct ModelUnit {
 struct KernelFacts {
   int tile_tokens = 0;
   double read_per_token = 0, read_per_unit = 0;    // decode global bytes (fit of measured counters)
+  // Decode distinct bytes read (each address once per launch; fit of measured counters): what
+  // reaches HBM when every re-read hits the L2 / Infinity Cache (the model's cache assumption).
+  double distinct_per_token = 0, distinct_per_unit = 0, distinct_per_q_group = 0;
   double write_partial_unit = 0, write_final_unit = 0;  // decode global bytes written per unit
   double reduce_per_entry = 0, reduce_per_split = 0;     // reduce global bytes (read + written)
   double inflight_bytes_per_wg = 0;   // static, producer loop
@@ -94,8 +97,9 @@ struct ModeledTime {
 };
 
 // Units are handed to CU (i mod C) in launch order (the planner's dispatch assumption).
+// q_groups: distinct (request, row group) pairs, whose Q the launch reads from HBM once.
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits);
+                       int reduce_entries, int reduce_splits, int q_groups);
 std::vector<ModelUnit> model_units(const rt::Plan& plan);
 
 // Brute force: every request split into s near-equal whole-tile runs, for s = 1..max_splits,
@@ -136,8 +140,10 @@ struct RunSample {
   std::vector<int> kv_lens;
   int num_cus = 0;
   double U = 0, N = 0, E = 0, S = 0;   // units, tokens (row groups each), reduce entries, their splits
+  double G = 0;                        // (request, row group) pairs: distinct Q blocks
   double partial_units = 0, final_units = 0;
   double decode_read = 0, decode_written = 0, reduce_read = 0, reduce_written = 0;
+  double decode_read_distinct = 0, reduce_read_distinct = 0;  // distinct bytes (each address once)
   double mfma_macs = 0, wave_insts = 0;
   double lds_bank_cycles = 0, lds_ideal_cycles = 0;  // decode, emulator's bank model (modeled)
   double traffic_read = 0, traffic_needed = 0;  // runtime's Traffic (read vs plan-needed)
@@ -151,6 +157,12 @@ struct Fit2 {
   double a = 0, b = 0, residual = 0;
 };
 Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y);
+// Least squares y = sum_k c[k] * x[i][k] over samples i (normal equations); residual as above.
+struct FitN {
+  std::vector<double> c;
+  double residual = 0;
+};
+FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
 
 struct ShapeResult {
   BenchShape shape;
@@ -168,6 +180,11 @@ struct ShapeResult {
   double ratio_moved_over_min = 0;      // (read + written) / (KV + indices + Q + O)
   double ratio_moved_over_plan = 0;     // (read + written) / (KV + idx + Q + O + 2 x partials + tables)
   double ratio_read_over_needed = 0;    // runtime Traffic definition (read / plan-needed reads)
+  // Distinct bytes read (every address counted once per launch, decode and reduce): the bytes
+  // the plan needs. Re-reads (Q by every unit of a request, lines shared by two units) are
+  // read_bytes - read_distinct_bytes; the model serves them from the L2 / Infinity Cache.
+  double read_distinct_bytes = 0;
+  double ratio_distinct_moved_over_plan = 0;  // (distinct read + written) / (min + 2 x partials + tables)
   double partial_over_kv = 0;           // partial traffic (written + read) / KV bytes
   double kv_bytes_per_cu = 0;
   // compute

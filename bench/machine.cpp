@@ -46,18 +46,19 @@ std::vector<ModelUnit> model_units(const rt::Plan& plan) {
 }
 
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits) {
+                       int reduce_entries, int reduce_splits, int q_groups) {
   const int C = m.cus;
   std::vector<double> bytes(C, 0), tiles(C, 0);
   std::vector<int> n(C, 0);
-  double total = 0;
+  // Every read passes the CU's port (bytes[c]); HBM sees each distinct byte once per launch
+  // (re-reads such as Q by every unit of a request hit the L2 / Infinity Cache: modeled).
+  double total = f.distinct_per_q_group * q_groups;
   for (size_t i = 0; i < units.size(); ++i) {
     const auto& u = units[i];
     const int c = int(i % size_t(C));
-    double b = f.read_per_unit + f.read_per_token * double(u.tokens) +
-               (u.partial ? f.write_partial_unit : f.write_final_unit);
-    bytes[c] += b;
-    total += b;
+    const double w = u.partial ? f.write_partial_unit : f.write_final_unit;
+    bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + w;
+    total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) + w;
     tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
     n[c] += 1;
   }
@@ -121,7 +122,7 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
     }
     // Longest first; unit i goes to CU i mod C (one unit per CU per round).
     std::stable_sort(units.begin(), units.end(), [](const ModelUnit& a, const ModelUnit& b) { return a.tokens > b.tokens; });
-    const double t = model_time(m, f, units, entries, splits).total_s;
+    const double t = model_time(m, f, units, entries, splits, int(kv_lens.size()) * f.row_groups).total_s;
     bf.tried.push_back({s, t});
     if (bf.best_splits == 0 || t < bf.best_s) {
       bf.best_s = t;

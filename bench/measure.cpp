@@ -80,17 +80,19 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   x.U = double(r.plan.units.size());
   x.N = double(r.plan.total_tokens());
   x.E = double(r.plan.reduces.size());
+  x.G = double(kv_lens.size()) * r.plan.row_groups;
   for (const auto& e : r.plan.reduces) x.S += e.num_splits;
   for (const auto& u : r.plan.units) (u.partial >= 0 ? x.partial_units : x.final_units) += 1;
-  auto sum = [](const emu::Counters& c, double& rd, double& wr) {
+  auto sum = [](const emu::Counters& c, double& rd, double& rdd, double& wr) {
     for (const auto& b : c.buffers)
       if (b.name != "kernarg") {
         rd += double(b.read);
+        rdd += double(b.read_distinct);
         wr += double(b.written);
       }
   };
-  sum(r.decode, x.decode_read, x.decode_written);
-  if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_written);
+  sum(r.decode, x.decode_read, x.decode_read_distinct, x.decode_written);
+  if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_read_distinct, x.reduce_written);
   x.mfma_macs = double(r.decode.total.mfma_macs);
   x.wave_insts = double(r.decode.total.wave_insts);
   x.lds_bank_cycles = double(r.decode.total.lds_bank_cycles);
@@ -120,6 +122,40 @@ Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const st
   return f;
 }
 
+FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
+  const size_t k = x.empty() ? 0 : x[0].size();
+  // Normal equations A c = b, solved by Gaussian elimination with partial pivoting.
+  std::vector<std::vector<double>> a(k, std::vector<double>(k + 1, 0.0));
+  for (size_t i = 0; i < y.size(); ++i)
+    for (size_t r = 0; r < k; ++r) {
+      for (size_t c = 0; c < k; ++c) a[r][c] += x[i][r] * x[i][c];
+      a[r][k] += x[i][r] * y[i];
+    }
+  double scale = 0;
+  for (size_t r = 0; r < k; ++r) scale = std::max(scale, std::fabs(a[r][r]));
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
+    if (std::fabs(a[piv][c]) <= 1e-12 * std::max(1.0, scale))
+      throw std::runtime_error("mlabench: linear fit is singular (the samples do not vary every feature)");
+    std::swap(a[c], a[piv]);
+    for (size_t r = 0; r < k; ++r)
+      if (r != c) {
+        const double f = a[r][c] / a[c][c];
+        for (size_t q = c; q <= k; ++q) a[r][q] -= f * a[c][q];
+      }
+  }
+  FitN f;
+  for (size_t r = 0; r < k; ++r) f.c.push_back(a[r][k] / a[r][r]);
+  for (size_t i = 0; i < y.size(); ++i) {
+    double e = y[i];
+    for (size_t r = 0; r < k; ++r) e -= f.c[r] * x[i][r];
+    if (y[i] != 0) f.residual = std::max(f.residual, std::fabs(e) / std::fabs(y[i]));
+  }
+  return f;
+}
+
 nlohmann::json ShapeResult::to_json() const {
   nlohmann::json j;
   j["name"] = shape.name;
@@ -138,6 +174,8 @@ nlohmann::json ShapeResult::to_json() const {
       {"moved_over_min", ratio_moved_over_min},
       {"moved_over_plan_needed", ratio_moved_over_plan},
       {"runtime_read_over_needed", ratio_read_over_needed},
+      {"read_distinct", read_distinct_bytes},
+      {"distinct_moved_over_plan_needed", ratio_distinct_moved_over_plan},
       {"partial_traffic_over_kv", partial_over_kv},
       {"macs_issued", macs_issued},
       {"macs_useful", macs_useful},
@@ -224,6 +262,9 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     RunSample x = run_sample(s, bs.kv_lens, m.cus, 1, 0);
     r.samples.push_back(x);
     r.read_bytes = x.decode_read + x.reduce_read;
+    r.read_distinct_bytes = x.decode_read_distinct + x.reduce_read_distinct;
+    f.distinct_per_token = x.decode_read_distinct / x.N;  // as read_per_token: not split by feature
+    f.distinct_per_unit = f.distinct_per_q_group = 0;
     r.written_bytes = x.decode_written + x.reduce_written;
     macs = x.mfma_macs;
     r.ratio_read_over_needed = x.traffic_read / x.traffic_needed;
@@ -233,15 +274,20 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     f.write_final_unit = x.final_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
     f.reduce_per_split = x.S ? (x.reduce_read + x.reduce_written) / x.S : 0;
   } else {
-    std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn;
+    std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn, yd;
+    std::vector<std::vector<double>> xung;
     for (const auto& x : r.samples) {
       xu.push_back(x.U);
       xn.push_back(x.N);
+      xung.push_back({x.U, x.N, x.G});
       yr.push_back(x.decode_read);
+      yd.push_back(x.decode_read_distinct);
       ym.push_back(x.mfma_macs);
       ytr.push_back(x.traffic_read - x.reduce_read);
     }
     Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym);
+    // Distinct reads: Q once per (request, row group), the rest per unit and per token.
+    FitN fd = fit_linear(xung, yd);
     // Reduce: samples 0..2 run it (entries 1, 1, 2); bytes = a*entries + b*splits.
     for (const auto& x : r.samples)
       if (x.E > 0) {
@@ -254,7 +300,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     for (const auto& x : r.samples)
       if (x.E > 0) rr.push_back(x.reduce_read);
     Fit2 fredr = fit2(re, rs, rr);
-    r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual});
+    std::vector<double> rrd;
+    for (const auto& x : r.samples)
+      if (x.E > 0) rrd.push_back(x.reduce_read_distinct);
+    Fit2 fredd = fit2(re, rs, rrd);
+    r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual, fd.residual, fredd.residual});
     // Decode writes: per partial unit (samples 0..2), per final unit (sample 3).
     double wp = 0, np = 0, wf = 0, nf = 0;
     for (const auto& x : r.samples) {
@@ -277,6 +327,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     const double red_read = E > 0 ? fredr.a * E + fredr.b * S : 0;
     const double red_all = E > 0 ? fred.a * E + fred.b * S : 0;
     r.read_bytes = dec_read + red_read;
+    f.distinct_per_unit = fd.c[0];
+    f.distinct_per_token = fd.c[1];
+    f.distinct_per_q_group = fd.c[2];
+    const double G = double(bs.kv_lens.size()) * plan.row_groups;
+    r.read_distinct_bytes = fd.c[0] * U + fd.c[1] * N + fd.c[2] * G + (E > 0 ? fredd.a * E + fredd.b * S : 0);
     r.written_bytes = f.write_partial_unit * partial_units + f.write_final_unit * final_units + (red_all - red_read);
     macs = fm.a * U + fm.b * N;
   }
@@ -296,6 +351,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.ratio_read_over_min = r.read_bytes / minimum;
   r.ratio_moved_over_min = (r.read_bytes + r.written_bytes) / minimum;
   r.ratio_moved_over_plan = (r.read_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
+  r.ratio_distinct_moved_over_plan =
+      (r.read_distinct_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
   if (!r.full_scale) {
     // The runtime's definition (reads vs the plan's needed reads), from the same extrapolation.
     double needed = 0;
@@ -343,7 +400,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   }
 
   // Modeled.
-  r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits);
+  r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits,
+                         int(bs.kv_lens.size()) * plan.row_groups);
   r.modeled_tbps = minimum / r.modeled.total_s / 1e12;
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
