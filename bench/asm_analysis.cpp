@@ -15,6 +15,7 @@
 
 #include "bench/bench.h"
 #include "mla/build_paths.h"
+#include "target/issue_model.h"
 #include "target/target.h"
 
 namespace mla::bench {
@@ -58,6 +59,15 @@ std::pair<size_t, size_t> find_loop(const std::vector<std::string>& L, const std
   throw std::runtime_error("mlabench: no label " + prefix + "* in the decode assembly");
 }
 
+// Bytes per lane of an LDS instruction.
+int lds_lane_bytes(const std::string& m) {
+  int bytes = 4;
+  for (auto [suffix, b] : std::initializer_list<std::pair<const char*, int>>{
+           {"_b64", 8}, {"_b96", 12}, {"_b128", 16}, {"2_b32", 8}, {"2_b64", 16}})
+    if (m.find(suffix) != std::string::npos) bytes = std::max(bytes, b);
+  return bytes;
+}
+
 }  // namespace
 
 // Issue cycles of one wave64 instruction on one SIMD (docs/performance.md, "Issue table"):
@@ -86,13 +96,7 @@ double issue_cycles_of(const std::string& line, rt::Target t) {
     if (m.find("_f64") != std::string::npos) return 16;
     return 4;
   }
-  if (starts(m, "ds_")) {
-    int bytes = 4;
-    for (auto [suffix, b] : std::initializer_list<std::pair<const char*, int>>{
-             {"_b64", 8}, {"_b96", 12}, {"_b128", 16}, {"2_b32", 8}, {"2_b64", 16}})
-      if (m.find(suffix) != std::string::npos) bytes = std::max(bytes, b);
-    return std::max(4.0, 64.0 * bytes / 128.0);
-  }
+  if (starts(m, "ds_")) return std::max(4.0, 64.0 * lds_lane_bytes(m) / 128.0);
   return 4;
 }
 
@@ -101,7 +105,8 @@ nlohmann::json HotLoop::to_json() const {
           {"valu", valu},                  {"lds", lds},                   {"salu", salu},
           {"mfma_cycles", mfma_cycles},    {"valu_cycles", valu_cycles},   {"lds_cycles", lds_cycles},
           {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles},
-          {"ring_stall_cycles_modeled", ring_stall_cycles}};
+          {"ring_stall_cycles_modeled", ring_stall_cycles}, {"coissue_cycles_modeled", coissue_cycles},
+          {"lds_bytes", lds_bytes}};
 }
 
 HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca) {
@@ -143,6 +148,26 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
       ++h.salu;
       h.salu_cycles += c;
     }
+  }
+  {
+    // Co-execution issue model over three iterations: the third one is the steady state (the
+    // MFMA pipe carries over the back edge).
+    const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+    std::vector<gen::IssueOp> ops;
+    for (const auto& l : h.insts) {
+      const std::string m = mnemonic(l);
+      int nops = 0;
+      if (m == "s_nop") nops = std::stoi(l.substr(l.find_first_of(" \t") + 1), nullptr, 0);
+      ops.push_back(gen::issue_op_of(tgt, m, nops));
+      if (starts(m, "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(m);
+    }
+    gen::IssueTimeline tl;
+    int end2 = 0;
+    for (int it = 0; it < 3; ++it) {
+      for (const auto& op : ops) tl.issue(op);
+      if (it == 1) end2 = tl.now();
+    }
+    h.coissue_cycles = 4.0 * (tl.now() - end2);
   }
   if (run_mca) {
     // llvm-mca on the same straight-line path (its scheduling model, dispatch width 1).

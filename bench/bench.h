@@ -85,7 +85,8 @@ struct KernelFacts {
   int row_blocks = 1;                 // 16-row blocks per workgroup (consumers = row_blocks x kv_splits)
   int max_resident_wgs = 1;           // workgroups a CU can hold (LDS-limited)
   int row_groups = 1;
-  double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (table)
+  double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (co-issue model + ring stall)
+  double lds_cycles_per_tile = 0;     // CU LDS clocks per tile (128 B/clk; consumers' reads + producer's write)
 };
 
 struct ModeledTime {
@@ -115,7 +116,11 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
 
 struct HotLoop {
   std::vector<std::string> insts;  // steady-state path of one tile (full tile)
-  double issue_cycles = 0;         // per-target table (docs/performance.md)
+  double issue_cycles = 0;         // per-target table (docs/performance.md): a serial sum, upper bound
+  // Steady-state cycles per iteration on the co-execution issue model (target/issue_model.h:
+  // MFMAs run in the matrix pipe while independent instructions issue; modeled).
+  double coissue_cycles = 0;
+  double lds_bytes = 0;            // bytes the wave moves through LDS per iteration (64 lanes)
   double ring_stall_cycles = 0;    // one-slot ring: modeled wait for the producer's LDS write
   double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
   int mfma = 0, valu = 0, lds = 0, salu = 0;
@@ -193,7 +198,9 @@ struct ShapeResult {
   double inflight_per_cu = 0, little_per_cu = 0;
   // hot loop
   HotLoop hot;
-  double tile_mem_cycles = 0, issue_over_mem = 0;
+  double tile_mem_cycles = 0, issue_over_mem = 0;  // issue_over_mem: serial table (upper bound)
+  double coissue_over_mem = 0;  // the same ratio on the co-issue model (modeled)
+  double lds_over_mem = 0;      // CU LDS clocks per tile / tile memory cycles (modeled bandwidth)
   double lds_bank_factor = 0;  // decode LDS clocks / conflict-free clocks (emulator bank model, modeled)
   // modeled
   KernelFacts facts;

@@ -73,7 +73,8 @@ ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector
     const double simds = std::min(4, resident * f.consumers);
     const double mem = bytes[c] / rate;
     // Every tile passes through each of the row blocks' consumers (one 16-row block each).
-    const double issue = tiles[c] * f.row_blocks * f.hot_loop_cycles / m.clock_hz / simds;
+    const double issue = std::max(tiles[c] * f.row_blocks * f.hot_loop_cycles / m.clock_hz / simds,
+                                  tiles[c] * f.lds_cycles_per_tile / m.clock_hz);  // LDS is per CU
     // Units on a CU run back to back (resident ones overlap their fill).
     const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
     const double tc = fill + std::max(mem, issue);

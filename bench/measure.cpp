@@ -188,6 +188,8 @@ nlohmann::json ShapeResult::to_json() const {
   j["target_model"] = {{"little_bytes_per_cu", little_per_cu},
                        {"tile_mem_cycles_at_cu_share", tile_mem_cycles},
                        {"hot_loop_issue_over_tile_mem", issue_over_mem},
+                       {"hot_loop_coissue_over_tile_mem_modeled", coissue_over_mem},
+                       {"lds_clocks_over_tile_mem_modeled", lds_over_mem},
                        {"lds_bank_factor_modeled", lds_bank_factor}};
   j["modeled"] = modeled.to_json();
   j["modeled"]["modeled_tbps"] = modeled_tbps;
@@ -382,7 +384,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   if (sel.decode.geometry.at("ring").get<int>() == 1)
     r.hot.ring_stall_cycles = sel.decode.geometry.at("slot_tokens").get<double>() *
                               sel.decode.geometry.at("lds_row_bytes").get<double>() / 128.0;
-  f.hot_loop_cycles = r.hot.issue_cycles + r.hot.ring_stall_cycles;
+  f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
   r.little_per_cu = m.little_bytes_per_cu();
@@ -392,7 +394,12 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
   // times to issue one tile's hot loop.
   const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
-  r.issue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
+  r.issue_over_mem = (r.hot.issue_cycles + r.hot.ring_stall_cycles) / (r.tile_mem_cycles * waves / f.row_blocks);
+  r.coissue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
+  // The CU's LDS (128 B per clock) serves every consumer of a tile (row blocks of them) and the
+  // producer's write of it.
+  f.lds_cycles_per_tile = (f.row_blocks * r.hot.lds_bytes + T * sel.decode.geometry.at("lds_row_bytes").get<double>()) / 128.0;
+  r.lds_over_mem = f.lds_cycles_per_tile / r.tile_mem_cycles;
   {
     double bank = 0, ideal = 0;
     for (const auto& x : r.samples) bank += x.lds_bank_cycles, ideal += x.lds_ideal_cycles;

@@ -39,16 +39,16 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
        "planner's full-scale plan) and static facts of the generated assembly. **Modeled** = the machine model of "
        "docs/performance.md, not a measurement. Published = the seed's own figures (MI300X, seed 001), not ours.\n\n";
   s += "| shape | kernel | units | CUs with work | max/mean work | read / min | moved / (min + partials) | distinct moved / (min + partials) | partials / KV "
-       "| MACs issued / useful | in flight per CU vs Little | hot-loop issue / tile mem | **modeled** us | **modeled** "
+       "| MACs issued / useful | in flight per CU vs Little | hot-loop issue / tile mem: serial table / co-issue (**modeled**) | **modeled** us | **modeled** "
        "TB/s | **modeled** plan / brute force | published aiter us | published seed kernel us |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     s += fmt::format(
-        "| {} | {} | {} | {}/{} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.4f} | {:.2f} | {:.1f} / {:.1f} KiB ({:.0f}%) | {:.2f} | {:.1f} | "
+        "| {} | {} | {} | {}/{} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.4f} | {:.2f} | {:.1f} / {:.1f} KiB ({:.0f}%) | {:.2f} / {:.2f} | {:.1f} | "
         "{:.2f} | {:.3f} (best s={}, {} WG/CU) | {} | {} |\n",
         x.shape.name, x.decode_kernel, x.units, x.cus_used, x.cus, x.balance, x.ratio_read_over_min,
         x.ratio_moved_over_plan, x.ratio_distinct_moved_over_plan, x.partial_over_kv, x.mac_ratio, x.inflight_per_cu / 1024, x.little_per_cu / 1024,
-        100 * x.inflight_per_cu / x.little_per_cu, x.issue_over_mem, x.modeled.total_s * 1e6, x.modeled_tbps,
+        100 * x.inflight_per_cu / x.little_per_cu, x.issue_over_mem, x.coissue_over_mem, x.modeled.total_s * 1e6, x.modeled_tbps,
         x.plan_over_best, x.brute.best_splits, x.facts.max_resident_wgs, x.shape.pub_aiter_us ? fmt::format("{:.2f}", *x.shape.pub_aiter_us) : "",
         x.shape.pub_ours_us ? fmt::format("{:.2f}", *x.shape.pub_ours_us) : "");
   }
@@ -67,20 +67,21 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
   }
   s += "\nHot loop per tile (measured statically from the generated .s; issue table of docs/performance.md; "
        "llvm-mca as a cross-check):\n\n| kernel | tile tokens | instructions | MFMA / VALU / LDS / SALU | issue cycles "
-       "(table) | + one-slot ring stall (**modeled**) | llvm-mca cycles | tile memory cycles at the CU's HBM share | consumer waves per CU (resident WGs x "
-       "consumers) / row blocks | (issue + stall) / (memory x waves / row blocks) | LDS clocks / conflict-free (**modeled** "
-       "bank model) |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "(serial table) | co-issue cycles (**modeled**, MFMA co-execution) | + one-slot ring stall (**modeled**) | llvm-mca cycles | "
+       "tile memory cycles at the CU's HBM share | consumer waves per CU (resident WGs x consumers) / row blocks | (issue + "
+       "stall) / (memory x waves / row blocks): serial / co-issue | CU LDS clocks per tile / tile memory (**modeled**, 128 B/clk) "
+       "| LDS clocks / conflict-free (**modeled** bank model) |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, bool> seen;
   for (const auto& x : r) {
     if (seen[x.decode_kernel]) continue;
     seen[x.decode_kernel] = true;
-    s += fmt::format("| {} | {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {} | {:.0f} | {} x {} / {} | {:.2f} | {:.2f} |\n",
+    s += fmt::format("| {} | {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {:.0f} | {} | {:.0f} | {} x {} / {} | {:.2f} / {:.2f} | {:.2f} | {:.2f} |\n",
                      x.decode_kernel, x.facts.tile_tokens, x.hot.insts.size(), x.hot.mfma, x.hot.valu, x.hot.lds,
-                     x.hot.salu, x.hot.issue_cycles, x.hot.ring_stall_cycles,
+                     x.hot.salu, x.hot.issue_cycles, x.hot.coissue_cycles, x.hot.ring_stall_cycles,
                      x.hot.mca_cycles >= 0 ? fmt::format("{:.0f}", x.hot.mca_cycles) : "n/a", x.tile_mem_cycles,
                      x.facts.max_resident_wgs, x.facts.consumers, x.facts.row_blocks, x.issue_over_mem,
-                     x.lds_bank_factor);
+                     x.coissue_over_mem, x.lds_over_mem, x.lds_bank_factor);
   }
   return s;
 }

@@ -28,8 +28,9 @@ std::string sha256_file(const std::string& path) {
   return sha256_hex(ss.str());
 }
 
-CompiledKernel compile_program(Program program, const PrintOptions& opts) {
+CompiledKernel compile_program(Program program, const PrintOptions& opts, bool schedule) {
   CompiledKernel k;
+  if (schedule) k.schedule = schedule_regions(program);
   k.waitcnt = insert_waitcnts(program);
   k.hazards = insert_hazard_nops(program);
   k.resources = kernel_resources(program);
@@ -43,7 +44,7 @@ CompiledKernel compile_kernel(const KernelSpec& spec, int code_object_version) {
   PrintOptions opts;
   opts.source = spec.source_config;
   opts.code_object_version = code_object_version;
-  CompiledKernel k = compile_program(build_program(spec), opts);
+  CompiledKernel k = compile_program(build_program(spec), opts, true);
   k.spec = spec;
   return k;
 }

@@ -685,7 +685,9 @@ class MlaDecodeBuilder {
     // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
     // than transposing bytes first and widening after).
     VReg vf32 = widen_v && !tr ? ra.vgpr(8, "c_v_f32", 2) : xop;
-    VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
+    // Widening K takes two temporary sets used in turn, so that consecutive dwords' conversions
+    // are independent and the scheduler can spread them over the MFMAs' shadow.
+    VReg xt = ra.vgpr(widen_k ? 8 : 4, "c_transpose_tmp", 2);
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
     VReg neg_inf = ra.vgpr(1, "c_neg_inf");
@@ -1092,10 +1094,12 @@ class MlaDecodeBuilder {
   }
 
   // Four fp8 bytes -> four bf16 (exact: every fp8 e4m3 value is a bf16 value). src: 1 dword
-  // (4 bytes) or 2 dwords (8 bytes); dst: 2 or 4 registers.
-  void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp4) {
+  // (4 bytes) or 2 dwords (8 bytes); dst: 2 or 4 registers. tmp: 4 registers, or 8 to use two
+  // sets in turn (consecutive calls too).
+  void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp) {
     Builder& b = *b_;
     for (int w = 0; w < src.count; ++w) {
+      VReg tmp4 = tmp.count >= 8 ? tmp.sub(4 * (widen_turn_++ % 2), 4) : tmp;
       b.v_cvt_pk_f32_fp8(tmp4.sub(0, 2), src[w], 0);
       b.v_cvt_pk_f32_fp8(tmp4.sub(2, 2), src[w], 1);
       b.v_perm_b32(dst[2 * w], tmp4[1], tmp4[0], K(sel(2, 3, 6, 7)));
@@ -1263,6 +1267,7 @@ class MlaDecodeBuilder {
   const KernelSpec& s_;
   MlaGeometry g_;
   Builder* b_ = nullptr;
+  int widen_turn_ = 0;  // widen_fp8_to_bf16: which temporary set goes next
   SReg args_, unit_, ntiles_, nslots_, wave_, iter_, split_;
   VReg lane_;
 };
