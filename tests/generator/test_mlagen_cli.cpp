@@ -47,6 +47,13 @@ TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") 
       CHECK(k["generator_version"] == MLA_GENERATOR_VERSION);
       CHECK_THAT(k["source_config"].get<std::string>(), Catch::StartsWith(std::string(mla::build::kSourceDir) + "/configs/"));
       CHECK(k["args"].size() >= 3);
+      // The scheduler never makes a region slower in its model, and it moves the decode kernels.
+      const auto& sch = k["schedule"];
+      CHECK(sch["modeled_issue_slots_scheduled"].get<int>() <= sch["modeled_issue_slots_program_order"].get<int>());
+      if (k["name"].get<std::string>().rfind("mla_decode", 0) == 0) {
+        CHECK(sch["instructions_moved"].get<int>() > 0);
+        CHECK(sch["modeled_issue_slots_scheduled"].get<int>() < sch["modeled_issue_slots_program_order"].get<int>());
+      }
     }
     std::ifstream csv(mla / "mla_asm.csv");
     std::string header;
