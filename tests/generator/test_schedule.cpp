@@ -56,6 +56,8 @@ bool dependent(const Inst& a, const Inst& b) {
   if (meets(x.def, y.use) || meets(x.use, y.def) || meets(x.def, y.def)) return true;
   const bool la = a.is_lds(), lb = b.is_lds();
   if (la && lb && (a.cls() == OpClass::LdsWrite || b.cls() == OpClass::LdsWrite)) return true;
+  auto global = [](const Inst& i) { return i.is_vmem() || i.cls() == OpClass::Smem; };
+  if (global(a) && global(b)) return true;  // global memory keeps program order
   return false;
 }
 
@@ -139,7 +141,10 @@ TEST_CASE("scheduler: random programs keep every dependence, their instructions,
     auto v = [&](int n = 1) { return VReg(uint16_t(8 + rng() % 12), uint16_t(n)); };
     const int n = 20 + int(rng() % 40);
     for (int k = 0; k < n; ++k) {
-      switch (rng() % 9) {
+      switch (rng() % 12) {
+        case 9: b.buffer_load_dword(v(), v(), SReg(12, 4), Imm(0), 4 * (rng() % 4)); break;
+        case 10: b.buffer_store_dword(v(), v(), SReg(12, 4), Imm(0), 4 * (rng() % 4)); break;
+        case 11: b.s_load_dword(SReg(uint16_t(4 + rng() % 4), 1), SReg(16, 2), 4 * (rng() % 4)); break;
         case 0: b.v_mfma_f32_16x16x16_bf16(VReg(uint16_t(rng() % 2 * 4), 4), v(2), v(2), AccSrc(VReg(uint16_t(rng() % 2 * 4), 4))); break;
         case 1: b.v_add_u32(v(), v(), v()); break;
         case 2: b.v_exp_f32(v(), v()); break;
