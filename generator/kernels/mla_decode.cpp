@@ -452,11 +452,13 @@ class MlaDecodeBuilder {
     VReg qstage = ra.vgpr(4, "c_q_stage", 4);
     // Moves chunk bytes of every QK block into the AGPRs, read with `read(dst, gstride, byte
     // offset)` (global memory or the LDS image of Q).
+    // A pair's two blocks are one read (their AGPRs are consecutive).
     auto fill_q = [&](auto&& read) {
       for (size_t bi = 0; bi < blocks.size(); ++bi) {
+        if (blocks[bi].pair_second) continue;
         int reg = qa_off[bi];
         for (const Chunk& c : lane_chunks(blocks[bi])) {
-          const int n = c.len * qb / 4;
+          const int n = c.len * qb / 4 * (blocks[bi].pair_first ? 2 : 1);
           VReg st = qstage.sub(0, n);
           read(st, gstride(blocks[bi]), uint32_t(c.elem_off * qb));
           for (int r = 0; r < n; ++r) b.v_accvgpr_write_b32(qa[reg + r], st[r]);
@@ -482,20 +484,20 @@ class MlaDecodeBuilder {
       // the ring), so each Q byte is read from memory once per workgroup: the consumers copy
       // the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer s taking
       // pieces s*64 + lane of every round; after the barrier each reads its operands.
-      const int area = q_share_bytes(qb);
+      const int area = q_share_bytes(qb, g_.q_row_pad);
       SReg qarea = ra.sgpr(1, "c_q_lds_base");
       b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
       b.s_mul_i32(qarea, qarea, Imm(area));
       b.s_add_u32(qarea, qarea, Imm(g_.q_in_lds ? g_.ring * slot_bytes() : slot_bytes()));
       // Piece q = round * 64S + 64s + lane of the block's 16 rows (P pieces per row): memory byte
-      // 8q from the block's first row; LDS byte 8(q + q / P) (rows padded by 8 bytes). q / P by
-      // multiply and shift, checked exact over the range here.
+      // 8q from the block's first row; LDS byte 8(q + (pad / 8) (q / P)) (rows padded by 8 or 16
+      // bytes). q / P by multiply and shift, checked exact over the range here.
       const int P = kMlaDim * qb / 8, pieces = kRowsPerWave * P, per_round = 64 * S;
       const int rounds = (pieces + per_round - 1) / per_round;
       const auto [mul, shift] = q_piece_divider(qb);
       if (rounds * per_round > kRowsPerWave * P + 64 * 4)
         throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
-      static_assert(kQRowPad == 8, "the Q copy maps piece q to LDS byte 8 (q + q / P)");
+      if (g_.q_row_pad != 8 && g_.q_row_pad != 16) throw std::logic_error("mla_decode: Q row pad is 8 or 16 bytes");
       VReg piece = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global"), lds = ra.vgpr(1, "c_q_piece_lds");
       SReg t = ra.sgpr(1, "c_q_tmp"), saved = ra.sgpr(2, "c_q_exec");
       b.s_lshl_b32(t, split_, Imm(6));
@@ -511,6 +513,7 @@ class MlaDecodeBuilder {
         }
         b.v_mul_u32_u24(lds, K(mul), piece);
         b.v_lshrrev_b32(lds, Imm(shift), lds);
+        if (g_.q_row_pad == 16) b.v_lshlrev_b32(lds, Imm(1), lds);
         b.v_add_u32(lds, piece, lds);
         b.v_lshlrev_b32(lds, Imm(3), lds);
         b.v_add_u32(lds, qarea, lds);
@@ -525,7 +528,7 @@ class MlaDecodeBuilder {
       }
       b.s_barrier();  // pairs with the producer's prologue barrier
       VReg qrow = ra.vgpr(1, "c_q_row_offset");
-      b.v_mul_u32_u24(qrow, Imm(q_lds_row_bytes(qb)), j);
+      b.v_mul_u32_u24(qrow, Imm(q_lds_row_bytes(qb, g_.q_row_pad)), j);
       b.v_add_u32(qrow, qarea, qrow);
       for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);  // Q in LDS: the loop reads through these
       if (!g_.q_in_lds) {
@@ -654,8 +657,11 @@ class MlaDecodeBuilder {
     int op_regs = 0, raw_max = 0, op_max = 0;
     auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
     auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qb / 4; };
+    // A pair stays in one batch (its operands are one read into consecutive registers).
     for (size_t bi = 0; bi < blocks.size(); ++bi) {
-      if (op_regs + op_regs_of(blocks[bi]) > 24 && !batches.back().empty()) batches.emplace_back(), op_regs = 0;
+      const int unit = op_regs_of(blocks[bi]) + (blocks[bi].pair_first ? op_regs_of(blocks[bi + 1]) : 0);
+      if (!blocks[bi].pair_second && op_regs + unit > 24 && !batches.back().empty())
+        batches.emplace_back(), op_regs = 0;
       batches.back().push_back(int(bi));
       op_regs += op_regs_of(blocks[bi]);
       op_max = std::max(op_max, op_regs);
@@ -731,16 +737,18 @@ class MlaDecodeBuilder {
           const QkBlock& blk = blocks[bi];
           raw.push_back(kraw.sub(rr, raw_regs_of(blk)));
           op.push_back(widen_k ? kop.sub(ro, op_regs_of(blk)) : raw.back());
+          if (!blk.pair_second) {  // a pair's K is one read into both blocks' registers
+            int reg = 0;
+            for (const Chunk& c : lane_chunks(blk)) {
+              const int n = std::max(1, c.len * kvb / 4) * (blk.pair_first ? 2 : 1);
+              const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
+              VReg dst = kraw.sub(rr + reg, n), addr = kaddr[gstride(blk)];
+              ds_read_dwords(dst, addr, off);
+              reg += n;
+            }
+          }
           rr += raw_regs_of(blk);
           ro += op_regs_of(blk);
-          int reg = 0;
-          for (const Chunk& c : lane_chunks(blk)) {
-            const int n = std::max(1, c.len * kvb / 4);
-            const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
-            VReg dst = raw.back().sub(reg, n), addr = kaddr[gstride(blk)];
-            ds_read_dwords(dst, addr, off);
-            reg += n;
-          }
         }
         // Q in LDS: this batch's Q operands, read like the AGPR copy is filled.
         std::vector<VReg> qv;
@@ -749,15 +757,17 @@ class MlaDecodeBuilder {
           for (int bi : bt) {
             const QkBlock& blk = blocks[bi];
             qv.push_back(qop.sub(rq, op_regs_of(blk)));
-            rq += op_regs_of(blk);
-            int reg = 0;
-            for (const Chunk& c : lane_chunks(blk)) {
-              const int n = c.len * qb / 4;
-              VReg dst = qv.back().sub(reg, n), addr = qg[gstride(blk)];
-              const uint32_t off = uint32_t(c.elem_off * qb);
-              ds_read_dwords(dst, addr, off);
-              reg += n;
+            if (!blk.pair_second) {
+              int reg = 0;
+              for (const Chunk& c : lane_chunks(blk)) {
+                const int n = c.len * qb / 4 * (blk.pair_first ? 2 : 1);
+                VReg dst = qop.sub(rq + reg, n), addr = qg[gstride(blk)];
+                const uint32_t off = uint32_t(c.elem_off * qb);
+                ds_read_dwords(dst, addr, off);
+                reg += n;
+              }
             }
+            rq += op_regs_of(blk);
           }
         }
         if (widen_k)
@@ -1003,17 +1013,18 @@ class MlaDecodeBuilder {
 
 
   // Per-lane k layout of a 16x16 MFMA operand (emulator/mfma.cpp, 'Operand layout'): E = k/4
-  // elements per lane of group g = lane / 16; E <= 16: k0 + E g + p; E > 16 (K=128 f8f6f4):
+  // elements per lane of group g = lane / 16; E <= 16: lane_k0 + lane_stride g + p (k0 + E g +
+  // p unless paired, see QkBlock); E > 16 (K=128 f8f6f4):
   // k0 + 16 (g + 4 (p / 16)) + p % 16, i.e. 16-element chunks 64 apart. lane_chunks gives the
   // chunks without the lane's g term (g * gstride elements).
   struct Chunk {
     int elem_off, len;
   };
   static int lane_elems(const QkBlock& blk) { return blk.k / 4; }
-  static int gstride(const QkBlock& blk) { return std::min(lane_elems(blk), 16); }
+  static int gstride(const QkBlock& blk) { return blk.lane_stride; }
   static std::vector<Chunk> lane_chunks(const QkBlock& blk) {
     const int e = lane_elems(blk);
-    if (e <= 16) return {{blk.k0, e}};
+    if (e <= 16) return {{blk.lane_k0, e}};  // a paired block: lane_k0 / lane_stride of the pair
     std::vector<Chunk> v;
     for (int c = 0; c < e / 16; ++c) v.push_back({blk.k0 + 64 * c, 16});
     return v;

@@ -20,6 +20,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"q_in_lds", q_in_lds},
           {"kv_row_bytes", kv_row_bytes},
           {"lds_row_pad", lds_row_pad},
+          {"q_row_pad", q_row_pad},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -30,7 +31,6 @@ nlohmann::json MlaGeometry::to_json() const {
           {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
 }
 
-int q_share_bytes(int q_bytes) { return kRowsPerWave * q_lds_row_bytes(q_bytes); }
 
 MlaGeometry mla_geometry(const KernelSpec& s) {
   const Target& t = target(s.arch);
@@ -65,6 +65,8 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   for (int k0 = 0; k0 < kMlaDim;) {
     QkBlock blk{g.qk_mfma, k0, g.qk_k};
     if (k0 + g.qk_k > kMlaDim) blk = {"v_mfma_f32_16x16x32_fp8_fp8", k0, 32};  // fp8 only: 576 = 4*128 + 2*32
+    blk.lane_k0 = k0;
+    blk.lane_stride = std::min(blk.k / 4, 16);
     g.qk_blocks.push_back(blk);
     k0 += blk.k;
   }
@@ -78,9 +80,31 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     g.p_bytes = 2;
   }
   g.tile_tokens = g.pv_k;
-  // K reads 16 bytes per lane when the first QK block holds >= 16 bytes of K per lane.
-  const int k_chunk_bytes = std::min(g.qk_blocks.front().k / 4, 16) * g.kv_bytes;
-  g.lds_row_pad = k_chunk_bytes >= 16 ? 16 : 8;
+  // Pair consecutive blocks whose two operands fit one LDS read per lane (see QkBlock). A
+  // paired K read of 16 bytes (8 lanes per 128-byte group) is conflict-free only with the
+  // transposing-V token order (8 consecutive tokens per lane group); gfx942's order for 4-byte
+  // V reads puts tokens 8 apart in one group, so there K reads stay <= 8 bytes.
+  const int elem_bytes = std::max(g.kv_bytes, g.q_bytes);
+  const bool tr_order = t.has_lds_transpose && g.pv_k == 32;
+  for (size_t i = 0; i + 1 < g.qk_blocks.size(); ++i) {
+    QkBlock &a = g.qk_blocks[i], &b = g.qk_blocks[i + 1];
+    const int e = a.k / 4;
+    if (a.pair_second || b.k != a.k || e > 16 || 2 * e * elem_bytes > 16) continue;
+    if (2 * e * g.kv_bytes > 8 && !tr_order) continue;
+    a.pair_first = b.pair_second = true;
+    a.lane_stride = b.lane_stride = 2 * e;
+    b.lane_k0 = a.k0 + e;
+    ++i;
+  }
+  // Token rows (Q rows) are padded by 16 bytes when some K (Q) read takes 16 bytes per lane.
+  int k_read_bytes = 0, q_read_bytes = 0;
+  for (const QkBlock& blk : g.qk_blocks) {
+    const int elems = std::min(blk.k / 4, 16) * (blk.pair_first ? 2 : 1);
+    k_read_bytes = std::max(k_read_bytes, elems * g.kv_bytes);
+    q_read_bytes = std::max(q_read_bytes, elems * g.q_bytes);
+  }
+  g.lds_row_pad = k_read_bytes >= 16 ? 16 : 8;
+  g.q_row_pad = q_read_bytes >= 16 ? 16 : 8;
   g.kv_row_bytes = kMlaDim * g.kv_bytes;
   g.lds_row_bytes = g.kv_row_bytes + g.lds_row_pad;
   // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
@@ -106,10 +130,10 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
         if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
         if (ring == 1 && sp > 1 && !qlds) continue;
         const int ring_bytes = ring * sp * tile_bytes;
-        const int q_region = qlds ? g.row_blocks * q_share_bytes(g.q_bytes) : 0;
+        const int q_region = qlds ? g.row_blocks * q_share_bytes(g.q_bytes, g.q_row_pad) : 0;
         if (uint32_t(ring_bytes + q_region) > t.lds_bytes) continue;
         if (sp > 1 && sp * g.tile_tokens * g.kv_row_bytes > 144 * 256) continue;
-        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(g.q_bytes) > sp * tile_bytes) continue;
+        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(g.q_bytes, g.q_row_pad) > sp * tile_bytes) continue;
         if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
         g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
         found = true;

@@ -19,12 +19,25 @@ inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wa
 // 1) banks. Q rows and token rows read 8 bytes per lane: +8 bytes (18 / 2 banks apart: 16 lanes
 // x 2 banks cover all 32). Token rows read 16 bytes per lane (K=128 f8f6f4, bf16 K=32): +16
 // bytes (20 / 4 banks apart: 8 lanes x 4 banks cover all 32) - see MlaGeometry::lds_row_pad.
-inline constexpr int kQRowPad = 8;
+// Q rows follow the same rule by the Q read width (MlaGeometry::q_row_pad).
 
 // One MFMA of S^T = K Q^T over k = k0..k0+k-1 of the 576 (16 tokens x 16 rows).
+//
+// Which k indices a lane feeds is ours to choose, as long as K and Q agree (the dot product
+// does not care about the order of k). A 16x16 operand gives lane group g = lane / 16 its
+// k/4 = e hardware elements; for e <= 16 the lane feeds k indices lane_k0 + g * lane_stride +
+// p, p < e. Alone, a block uses lane_k0 = k0 and lane_stride = e. Two consecutive blocks of
+// the same k are *paired* when one LDS read of 2e elements per lane holds both blocks'
+// operands (2e x the wider of the K and Q element sizes <= 16 bytes): lane group g then feeds
+// 2e contiguous indices k0 + 2e g .. +2e-1 of the pair, the first e to the first block
+// (lane_k0 = k0) and the next e to the second (lane_k0 = k0 + e), lane_stride = 2e. The pair
+// still covers its 8e indices once each; it halves the K and Q LDS reads of those blocks.
 struct QkBlock {
   std::string mfma;
   int k0 = 0, k = 0;
+  int lane_k0 = 0, lane_stride = 0;
+  bool pair_first = false;   // this block and the next are read together
+  bool pair_second = false;
 };
 
 struct MlaGeometry {
@@ -45,6 +58,7 @@ struct MlaGeometry {
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
   int kv_row_bytes = 0;    // bytes of one token row in memory (576 x kv bytes)
   int lds_row_pad = 8;     // 8, or 16 when the K operand reads 16 bytes per lane
+  int q_row_pad = 8;       // the same for the Q image's rows, by the Q read width
   int lds_row_bytes = 0;   // LDS stride of a token row: kv_row_bytes + lds_row_pad
   int lds_bytes = 0;       // ring * S * T * lds_row_bytes + q_region_bytes
   std::string qk_mfma, pv_mfma;
@@ -58,10 +72,10 @@ struct MlaGeometry {
   nlohmann::json to_json() const;
 };
 
-// LDS bytes of one row block's Q image (16 padded rows of 576 x q bytes + kQRowPad).
-int q_share_bytes(int q_bytes);
-// LDS stride of a Q row.
-inline int q_lds_row_bytes(int q_bytes) { return kMlaDim * q_bytes + kQRowPad; }
+// LDS stride of a Q row: 576 x q bytes + the pad (8 or 16 bytes).
+inline int q_lds_row_bytes(int q_bytes, int pad) { return kMlaDim * q_bytes + pad; }
+// LDS bytes of one row block's Q image (16 padded rows).
+inline int q_share_bytes(int q_bytes, int pad) { return kRowsPerWave * q_lds_row_bytes(q_bytes, pad); }
 
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);

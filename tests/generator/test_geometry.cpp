@@ -60,7 +60,7 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   CHECK(f942.ring == 1);
   CHECK(f942.q_in_lds);
   CHECK(f942.lds_row_pad == 8);
-  CHECK(f942.lds_bytes == 64 * (576 + 8) + 16 * (576 + kQRowPad));
+  CHECK(f942.lds_bytes == 64 * (576 + 8) + 16 * (576 + f942.q_row_pad));
   CHECK_FALSE(f942.v_lds_transpose);
   CHECK(f942.qk_blocks.size() == 18);
   // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles over four consumers, one slot, Q in LDS.
@@ -87,4 +87,47 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   MlaGeometry h64 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::bf16, 64, 1));
   CHECK(h64.row_blocks == 2);
   CHECK(h64.row_groups == 2);
+}
+
+TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover every k index once") {
+  struct Case {
+    Arch arch;
+    DType q, kv;
+    int pairs, k_pad, q_pad;
+  };
+  // gfx942 bf16/fp8: every two K=16 blocks are one 8-byte K read and one 16-byte Q read.
+  // gfx942 fp8/fp8: a paired K read would take 16 bytes, which its 4-byte-V token order puts
+  // into bank conflicts: no pairs. gfx950 fp8/fp8: the two K=32 rope blocks pair (16 bytes,
+  // transposing-V token order). bf16/bf16: 8 bf16 = 16 bytes per block already.
+  for (const Case& c : {Case{Arch::gfx942, DType::bf16, DType::fp8, 18, 8, 16}, Case{Arch::gfx942, DType::fp8, DType::fp8, 0, 8, 8},
+                        Case{Arch::gfx950, DType::fp8, DType::fp8, 1, 16, 16}, Case{Arch::gfx950, DType::bf16, DType::bf16, 0, 16, 16}}) {
+    MlaGeometry g = mla_geometry(decode_spec(c.arch, c.q, c.kv, 16, 1));
+    INFO(arch_name(c.arch) << " q " << int(c.q) << " kv " << int(c.kv));
+    int pairs = 0;
+    std::vector<int> seen(kMlaDim, 0);
+    for (size_t i = 0; i < g.qk_blocks.size(); ++i) {
+      const QkBlock& b = g.qk_blocks[i];
+      const int e = b.k / 4;
+      if (b.pair_first) {
+        ++pairs;
+        REQUIRE(i + 1 < g.qk_blocks.size());
+        CHECK(g.qk_blocks[i + 1].pair_second);
+        CHECK(g.qk_blocks[i + 1].lane_k0 == b.lane_k0 + e);  // the lane's next e indices
+        CHECK(b.lane_stride == 2 * e);
+      }
+      // Lane group g's hardware elements p map to k = lane_k0 + g * lane_stride + p (e <= 16),
+      // or 16-element chunks 64 apart (K = 128): every index of 0..575 exactly once overall.
+      for (int grp = 0; grp < 4; ++grp)
+        for (int p = 0; p < e; ++p) {
+          const int k = e <= 16 ? b.lane_k0 + grp * b.lane_stride + p : b.k0 + 16 * (grp + 4 * (p / 16)) + p % 16;
+          REQUIRE(k >= 0);
+          REQUIRE(k < kMlaDim);
+          ++seen[size_t(k)];
+        }
+    }
+    CHECK(pairs == c.pairs);
+    CHECK(std::count(seen.begin(), seen.end(), 1) == kMlaDim);
+    CHECK(g.lds_row_pad == c.k_pad);
+    CHECK(g.q_row_pad == c.q_pad);
+  }
 }
