@@ -598,10 +598,12 @@ class MlaDecodeBuilder {
       if (g_.v_lds_transpose) {
         b.v_add_u32(dst, Imm(st), x);
         b.v_and_b32(dst, Imm(3), dst);
-      } else {
+      } else if (g_.v_read_columns == 4) {
         b.v_and_b32(gq, Imm(1), x);
         b.v_lshrrev_b32(dst, Imm(1), x);
         b.v_lshl_or_b32(dst, gq, Imm(1), dst);
+      } else {
+        b.v_mov_b32(dst, x);  // 8-column V reads: any order is conflict-free; keep 8 in a row
       }
       b.v_lshlrev_b32(dst, Imm(2), dst);
     };
@@ -642,9 +644,9 @@ class MlaDecodeBuilder {
       if (g_.v_lds_transpose) {
         transpose_read_base(vbase.back(), gq, kvb, st);
       } else {
-        // Tokens 16 st + gtok[st] + r (16 st + r in the immediate offset), columns 4j.
+        // Tokens 16 st + gtok[st] + r (16 st + r in the immediate offset), columns Vc j.
         b.v_mul_u32_u24(vbase.back(), Imm(E), gtok[st]);
-        b.v_mul_u32_u24(gq, Imm(4 * kvb), j);
+        b.v_mul_u32_u24(gq, Imm(g_.v_read_columns * kvb), j);
         b.v_add_u32(vbase.back(), vbase.back(), gq);
       }
     }
@@ -685,15 +687,14 @@ class MlaDecodeBuilder {
     // a batch of 16-column blocks (8 tokens x kvb bytes per lane each), read ahead.
     const bool tr = g_.v_lds_transpose;
     const int tr_batch = 8, tr_regs = klpv * kvb / 4;
-    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : klpv * v_regs_per_token, "c_v_raw", 2);
+    const int vhalves = tr ? 1 : g_.v_read_columns / 4;  // 4-column groups per V read
+    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : klpv * v_regs_per_token * vhalves, "c_v_raw", 2);
     VReg xop = ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : 4 * x_regs, "c_v_transposed", 2);
     // fp8 V for a bf16 PV without transposing reads: each token pair's 4 columns widened to f32,
     // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
     // than transposing bytes first and widening after).
     VReg vf32 = widen_v && !tr ? ra.vgpr(8, "c_v_f32", 2) : xop;
-    // Widening K takes two temporary sets used in turn, so that consecutive dwords' conversions
-    // are independent and the scheduler can spread them over the MFMAs' shadow.
-    VReg xt = ra.vgpr(widen_k ? 8 : 4, "c_transpose_tmp", 2);
+    VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
     VReg neg_inf = ra.vgpr(1, "c_neg_inf");
@@ -876,29 +877,36 @@ class MlaDecodeBuilder {
         }
       }
     }
-    // O^T += V^T P^T, four 16-column blocks per LDS read of 4 columns per token.
-    for (int nb = 0; nb < (tr ? 0 : kMlaVDim / 64); ++nb) {
+    // O^T += V^T P^T: per token, one LDS read of Vc = 4 or 8 columns; each 4-column group
+    // makes four 16-column blocks (block n = 4 (Vc/4 nb + half) + q holds columns
+    // 16 Vc nb + Vc i + 4 half + q of lane row i).
+    const int Vc = g_.v_read_columns;
+    for (int nb = 0; nb < (tr ? 0 : kMlaVDim / (16 * Vc)); ++nb) {
       for (int p = 0; p < klpv; ++p) {
         const int st = p / 4;  // token 16 st + gtok[st] + p % 4 (gtok in vaddr[st])
-        uint32_t off = uint32_t((16 * st + p % 4) * E + 64 * nb * kvb);
-        VReg dst = vraw.sub(p * v_regs_per_token, v_regs_per_token);
+        uint32_t off = uint32_t((16 * st + p % 4) * E + 16 * Vc * nb * kvb);
+        VReg dst = vraw.sub(p * v_regs_per_token * vhalves, v_regs_per_token * vhalves);
         ds_read_dwords(dst, vaddr[st], off);
       }
-      if (widen_v) {
-        // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
-        for (int w = 0; w < klpv / 2; ++w) {
-          for (int h = 0; h < 2; ++h) {
-            b.v_cvt_pk_f32_fp8(vf32.sub(4 * h, 2), vraw[2 * w + h], 0);
-            b.v_cvt_pk_f32_fp8(vf32.sub(4 * h + 2, 2), vraw[2 * w + h], 1);
+      for (int half = 0; half < vhalves; ++half) {
+        std::vector<VReg> tok;  // token slot p's 4 columns of this group
+        for (int p = 0; p < klpv; ++p) tok.push_back(vraw.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
+        if (widen_v) {
+          // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
+          for (int w = 0; w < klpv / 2; ++w) {
+            for (int h = 0; h < 2; ++h) {
+              b.v_cvt_pk_f32_fp8(vf32.sub(4 * h, 2), tok[2 * w + h][0], 0);
+              b.v_cvt_pk_f32_fp8(vf32.sub(4 * h + 2, 2), tok[2 * w + h][0], 1);
+            }
+            for (int q = 0; q < 4; ++q) b.v_perm_b32(xop[q * x_regs + w], vf32[4 + q], vf32[q], K(sel(2, 3, 6, 7)));
           }
-          for (int q = 0; q < 4; ++q) b.v_perm_b32(xop[q * x_regs + w], vf32[4 + q], vf32[q], K(sel(2, 3, 6, 7)));
+        } else {
+          transpose_v(xop, tok, xt, klpv, kvb);
         }
-      } else {
-        transpose_v(xop, vraw, xt, klpv, kvb);
-      }
-      for (int q = 0; q < 4; ++q) {
-        VReg acc = o.sub(4 * (4 * nb + q), 4);
-        b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
+        for (int q = 0; q < 4; ++q) {
+          VReg acc = o.sub(4 * (4 * (vhalves * nb + half) + q), 4);
+          b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
+        }
       }
     }
 
@@ -1105,12 +1113,10 @@ class MlaDecodeBuilder {
   }
 
   // Four fp8 bytes -> four bf16 (exact: every fp8 e4m3 value is a bf16 value). src: 1 dword
-  // (4 bytes) or 2 dwords (8 bytes); dst: 2 or 4 registers. tmp: 4 registers, or 8 to use two
-  // sets in turn (consecutive calls too).
-  void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp) {
+  // (4 bytes) or 2 dwords (8 bytes); dst: 2 or 4 registers.
+  void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp4) {
     Builder& b = *b_;
     for (int w = 0; w < src.count; ++w) {
-      VReg tmp4 = tmp.count >= 8 ? tmp.sub(4 * (widen_turn_++ % 2), 4) : tmp;
       b.v_cvt_pk_f32_fp8(tmp4.sub(0, 2), src[w], 0);
       b.v_cvt_pk_f32_fp8(tmp4.sub(2, 2), src[w], 1);
       b.v_perm_b32(dst[2 * w], tmp4[1], tmp4[0], K(sel(2, 3, 6, 7)));
@@ -1133,15 +1139,15 @@ class MlaDecodeBuilder {
     b.v_perm_b32(d, t1, t0, K(sel(2, 3, 6, 7)));
   }
 
-  // vraw holds, per token slot p (klpv of them), 4 consecutive columns (1 dword for fp8,
+  // tok[p] holds, per token slot p (klpv of them), 4 consecutive columns (1 dword for fp8,
   // 2 for bf16). Produce for each column q the A operand: klpv elements in token order.
-  void transpose_v(VReg x, VReg vraw, VReg t, int klpv, int kvb) {
+  void transpose_v(VReg x, const std::vector<VReg>& tok, VReg t, int klpv, int kvb) {
     Builder& b = *b_;
     const int x_regs = klpv * kvb / 4;
     if (kvb == 1) {
       // 4x4 byte transposes: tokens (4 dwords) x columns (bytes) -> columns x tokens.
       for (int grp = 0; grp < klpv / 4; ++grp) {
-        VReg d = vraw.sub(4 * grp, 4);
+        const VReg d[4] = {tok[4 * grp][0], tok[4 * grp + 1][0], tok[4 * grp + 2][0], tok[4 * grp + 3][0]};
         b.v_perm_b32(t[0], d[0], d[1], K(sel(4, 0, 6, 2)));  // [d0.b0 d1.b0 d0.b2 d1.b2]
         b.v_perm_b32(t[1], d[0], d[1], K(sel(5, 1, 7, 3)));  // [d0.b1 d1.b1 d0.b3 d1.b3]
         b.v_perm_b32(t[2], d[2], d[3], K(sel(4, 0, 6, 2)));
@@ -1156,7 +1162,7 @@ class MlaDecodeBuilder {
       // column q = [token 2w col q, token 2w+1 col q].
       for (int q = 0; q < 4; ++q)
         for (int w = 0; w < x_regs; ++w) {
-          VReg lo_tok = vraw.sub(2 * (2 * w), 2), hi_tok = vraw.sub(2 * (2 * w + 1), 2);
+          VReg lo_tok = tok[2 * w], hi_tok = tok[2 * w + 1];
           int h = (q % 2) * 2;
           b.v_perm_b32(x[q * x_regs + w], hi_tok[q / 2], lo_tok[q / 2], K(sel(h, h + 1, 4 + h, 5 + h)));
         }
@@ -1167,7 +1173,7 @@ class MlaDecodeBuilder {
                 VReg t0, VReg t1) {
     Builder& b = *b_;
     auto& ra = b.regs();
-    const int M = g_.rows;
+    const int M = g_.rows, Vc = g_.v_read_columns;
     // inv = kv_scale / l (0 for a row with no visible token in this unit); lse in natural log.
     b.v_rcp_f32(alpha[0], lrun);
     b.v_mul_f32(alpha[0], argf(mla_decode_args::kv_scale), alpha[0]);
@@ -1200,15 +1206,18 @@ class MlaDecodeBuilder {
           b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * n));
         }
       } else {
-        b.v_mul_u32_u24(t0, Imm(8), g4);  // 16g columns * 2 bytes = 8 * (4g)
+        b.v_mul_u32_u24(t0, Imm(2 * Vc), g4);  // 4 Vc g columns * 2 bytes
         b.v_add_u32(off, off, t0);
       }
-      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / 64); ++nb)
+      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / (16 * Vc)); ++nb)
         for (int r = 0; r < 4; ++r) {
-          // Columns 64nb + 16g + 4r + q, q = 0..3, live in O block 4nb+q register r.
-          pack_bf16(stage[0], o[4 * (4 * nb + 0) + r], o[4 * (4 * nb + 1) + r], t0, stage[2]);
-          pack_bf16(stage[1], o[4 * (4 * nb + 2) + r], o[4 * (4 * nb + 3) + r], t0, stage[2]);
-          b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t((64 * nb + 4 * r) * 2));
+          // Columns 16 Vc nb + Vc (4g + r) + c, c = 0..Vc-1, live in O block Vc nb + c, register r.
+          VReg bf = ra.vgpr(Vc / 2, "e_bf16_columns");
+          for (int c = 0; c < Vc; c += 2)
+            pack_bf16(bf[c / 2], o[4 * (Vc * nb + c) + r], o[4 * (Vc * nb + c + 1) + r], t0, stage[2]);
+          if (Vc == 4) b.buffer_store_dwordx2(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
+          else b.buffer_store_dwordx4(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
+          ra.release(bf);
         }
       if (s_.return_lse) {
         request_base(base, ptr(mla_decode_args::lse), 4);
@@ -1230,14 +1239,15 @@ class MlaDecodeBuilder {
         for (int n = 0; n < kMlaVDim / 16; ++n)
           b.buffer_store_dwordx4(o.sub(4 * n, 4), off, rsrc, Imm(0), uint32_t(64 * n));
       } else {
-        b.v_mul_u32_u24(t0, Imm(16), g4);  // 16g columns * 4 bytes
+        b.v_mul_u32_u24(t0, Imm(4 * Vc), g4);  // 4 Vc g columns * 4 bytes
         b.v_add_u32(off, off, t0);
       }
-      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / 64); ++nb)
-        for (int r = 0; r < 4; ++r) {
-          for (int q = 0; q < 4; ++q) b.v_mov_b32(stage[q], o[4 * (4 * nb + q) + r]);
-          b.buffer_store_dwordx4(stage, off, rsrc, Imm(0), uint32_t((64 * nb + 4 * r) * 4));
-        }
+      for (int nb = 0; nb < (g_.v_lds_transpose ? 0 : kMlaVDim / (16 * Vc)); ++nb)
+        for (int r = 0; r < 4; ++r)
+          for (int c0 = 0; c0 < Vc; c0 += 4) {
+            for (int q = 0; q < 4; ++q) b.v_mov_b32(stage[q], o[4 * (Vc * nb + c0 + q) + r]);
+            b.buffer_store_dwordx4(stage, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r + c0) * 4));
+          }
       partial_base(base, ptr(mla_decode_args::partial_lse), M * 4);
       b.make_buffer_resource(rsrc, base, Imm(M * 4));
       write_lse(lse, row, g4, rsrc, saved, off);
@@ -1278,7 +1288,6 @@ class MlaDecodeBuilder {
   const KernelSpec& s_;
   MlaGeometry g_;
   Builder* b_ = nullptr;
-  int widen_turn_ = 0;  // widen_fp8_to_bf16: which temporary set goes next
   SReg args_, unit_, ntiles_, nslots_, wave_, iter_, split_;
   VReg lane_;
 };

@@ -21,6 +21,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"kv_row_bytes", kv_row_bytes},
           {"lds_row_pad", lds_row_pad},
           {"q_row_pad", q_row_pad},
+          {"v_read_columns", v_read_columns},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
@@ -80,12 +81,17 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     g.p_bytes = 2;
   }
   g.tile_tokens = g.pv_k;
+  // V^T: gfx950's transposing LDS reads (32-token PV tiles); otherwise 8 columns per token per
+  // LDS read (8 bytes of fp8 or 16 of bf16: one row's 128 contiguous bytes per lane group, so
+  // conflict-free in any token order), transposed in registers.
+  g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
+  g.v_read_columns = g.v_lds_transpose ? 0 : 8;
   // Pair consecutive blocks whose two operands fit one LDS read per lane (see QkBlock). A
-  // paired K read of 16 bytes (8 lanes per 128-byte group) is conflict-free only with the
-  // transposing-V token order (8 consecutive tokens per lane group); gfx942's order for 4-byte
-  // V reads puts tokens 8 apart in one group, so there K reads stay <= 8 bytes.
+  // paired K read of 16 bytes (8 lanes per 128-byte group) is conflict-free when each 8-lane
+  // group reads 8 consecutive tokens: so are the token orders of the transposing-V and the
+  // 8-column V reads; 4-column V reads would want tokens 8 apart in a group (K <= 8 bytes).
   const int elem_bytes = std::max(g.kv_bytes, g.q_bytes);
-  const bool tr_order = t.has_lds_transpose && g.pv_k == 32;
+  const bool tr_order = g.v_lds_transpose || g.v_read_columns == 8;
   for (size_t i = 0; i + 1 < g.qk_blocks.size(); ++i) {
     QkBlock &a = g.qk_blocks[i], &b = g.qk_blocks[i + 1];
     const int e = a.k / 4;
@@ -149,7 +155,6 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
   g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
-  g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));

@@ -16,10 +16,10 @@ inline constexpr int kMlaVDim = 512;    // o covers the latent part
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
 // LDS rows are padded against bank conflicts (32 banks of 4 bytes): unpadded, 576- and 1152-byte
 // rows are 16 and 0 banks apart, so the 16 rows a 16-lane group reads at one offset share 2 (or
-// 1) banks. Q rows and token rows read 8 bytes per lane: +8 bytes (18 / 2 banks apart: 16 lanes
-// x 2 banks cover all 32). Token rows read 16 bytes per lane (K=128 f8f6f4, bf16 K=32): +16
-// bytes (20 / 4 banks apart: 8 lanes x 4 banks cover all 32) - see MlaGeometry::lds_row_pad.
-// Q rows follow the same rule by the Q read width (MlaGeometry::q_row_pad).
+// 1) banks. Rows read 8 bytes per lane: +8 bytes (18 / 2 banks apart: 16 lanes x 2 banks cover
+// all 32). Rows read 16 bytes per lane (K=128 f8f6f4, bf16 K=32, paired blocks): +16 bytes (20 /
+// 4 banks apart: 8 lanes x 4 banks cover all 32). Token rows by the widest K read
+// (MlaGeometry::lds_row_pad), Q rows by the widest Q read (MlaGeometry::q_row_pad).
 
 // One MFMA of S^T = K Q^T over k = k0..k0+k-1 of the 576 (16 tokens x 16 rows).
 //
@@ -59,6 +59,7 @@ struct MlaGeometry {
   int kv_row_bytes = 0;    // bytes of one token row in memory (576 x kv bytes)
   int lds_row_pad = 8;     // 8, or 16 when the K operand reads 16 bytes per lane
   int q_row_pad = 8;       // the same for the Q image's rows, by the Q read width
+  int v_read_columns = 0;  // V without transposing reads: columns per token per LDS read (8)
   int lds_row_bytes = 0;   // LDS stride of a token row: kv_row_bytes + lds_row_pad
   int lds_bytes = 0;       // ring * S * T * lds_row_bytes + q_region_bytes
   std::string qk_mfma, pv_mfma;

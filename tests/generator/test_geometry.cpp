@@ -59,8 +59,10 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   CHECK(f942.kv_splits == 2);
   CHECK(f942.ring == 1);
   CHECK(f942.q_in_lds);
-  CHECK(f942.lds_row_pad == 8);
-  CHECK(f942.lds_bytes == 64 * (576 + 8) + 16 * (576 + f942.q_row_pad));
+  CHECK(f942.lds_row_pad == 16);  // paired K=32 blocks: 16 bytes of K per lane
+  CHECK(f942.q_row_pad == 16);
+  CHECK(f942.lds_bytes == 64 * (576 + 16) + 16 * (576 + 16));
+  CHECK(f942.v_read_columns == 8);
   CHECK_FALSE(f942.v_lds_transpose);
   CHECK(f942.qk_blocks.size() == 18);
   // gfx942 bf16/fp8 (the seed-001 kernel): 16-token tiles over four consumers, one slot, Q in LDS.
@@ -96,10 +98,10 @@ TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover 
     int pairs, k_pad, q_pad;
   };
   // gfx942 bf16/fp8: every two K=16 blocks are one 8-byte K read and one 16-byte Q read.
-  // gfx942 fp8/fp8: a paired K read would take 16 bytes, which its 4-byte-V token order puts
-  // into bank conflicts: no pairs. gfx950 fp8/fp8: the two K=32 rope blocks pair (16 bytes,
-  // transposing-V token order). bf16/bf16: 8 bf16 = 16 bytes per block already.
-  for (const Case& c : {Case{Arch::gfx942, DType::bf16, DType::fp8, 18, 8, 16}, Case{Arch::gfx942, DType::fp8, DType::fp8, 0, 8, 8},
+  // gfx942 fp8/fp8: every two K=32 blocks, 16-byte reads (8 consecutive tokens per 8-lane
+  // group in the 8-column-V token order). gfx950 fp8/fp8: the two K=32 rope blocks pair (16
+  // bytes, transposing-V token order). bf16/bf16: 8 bf16 = 16 bytes per block already.
+  for (const Case& c : {Case{Arch::gfx942, DType::bf16, DType::fp8, 18, 8, 16}, Case{Arch::gfx942, DType::fp8, DType::fp8, 9, 16, 16},
                         Case{Arch::gfx950, DType::fp8, DType::fp8, 1, 16, 16}, Case{Arch::gfx950, DType::bf16, DType::bf16, 0, 16, 16}}) {
     MlaGeometry g = mla_geometry(decode_spec(c.arch, c.q, c.kv, 16, 1));
     INFO(arch_name(c.arch) << " q " << int(c.q) << " kv " << int(c.kv));
