@@ -13,7 +13,7 @@
 //                                    16 st + 4((g + st) % 4) + r -> lane holds row j.
 //   P^T as the B operand of PV:      B[k = KL*g + p][j = row], p = 4 st + r: the same token, so
 //                                    every lane feeds PV with its own softmax values.
-//   V^T as the A operand of PV:      A[i = column][k]: gfx950 transposing LDS reads, or 4 columns
+//   V^T as the A operand of PV:      A[i = column][k]: gfx950 transposing LDS reads, or 8 columns
 //                                    per token read from LDS and transposed with v_perm_b32.
 //   O^T block:                       D[i = column][j = row]; the lane owns row j (column mapping
 //                                    per V path: see transpose_read_base and the epilogue).
@@ -586,24 +586,22 @@ class MlaDecodeBuilder {
     b.v_mov_b32(alpha[1], Imm(0));
 
     // LDS addresses: K operand row j plus the lane's g term of each k layout in use; V reads
-    // token 4g, columns 4j (or the transposing reads' rows).
+    // token 4g, columns Vc j (or the transposing reads' rows).
     // Token order: S^T sub-tile st, row i = 4x + r holds token 16 st + 4 h(x, st) + r, so the
     // lane of group g holds, for p = 4 st + r, token 16 st + 4 h(g, st) + r. h keeps the LDS
-    // reads conflict-free in the bank model (the 16 rows of a K read group are distinct modulo
-    // 16 for any h that permutes 0..3): with transposing V reads, h = (x + st) % 4, so the 8
-    // tokens of a lane group's PV k values fall in distinct rows modulo 8; with V read 4 bytes
-    // per lane (gfx942, 32 lanes per group = groups g = 0 and 1), h swaps x's two bits, so
-    // those two groups' rows are 8 apart (16 banks at 584-byte rows).
+    // reads conflict-free in the bank model: the 16 rows of an 8-byte K read group are distinct
+    // modulo 16 for any h that permutes 0..3, and a 16-byte K read group (8 lanes) wants 8
+    // consecutive tokens. With transposing V reads, h = (x + st) % 4, so the 8 tokens of a lane
+    // group's PV k values fall in distinct rows modulo 8; 8-column V reads move one row's 128
+    // contiguous bytes per lane group, conflict-free in any order, so there h(x) = x.
+    if (!g_.v_lds_transpose && g_.v_read_columns != 8)
+      throw std::logic_error("mla_decode: the token order assumes 8-column V reads without LDS transposes");
     auto token_group = [&](VReg dst, VReg x, int st) {  // dst = 4 h(x, st), x in 0..3
       if (g_.v_lds_transpose) {
         b.v_add_u32(dst, Imm(st), x);
         b.v_and_b32(dst, Imm(3), dst);
-      } else if (g_.v_read_columns == 4) {
-        b.v_and_b32(gq, Imm(1), x);
-        b.v_lshrrev_b32(dst, Imm(1), x);
-        b.v_lshl_or_b32(dst, gq, Imm(1), dst);
       } else {
-        b.v_mov_b32(dst, x);  // 8-column V reads: any order is conflict-free; keep 8 in a row
+        b.v_mov_b32(dst, x);
       }
       b.v_lshlrev_b32(dst, Imm(2), dst);
     };
