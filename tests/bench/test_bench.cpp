@@ -245,7 +245,8 @@ TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a cle
 }
 
 TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/fp8 at 8, 12 and 16 heads") {
-  // gfx942 bf16/fp8 (0.72) is reported, not asserted: docs/performance.md explains why.
+  // gfx942 bf16/fp8 (0.69 serial, 0.50 co-issue) is reported, not asserted: docs/performance.md
+  // explains why.
   int checked = 0;
   for (const auto& r : seed_results())
     if (r.shape.shape.target == rt::Target::gfx950) {
@@ -259,5 +260,20 @@ TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/f
     INFO(spec << ": " << r.issue_over_mem << " (" << r.decode_kernel << ")");
     CHECK(r.issue_over_mem <= 0.3);
     CHECK(r.lds_bank_factor <= 1.1);  // conflict-free in the bank model, but for the odd group
+  }
+}
+
+TEST_CASE("bench: co-issue cycles lie between the wave's issue floor and the serial table") {
+  // One wave issues at most one instruction per 4-clock slot (s_waitcnt aside), and overlapping
+  // MFMAs with other work can only shorten the serial sum.
+  for (const auto& r : seed_results()) {
+    int issued = 0;
+    for (const auto& l : r.hot.insts)
+      if (l.rfind("s_waitcnt", 0) != 0) ++issued;
+    INFO(r.shape.name << ": co-issue " << r.hot.coissue_cycles << ", serial " << r.hot.issue_cycles << ", issued " << issued);
+    CHECK(r.hot.coissue_cycles >= 4.0 * issued);
+    CHECK(r.hot.coissue_cycles <= r.hot.issue_cycles);
+    CHECK(r.coissue_over_mem <= r.issue_over_mem);
+    CHECK(r.lds_over_mem > 0);
   }
 }
