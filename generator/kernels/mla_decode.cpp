@@ -10,7 +10,8 @@
 //
 // Register layouts (16x16 MFMAs; lane l, j = l % 16, g = l / 16):
 //   S^T sub-tile st (ST of them):    D[i][j = row], i = 4g + r holding token
-//                                    16 st + 4((g + st) % 4) + r -> lane holds row j.
+//                                    16 st + 4 h(g, st) + r (h per V path: see token_group)
+//                                    -> lane holds row j.
 //   P^T as the B operand of PV:      B[k = KL*g + p][j = row], p = 4 st + r: the same token, so
 //                                    every lane feeds PV with its own softmax values.
 //   V^T as the A operand of PV:      A[i = column][k]: gfx950 transposing LDS reads, or 8 columns
