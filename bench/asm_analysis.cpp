@@ -75,29 +75,26 @@ int lds_lane_bytes(const std::string& m) {
 // transcendental and 32-bit integer multiply = 16 (quarter rate); LDS = max(4, bytes/128);
 // SALU, VMEM, branch, barrier = 4 (one issue slot); s_nop N = 4 (N+1); s_waitcnt = 0 (its
 // stall is memory latency, not issue).
+// The co-issue model's class of one assembly line (s_nop with its count).
+gen::IssueOp issue_op_of_line(const std::string& line, rt::Target t) {
+  const std::string m = mnemonic(line);
+  const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  int nops = 0;
+  if (m == "s_nop") nops = std::stoi(line.substr(line.find_first_of(" \t") + 1), nullptr, 0);
+  try {
+    return gen::issue_op_of(tgt, m, nops);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("mlabench: ") + e.what());
+  }
+}
+
 double issue_cycles_of(const std::string& line, rt::Target t) {
   const std::string m = mnemonic(line);
-  if (starts(m, "v_mfma")) {
-    auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
-    auto sh = tgt.find_mfma(m);
-    if (!sh) throw std::runtime_error("mlabench: MFMA " + m + " not in the target description");
-    return 4.0 * sh->passes;
-  }
-  if (m == "s_waitcnt") return 0;
-  if (m == "s_nop") {
-    int n = std::stoi(line.substr(line.find_first_of(" \t") + 1), nullptr, 0);
-    return 4.0 * (n + 1);
-  }
-  if (starts(m, "v_")) {
-    static const char* quarter[] = {"v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_",
-                                    "v_mul_hi_u32", "v_mul_lo_u32", "v_mad_u64_u32", "v_mul_hi_i32"};
-    for (const char* q : quarter)
-      if (starts(m, q)) return 16;
-    if (m.find("_f64") != std::string::npos) return 16;
-    return 4;
-  }
   if (starts(m, "ds_")) return std::max(4.0, 64.0 * lds_lane_bytes(m) / 128.0);
-  return 4;
+  // One classification with the co-issue model: serially an MFMA costs its passes, every other
+  // instruction its issue slots.
+  const gen::IssueOp op = issue_op_of_line(line, t);
+  return 4.0 * (op.kind == gen::IssueKind::Mfma ? op.passes : op.slots);
 }
 
 nlohmann::json HotLoop::to_json() const {
@@ -152,14 +149,10 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
   {
     // Co-execution issue model over three iterations: the third one is the steady state (the
     // MFMA pipe carries over the back edge).
-    const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
     std::vector<gen::IssueOp> ops;
     for (const auto& l : h.insts) {
-      const std::string m = mnemonic(l);
-      int nops = 0;
-      if (m == "s_nop") nops = std::stoi(l.substr(l.find_first_of(" \t") + 1), nullptr, 0);
-      ops.push_back(gen::issue_op_of(tgt, m, nops));
-      if (starts(m, "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(m);
+      ops.push_back(issue_op_of_line(l, t));
+      if (starts(mnemonic(l), "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(mnemonic(l));
     }
     gen::IssueTimeline tl;
     int end2 = 0;

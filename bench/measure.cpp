@@ -102,26 +102,6 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   return x;
 }
 
-Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y) {
-  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    a11 += x1[i] * x1[i];
-    a12 += x1[i] * x2[i];
-    a22 += x2[i] * x2[i];
-    b1 += x1[i] * y[i];
-    b2 += x2[i] * y[i];
-  }
-  const double det = a11 * a22 - a12 * a12;
-  if (std::fabs(det) <= 1e-12 * std::max(1.0, a11 * a22))
-    throw std::runtime_error("mlabench: linear fit is singular (samples do not vary both features)");
-  Fit2 f;
-  f.a = (b1 * a22 - b2 * a12) / det;
-  f.b = (a11 * b2 - a12 * b1) / det;
-  for (size_t i = 0; i < y.size(); ++i)
-    if (y[i] != 0) f.residual = std::max(f.residual, std::fabs(y[i] - f.a * x1[i] - f.b * x2[i]) / std::fabs(y[i]));
-  return f;
-}
-
 FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
   const size_t k = x.empty() ? 0 : x[0].size();
   // Normal equations A c = b, solved by Gaussian elimination with partial pivoting.
@@ -154,6 +134,13 @@ FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<dou
     if (y[i] != 0) f.residual = std::max(f.residual, std::fabs(e) / std::fabs(y[i]));
   }
   return f;
+}
+
+Fit2 fit2(const std::vector<double>& x1, const std::vector<double>& x2, const std::vector<double>& y) {
+  std::vector<std::vector<double>> x;
+  for (size_t i = 0; i < y.size(); ++i) x.push_back({x1[i], x2[i]});
+  const FitN f = fit_linear(x, y);
+  return {f.c[0], f.c[1], f.residual};
 }
 
 nlohmann::json ShapeResult::to_json() const {

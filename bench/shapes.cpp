@@ -26,20 +26,27 @@ const Pub kPublished[] = {
     {128, 1, 684.64, 41.71},  {128, 8, 711.21, 229.23}, {128, 16, 890.29, 451.39}, {256, 1, 1356.62, 59.21},
     {256, 8, 1427.36, 455.81}, {256, 16, 1783.90, 921.25},
 };
+
+BenchShape seed_shape(std::string name, const char* set, rt::Target target, rt::DType q, rt::DType kv, int heads,
+                      int page_size) {
+  BenchShape s;
+  s.name = std::move(name);
+  s.set = set;
+  s.shape.target = target;
+  s.shape.q_dtype = q;
+  s.shape.kv_dtype = kv;
+  s.shape.heads = heads;
+  s.shape.page_size = page_size;
+  return s;
+}
 }  // namespace
 
 std::vector<BenchShape> seed001_shapes() {
   std::vector<BenchShape> v;
   for (int ctx : {32, 64, 128, 256})
     for (int cc : {1, 2, 4, 8, 16}) {
-      BenchShape s;
-      s.name = fmt::format("{}K x{}", ctx, cc);
-      s.set = "seed-001";
-      s.shape.target = rt::Target::gfx942;
-      s.shape.q_dtype = rt::DType::bf16;
-      s.shape.kv_dtype = rt::DType::fp8;
-      s.shape.heads = 16;
-      s.shape.page_size = 1;
+      BenchShape s = seed_shape(fmt::format("{}K x{}", ctx, cc), "seed-001", rt::Target::gfx942, rt::DType::bf16,
+                                rt::DType::fp8, 16, 1);
       s.kv_lens.assign(size_t(cc), ctx * 1024);
       s.ctx_k = ctx;
       s.concurrency = cc;
@@ -57,14 +64,8 @@ std::vector<BenchShape> seed000_shapes() {
   std::vector<BenchShape> v;
   for (int cc : {16, 24})
     for (int page : {1, 128}) {
-      BenchShape s;
-      s.name = fmt::format("K3 c{} pg{}", cc, page);
-      s.set = "seed-000";
-      s.shape.target = rt::Target::gfx950;
-      s.shape.q_dtype = rt::DType::fp8;
-      s.shape.kv_dtype = rt::DType::fp8;
-      s.shape.heads = 12;
-      s.shape.page_size = page;
+      BenchShape s = seed_shape(fmt::format("K3 c{} pg{}", cc, page), "seed-000", rt::Target::gfx950, rt::DType::fp8,
+                                rt::DType::fp8, 12, page);
       // The seed's late steps: c16 68,433..68,437 (sum 1,094,960); c24 68,429..68,438.
       for (int i = 0; i < cc; ++i) s.kv_lens.push_back(cc == 16 ? 68433 + (i * 3) % 5 : 68429 + (i * 7) % 10);
       s.concurrency = cc;
