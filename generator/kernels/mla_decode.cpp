@@ -41,6 +41,10 @@ constexpr float kLn2 = 0.6931471805599453f;
 // P <= 2^7 = 128 stays inside both fp8 formats (e4m3 448, gfx942 e4m3fnuz 240), and O^T (f32)
 // grows by at most 128x.
 constexpr float kRescaleSlack = 7.0f;
+// The Q split's lo image holds (q s - hi) 2^kQLoShift: |q s - hi| <= 4 (half an fp8 ulp below
+// 128), so lo stays <= 128, and it loses only below 2^-7 instead of 2^-2 (fp8 denormals).
+constexpr int kQLoShift = 5;
+constexpr uint32_t kQLoInvBits = uint32_t(127 - kQLoShift) << 23;  // 2^-kQLoShift as f32 bits
 
 int log2i(int v) {
   int r = 0;
@@ -364,6 +368,7 @@ class MlaDecodeBuilder {
     fetch(nullptr, D);
     b.s_barrier();
     if (S > 1 && !g_.q_in_lds) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
+    if (g_.q_split) b.s_barrier();             // the consumers split Q into its fp8 images in between
 
     // Iteration i: write slot i+1, load slot i+1+D into the set it frees (and fetch page ids
     // of slot i+2+D), then hand over. With a one-slot ring, the write waits for a first
@@ -399,21 +404,25 @@ class MlaDecodeBuilder {
     auto& ra = b.regs();
     const int T = g_.tile_tokens, E = g_.lds_row_bytes, kvb = g_.kv_bytes, qb = g_.q_bytes;
     const int M = g_.rows, sub_tiles = T / 16;
-    const bool widen_k = qb == 2 && kvb == 1;       // fp8 K widened to bf16 for a bf16 QK
+    const bool split = g_.q_split;                  // bf16 Q as fp8 hi + lo images (QK on fp8 MFMAs)
+    const int qob = split ? 1 : qb;                 // bytes of one Q operand element
+    const bool widen_k = !split && qb == 2 && kvb == 1;  // fp8 K widened to bf16 for a bf16 QK
     // Q operand (AGPRs) of each QK block: k/4 elements per lane, qb bytes each.
     const auto& blocks = g_.qk_blocks;
     std::vector<int> qa_off;
     int qa_regs = 0;
     for (const auto& blk : blocks) {
       qa_off.push_back(qa_regs);
-      qa_regs += lane_elems(blk) * qb / 4;
+      qa_regs += lane_elems(blk) * qob / 4;
     }
 
     // v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs.
     // (and the Q copy's q / P multiplier and piece count, VOP3 / VOPC operands too).
     const uint32_t qP = uint32_t(kMlaDim * qb / 8);
-    for (uint32_t v : {sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu,
-                       q_piece_divider(qb).first, uint32_t(kRowsPerWave) * qP}) {
+    std::vector<uint32_t> consts{sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu,
+                                 q_piece_divider(qb).first, uint32_t(kRowsPerWave) * qP};
+    if (split) consts.insert(consts.end(), {0xffff0000u, 254u, kQLoInvBits});  // split_q / the lo scores
+    for (uint32_t v : consts) {
       if (consts_.count(v)) continue;
       SReg k = ra.sgpr(1, fmt::format("c_const_{:x}", v));
       b.s_mov_b32(k, Imm(v));
@@ -446,7 +455,7 @@ class MlaDecodeBuilder {
       const int gs = gstride(blk);
       if (qg.count(gs)) continue;
       VReg v = ra.vgpr(1, fmt::format("c_q_offset_g{}", gs));
-      b.v_mul_u32_u24(v, Imm(gs * qb / 4), g4);  // (4g) * gs*qb/4 = g * gs * qb
+      b.v_mul_u32_u24(v, Imm(gs * qob / 4), g4);  // (4g) * gs*qob/4 = g * gs * qob
       qg[gs] = v;
     }
     AReg qa = g_.q_in_lds ? AReg{} : ra.agpr(qa_regs, "c_q_operand", 2);
@@ -485,20 +494,22 @@ class MlaDecodeBuilder {
       // the ring), so each Q byte is read from memory once per workgroup: the consumers copy
       // the block's 16 rows (row-major, as in memory) in 8-byte pieces, consumer s taking
       // pieces s*64 + lane of every round; after the barrier each reads its operands.
-      const int area = q_share_bytes(qb, g_.q_row_pad);
+      const int area = kRowsPerWave * g_.q_lds_row;
       SReg qarea = ra.sgpr(1, "c_q_lds_base");
       b.s_lshr_b32(qarea, wave_, Imm(4));  // wave_ = 16 * row block
       b.s_mul_i32(qarea, qarea, Imm(area));
       b.s_add_u32(qarea, qarea, Imm(g_.q_in_lds ? g_.ring * slot_bytes() : slot_bytes()));
       // Piece q = round * 64S + 64s + lane of the block's 16 rows (P pieces per row): memory byte
-      // 8q from the block's first row; LDS byte 8(q + (pad / 8) (q / P)) (rows padded by 8 or 16
-      // bytes). q / P by multiply and shift, checked exact over the range here.
+      // 8q from the block's first row; LDS byte 8(q + (pad / 8) (q / P)) (rows padded by pad =
+      // q_lds_row - 576 q bytes). q / P by multiply and shift, checked exact over the range here.
       const int P = kMlaDim * qb / 8, pieces = kRowsPerWave * P, per_round = 64 * S;
       const int rounds = (pieces + per_round - 1) / per_round;
       const auto [mul, shift] = q_piece_divider(qb);
       if (rounds * per_round > kRowsPerWave * P + 64 * 4)
         throw std::logic_error("mla_decode: Q pieces beyond the divider's range");
-      if (g_.q_row_pad != 8 && g_.q_row_pad != 16) throw std::logic_error("mla_decode: Q row pad is 8 or 16 bytes");
+      const int pad8 = (g_.q_lds_row - kMlaDim * qb) / 8;
+      if (pad8 < 1 || g_.q_lds_row != kMlaDim * qb + 8 * pad8)
+        throw std::logic_error("mla_decode: Q rows are padded by a multiple of 8 bytes");
       VReg piece = ra.vgpr(1, "c_q_piece"), glin = ra.vgpr(1, "c_q_piece_global"), lds = ra.vgpr(1, "c_q_piece_lds");
       SReg t = ra.sgpr(1, "c_q_tmp"), saved = ra.sgpr(2, "c_q_exec");
       b.s_lshl_b32(t, split_, Imm(6));
@@ -514,7 +525,7 @@ class MlaDecodeBuilder {
         }
         b.v_mul_u32_u24(lds, K(mul), piece);
         b.v_lshrrev_b32(lds, Imm(shift), lds);
-        if (g_.q_row_pad == 16) b.v_lshlrev_b32(lds, Imm(1), lds);
+        if (pad8 > 1) b.v_mul_u32_u24(lds, Imm(pad8), lds);
         b.v_add_u32(lds, piece, lds);
         b.v_lshlrev_b32(lds, Imm(3), lds);
         b.v_add_u32(lds, qarea, lds);
@@ -528,9 +539,17 @@ class MlaDecodeBuilder {
         if (tail) b.s_mov_exec(saved);
       }
       b.s_barrier();  // pairs with the producer's prologue barrier
+      if (split) {
+        split_q(qarea);
+        b.s_barrier();  // every row's fp8 images and inverse scale are written
+      }
       VReg qrow = ra.vgpr(1, "c_q_row_offset");
-      b.v_mul_u32_u24(qrow, Imm(q_lds_row_bytes(qb, g_.q_row_pad)), j);
+      b.v_mul_u32_u24(qrow, Imm(g_.q_lds_row), j);
       b.v_add_u32(qrow, qarea, qrow);
+      if (split) {
+        q_inv_scale_ = ra.vgpr(1, "c_q_inv_scale");  // 1/s of this lane's row j
+        b.ds_read_b32(q_inv_scale_, qrow, uint32_t(g_.q_lds_row - 4));
+      }
       for (auto& [gs, v] : qg) b.v_add_u32(v, qrow, v);  // Q in LDS: the loop reads through these
       if (!g_.q_in_lds) {
         fill_q([&](VReg dst, int gs, uint32_t off) {
@@ -570,6 +589,10 @@ class MlaDecodeBuilder {
       b.v_mul_f32(cap_out, f32(kLog2e), cap_out);
     } else {
       b.v_mul_f32(xscale, f32(kLog2e), xscale);
+    }
+    if (split) {  // the scores come from q s: undo s (a power of two, exact)
+      b.v_mul_f32(xscale, xscale, q_inv_scale_);
+      ra.release(q_inv_scale_);
     }
     // ds_bpermute addresses of the lanes 16 and 32 away (the other row groups of the same row).
     VReg perm16 = ra.vgpr(1, "c_perm16"), perm32 = ra.vgpr(1, "c_perm32");
@@ -651,17 +674,20 @@ class MlaDecodeBuilder {
     }
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
-    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs
+    VReg slo = split ? ra.vgpr(4 * sub_tiles, "c_scores_lo", 4) : VReg{};  // K lo^T, apart
+    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (16 split)
     // (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD); with fp8 K widened to
     // bf16, the raw bytes take half as many again.
     std::vector<std::vector<int>> batches(1);
     int op_regs = 0, raw_max = 0, op_max = 0;
     auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
-    auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qb / 4; };
-    // A pair stays in one batch (its operands are one read into consecutive registers).
+    auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qob / 4; };
+    // A pair stays in one batch (its operands are one read into consecutive registers). Split Q
+    // reads two Q operands per K operand: 16 each keeps K + Q within the same 48-72 VGPRs.
+    const int batch_regs = split ? 16 : 24;
     for (size_t bi = 0; bi < blocks.size(); ++bi) {
       const int unit = op_regs_of(blocks[bi]) + (blocks[bi].pair_first ? op_regs_of(blocks[bi + 1]) : 0);
-      if (!blocks[bi].pair_second && op_regs + unit > 24 && !batches.back().empty())
+      if (!blocks[bi].pair_second && op_regs + unit > batch_regs && !batches.back().empty())
         batches.emplace_back(), op_regs = 0;
       batches.back().push_back(int(bi));
       op_regs += op_regs_of(blocks[bi]);
@@ -674,7 +700,8 @@ class MlaDecodeBuilder {
     }
     VReg kraw = ra.vgpr(std::max(raw_max, 8), "c_k_raw", 2);  // >= 8: staging of merge_splits
     VReg kop = widen_k ? ra.vgpr(op_max, "c_k_bf16", 2) : kraw;
-    VReg qop = g_.q_in_lds ? ra.vgpr(op_max, "c_q_from_lds", 2) : VReg{};
+    const int q_parts = split ? 2 : 1;  // split: the hi operands, then the lo operands
+    VReg qop = g_.q_in_lds ? ra.vgpr(q_parts * op_max, "c_q_from_lds", 2) : VReg{};
     const int pb = g_.p_bytes;
     const int p_regs = g_.pv_k / 4 * pb / 4;         // P^T operand registers
     VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
@@ -751,18 +778,18 @@ class MlaDecodeBuilder {
           ro += op_regs_of(blk);
         }
         // Q in LDS: this batch's Q operands, read like the AGPR copy is filled.
-        std::vector<VReg> qv;
-        if (g_.q_in_lds) {
-          int rq = 0;
+        std::vector<VReg> qv[2];
+        for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part) {
+          int rq = part * op_max;
           for (int bi : bt) {
             const QkBlock& blk = blocks[bi];
-            qv.push_back(qop.sub(rq, op_regs_of(blk)));
+            qv[part].push_back(qop.sub(rq, op_regs_of(blk)));
             if (!blk.pair_second) {
               int reg = 0;
               for (const Chunk& c : lane_chunks(blk)) {
-                const int n = c.len * qb / 4 * (blk.pair_first ? 2 : 1);
+                const int n = c.len * qob / 4 * (blk.pair_first ? 2 : 1);
                 VReg dst = qop.sub(rq + reg, n), addr = qg[gstride(blk)];
-                const uint32_t off = uint32_t(c.elem_off * qb);
+                const uint32_t off = uint32_t(c.elem_off * qob + part * g_.q_lo_offset);
                 ds_read_dwords(dst, addr, off);
                 reg += n;
               }
@@ -775,12 +802,16 @@ class MlaDecodeBuilder {
         for (size_t c = 0; c < bt.size(); ++c) {
           const int bi = bt[c];
           AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
-          if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[c], acc);
+          if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[0][c], acc);
           else b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
+          if (split) b.mfma(blocks[bi].mfma, slo.sub(4 * st, 4), op[c], qv[1][c], bi == 0 ? AccSrc::zero() : AccSrc(slo.sub(4 * st, 4)));
         }
       }
     }
 
+    // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T.
+    for (int e = 0; e < (split ? 4 * sub_tiles : 0); ++e)
+      b.v_fma_f32(sacc[e], slo[e], K(kQLoInvBits), sacc[e]);
     // Scores in exp2 units, masked beyond the row's limit.
     for (int e = 0; e < 4 * sub_tiles; ++e) {
       if (s_.logit_cap) {
@@ -1123,6 +1154,95 @@ class MlaDecodeBuilder {
     }
   }
 
+  // The Q split (MlaGeometry::q_split), once per unit, after the row block's 16 bf16 rows are
+  // in LDS (row r at qarea + r R, R = q_lds_row). Consumer s of S takes rows s 16/S .. +16/S-1,
+  // four at a time: lane group g = lane / 16 takes the four's row g, its lane j = lane % 16 the
+  // 8-byte pieces (4 bf16) j + 16 p, p < 9, of the row's 144. Per row:
+  //   m = max |q| (over the lane's 36 values, then the 16 lanes by ds_bpermute), e its biased
+  //   exponent; s = 2^(133 - e), the exponent clamped to 1..254, so m s lies in [64, 128)
+  //   (within e4m3fnuz's 240 and e4m3's 448 after rounding);
+  //   hi = fp8(q s), lo = fp8((q s - hi) 2^kQLoShift): exact (see mla_geometry) but for
+  //   elements below 2^-14 of the row's max, whose lo needs bits under e4m3fnuz's denormal
+  //   step (2^-10): it is rounded, by at most 2^-22 of the row's max;
+  //   hi over the row's bytes 0..575, lo over q_lo_offset.., 1/s (bits (254 - c) << 23) in the
+  //   last dword, written by lane j = 0.
+  // Every lane reads all of its pieces before the first write, a wave's DS operations execute
+  // in order and every row belongs to one wave: the in-place rewrite cannot race.
+  void split_q(SReg qarea) {
+    Builder& b = *b_;
+    auto& ra = b.regs();
+    const int R = g_.q_lds_row, rows_per_wave = kRowsPerWave / g_.kv_splits;
+    constexpr int kPieces = kMlaDim * 2 / 8 / 16;  // 9 pieces per lane and row
+    VReg rd = ra.vgpr(1, "c_qs_read"), wr = ra.vgpr(1, "c_qs_write"), t = ra.vgpr(1, "c_qs_tmp");
+    VReg m = ra.vgpr(1, "c_qs_max"), c = ra.vgpr(1, "c_qs_exp");
+    VReg d = ra.vgpr(2 * kPieces, "c_qs_bf16", 2), x = ra.vgpr(2, "c_qs_f32", 2), bk = ra.vgpr(2, "c_qs_back", 2);
+    VReg sc = ra.vgpr(2, "c_qs_scale", 2), hi = ra.vgpr(1, "c_qs_hi"), lo = ra.vgpr(1, "c_qs_lo");
+    SReg srow = ra.sgpr(1, "c_qs_row"), saved = ra.sgpr(2, "c_qs_exec");
+    // Row base of lane group g: qarea + (s rows_per_wave + g) R; reads at + 8j, writes at + 4j.
+    b.s_mul_i32(srow, split_, Imm(rows_per_wave));
+    b.v_lshrrev_b32(t, Imm(4), lane_);
+    b.v_add_u32(t, srow, t);
+    b.v_mul_u32_u24(t, Imm(R), t);
+    b.v_add_u32(t, qarea, t);
+    b.v_and_b32(rd, Imm(15), lane_);
+    b.v_lshlrev_b32(wr, Imm(2), rd);
+    b.v_add_u32(wr, t, wr);
+    b.v_lshlrev_b32(rd, Imm(3), rd);
+    b.v_add_u32(rd, t, rd);
+    b.v_mov_b32(sc[1], Imm(0));
+    VReg lo_scale = ra.vgpr(2, "c_qs_lo_scale", 2);
+    b.v_mov_b32(lo_scale[0], f32(float(1 << kQLoShift)));
+    b.v_mov_b32(lo_scale[1], Imm(0));
+    for (int grp = 0; grp < rows_per_wave / 4; ++grp) {
+      const uint32_t base = uint32_t(4 * grp * R);
+      for (int p = 0; p < kPieces; ++p) b.ds_read_b64(d.sub(2 * p, 2), rd, base + uint32_t(128 * p));
+      // Largest magnitude: the 15 magnitude bits of each bf16 compare as integers.
+      b.v_mov_b32(m, Imm(0));
+      for (int w = 0; w < d.count; ++w) {
+        b.v_bfe_u32(x[0], d[w], Imm(0), Imm(15));
+        b.v_bfe_u32(x[1], d[w], Imm(16), Imm(15));
+        b.v_max3_u32(m, m, x[0], x[1]);
+      }
+      for (int k : {1, 2, 4, 8}) {  // over the row's 16 lanes
+        b.v_xor_b32(t, Imm(k), lane_);
+        b.v_lshlrev_b32(t, Imm(2), t);
+        b.ds_bpermute_b32(x[0], t, m);
+        b.v_max_u32(m, m, x[0]);
+      }
+      b.v_lshrrev_b32(c, Imm(7), m);              // e
+      b.v_sub_u32(c, Imm(133 + 127), c);          // exponent field of s = 2^(6 - (e - 127))
+      b.v_med3_i32(c, c, Imm(1), K(254));
+      b.v_lshlrev_b32(sc[0], Imm(23), c);
+      for (int p = 0; p < kPieces; ++p) {
+        for (int h = 0; h < 2; ++h) {  // dword h of the piece: bf16 values 2h, 2h + 1
+          const VReg w = d[2 * p + h];
+          b.v_lshlrev_b32(x[0], Imm(16), w);
+          b.v_and_b32(x[1], K(0xffff0000u), w);
+          b.v_pk_mul_f32_bcast_lo(x, x, sc);        // q s
+          b.v_cvt_pk_fp8_f32(hi, x[0], x[1], h);
+          b.v_cvt_pk_f32_fp8(bk, hi, h);
+          b.v_sub_f32(x[0], x[0], bk[0]);
+          b.v_sub_f32(x[1], x[1], bk[1]);
+          b.v_pk_mul_f32_bcast_lo(x, x, lo_scale);  // (q s - hi) 2^kQLoShift, exact
+          b.v_cvt_pk_fp8_f32(lo, x[0], x[1], h);
+        }
+        b.ds_write_b32(wr, hi, base + uint32_t(64 * p));
+        b.ds_write_b32(wr, lo, base + uint32_t(g_.q_lo_offset + 64 * p));
+      }
+      // 1/s = 2^(c' - 127) with c' = 254 - c, from the row's first lane.
+      b.v_sub_u32(c, K(254), c);
+      b.v_lshlrev_b32(c, Imm(23), c);
+      b.v_and_b32(t, Imm(15), lane_);
+      b.v_cmp_eq_u32(vcc, Imm(0), t);
+      b.s_and_saveexec_b64(saved, vcc);
+      b.ds_write_b32(wr, c, base + uint32_t(R - 4));
+      b.s_mov_exec(saved);
+    }
+    for (VReg r : {rd, wr, t, m, c, d, x, bk, sc, lo_scale, hi, lo}) ra.release(r);
+    ra.release(srow);
+    ra.release(saved);
+  }
+
   // Two f32 -> packed bf16 (round to nearest even); gfx942 has no conversion instruction.
   void pack_bf16(VReg d, VReg lo, VReg hi, VReg t0, VReg t1) {
     Builder& b = *b_;
@@ -1289,6 +1409,7 @@ class MlaDecodeBuilder {
   Builder* b_ = nullptr;
   SReg args_, unit_, ntiles_, nslots_, wave_, iter_, split_;
   VReg lane_;
+  VReg q_inv_scale_;  // split: 1/s of the lane's Q row, from split_q's LDS dword
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 
 namespace mla::gen {
 
@@ -21,6 +23,8 @@ nlohmann::json MlaGeometry::to_json() const {
           {"kv_row_bytes", kv_row_bytes},
           {"lds_row_pad", lds_row_pad},
           {"q_row_pad", q_row_pad},
+          {"q_split", q_split},
+          {"q_lds_row", q_lds_row},
           {"v_read_columns", v_read_columns},
           {"lds_row_bytes", lds_row_bytes},
           {"lds_bytes", lds_bytes},
@@ -33,9 +37,13 @@ nlohmann::json MlaGeometry::to_json() const {
 }
 
 
-MlaGeometry mla_geometry(const KernelSpec& s) {
+namespace {
+
+// The geometry with or without the Q split; nullopt when no LDS layout fits.
+std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   const Target& t = target(s.arch);
   MlaGeometry g;
+  g.q_split = q_split;
   g.rows = s.heads * s.qseqlen;
   const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
   // At most 3 consumer waves: with the producer, one wave per SIMD, which launches whatever
@@ -57,7 +65,7 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   };
   // QK^T: fp8 x fp8 when both are fp8 (gfx950: K=128 f8f6f4 over the latent 512, at twice
   // the rate of K=32, and K=32 over the rope 64); otherwise bf16 (fp8 K widened exactly).
-  if (s.q_dtype == DType::fp8) {
+  if (s.q_dtype == DType::fp8 || q_split) {
     g.qk_mfma = "v_mfma_f32_16x16x32_fp8_fp8", g.qk_k = 32;
     if (t.find_mfma("v_mfma_f32_16x16x128_f8f6f4")) g.qk_mfma = "v_mfma_f32_16x16x128_f8f6f4", g.qk_k = 128;
   } else {
@@ -90,7 +98,8 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   // paired K read of 16 bytes (8 lanes per 128-byte group) is conflict-free when each 8-lane
   // group reads 8 consecutive tokens: so are the token orders of the transposing-V and the
   // 8-column V reads; 4-column V reads would want tokens 8 apart in a group (K <= 8 bytes).
-  const int elem_bytes = std::max(g.kv_bytes, g.q_bytes);
+  const int q_op_bytes = q_split ? 1 : g.q_bytes;  // bytes of one Q operand element
+  const int elem_bytes = std::max(g.kv_bytes, q_op_bytes);
   const bool tr_order = g.v_lds_transpose || g.v_read_columns == 8;
   for (size_t i = 0; i + 1 < g.qk_blocks.size(); ++i) {
     QkBlock &a = g.qk_blocks[i], &b = g.qk_blocks[i + 1];
@@ -107,10 +116,22 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   for (const QkBlock& blk : g.qk_blocks) {
     const int elems = std::min(blk.k / 4, 16) * (blk.pair_first ? 2 : 1);
     k_read_bytes = std::max(k_read_bytes, elems * g.kv_bytes);
-    q_read_bytes = std::max(q_read_bytes, elems * g.q_bytes);
+    q_read_bytes = std::max(q_read_bytes, elems * q_op_bytes);
   }
   g.lds_row_pad = k_read_bytes >= 16 ? 16 : 8;
   g.q_row_pad = q_read_bytes >= 16 ? 16 : 8;
+  // A Q row's LDS stride. Split: the hi and lo images of a row side by side, lo at 600 bytes,
+  // stride 1200 (150 and 300 dwords, 22 and 12 banks modulo 32): the 16-byte reads of 8
+  // consecutive rows cover all 32 banks in either image. The row's bf16 copy (1152 bytes) is
+  // staged in the same place first, and its inverse scale sits in the last dword.
+  if (q_split) {
+    if (g.q_row_pad != 16) throw std::logic_error(fmt::format("{}: the Q split expects 16-byte Q reads", s.name()));
+    g.q_lo_offset = 600;
+    g.q_lds_row = 2 * g.q_lo_offset;
+  } else {
+    g.q_lds_row = q_lds_row_bytes(g.q_bytes, g.q_row_pad);
+  }
+  const int q_share = kRowsPerWave * g.q_lds_row;
   g.kv_row_bytes = kMlaDim * g.kv_bytes;
   g.lds_row_bytes = g.kv_row_bytes + g.lds_row_pad;
   // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
@@ -131,22 +152,20 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   for (int sp : {4, 2, 1})
     for (int ring : {2, 1})
       for (bool qlds : {false, true}) {
-        if (found) continue;
+        if (found || (q_split && !qlds)) continue;  // the split happens in the LDS image
         const int consumers = g.row_blocks * sp;
         if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
         if (ring == 1 && sp > 1 && !qlds) continue;
         const int ring_bytes = ring * sp * tile_bytes;
-        const int q_region = qlds ? g.row_blocks * q_share_bytes(g.q_bytes, g.q_row_pad) : 0;
+        const int q_region = qlds ? g.row_blocks * q_share : 0;
         if (uint32_t(ring_bytes + q_region) > t.lds_bytes) continue;
         if (sp > 1 && sp * g.tile_tokens * g.kv_row_bytes > 144 * 256) continue;
-        if (sp > 1 && !qlds && g.row_blocks * q_share_bytes(g.q_bytes, g.q_row_pad) > sp * tile_bytes) continue;
+        if (sp > 1 && !qlds && g.row_blocks * q_share > sp * tile_bytes) continue;
         if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
         g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
         found = true;
       }
-  if (!found)
-    throw std::invalid_argument(fmt::format("{} ({}): no LDS layout fits the target's {} bytes", s.name(), t.name,
-                                            t.lds_bytes));
+  if (!found) return std::nullopt;
   if (g.kv_splits == 1) g.merge_bytes = 0;
   g.consumers = g.row_blocks * g.kv_splits;
   g.slot_tokens = g.kv_splits * g.tile_tokens;
@@ -159,6 +178,23 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));
   return g;
+}
+
+}  // namespace
+
+MlaGeometry mla_geometry(const KernelSpec& s) {
+  const Target& t = target(s.arch);
+  // bf16 q with an fp8 cache on a target that widens fp8 to bf16 at one VALU per value
+  // (gfx942): split Q once per unit into fp8 hi + lo parts and run QK on fp8 MFMAs, K straight
+  // from LDS. Exact: a bf16 significand has 8 bits, hi = fp8(q s) takes the top 4 (rounded) and
+  // the remainder q s - hi fits the 4 bits of lo; s is a power of two per row putting the row's
+  // largest |q| in [64, 128) (see mla_decode.cpp, split_q). The split needs Q in LDS; where that
+  // does not fit (3 row blocks on gfx942), Q stays bf16 and K is widened.
+  if (s.q_dtype == DType::bf16 && s.kv_dtype == DType::fp8 && !t.has_cvt_pk_bf16_fp8)
+    if (auto g = geometry_for(s, true)) return *g;
+  if (auto g = geometry_for(s, false)) return *g;
+  throw std::invalid_argument(
+      fmt::format("{} ({}): no LDS layout fits the target's {} bytes", s.name(), t.name, t.lds_bytes));
 }
 
 }  // namespace mla::gen

@@ -52,6 +52,11 @@ struct MlaGeometry {
   int ring = 2;            // LDS slots in the ring (1: two barriers per slot)
   bool q_in_lds = false;   // Q operands read from LDS every tile instead of held in AGPRs
   int q_region_bytes = 0;  // LDS after the ring holding the row blocks' Q (q_in_lds)
+  // bf16 q split into fp8 hi and lo images in LDS (see mla_geometry): QK on fp8 MFMAs, two per
+  // block, and no widening of K.
+  bool q_split = false;
+  int q_lds_row = 0;       // LDS stride of a Q row (q_in_lds or the copy through a slot)
+  int q_lo_offset = 0;     // split: byte offset of the lo image within a row
   int stage_slots = 1;     // D: slots the producer keeps in flight in registers (1 or 2)
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes

@@ -108,6 +108,9 @@ class Builder {
   void v_cmp_eq_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_eq_u32", {d.op}, {a.op, b.op}); }
   void v_max3_f32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_max3_f32", d, {a, b, c}); }
   void v_min_u32(VReg d, VSrc a, VSrc b) { vop("v_min_u32", d, {a, b}); }
+  void v_max_u32(VReg d, VSrc a, VSrc b) { vop("v_max_u32", d, {a, b}); }
+  void v_max3_u32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_max3_u32", d, {a, b, c}); }
+  void v_med3_i32(VReg d, VSrc a, VSrc b, VSrc c) { vop("v_med3_i32", d, {a, b, c}); }
   void v_mul_hi_u32(VReg d, VSrc a, VSrc b) { vop("v_mul_hi_u32", d, {a, b}); }
   void v_add_co_u32(VReg d, SSrc carry_out, VSrc a, VSrc b) { emit("v_add_co_u32", {Operand::of(d), carry_out.op}, {a.op, b.op}); }
   void v_addc_co_u32(VReg d, SSrc carry_out, VSrc a, VSrc b, SSrc carry_in) {

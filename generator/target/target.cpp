@@ -93,9 +93,9 @@ const HazardNumbers kHazards950{
 };
 
 const Target kGfx942{Arch::gfx942, "gfx942", "gfx942:sramecc+:xnack-", 304, 64 * 1024, 102, 256, 256, 512,
-                     Fp8Format::FNUZ, 5.3e12, false, false, false, kMfma942, kHazards942};
+                     Fp8Format::FNUZ, 5.3e12, false, false, false, false, kMfma942, kHazards942};
 const Target kGfx950{Arch::gfx950, "gfx950", "gfx950:sramecc+:xnack-", 256, 160 * 1024, 102, 256, 256, 512,
-                     Fp8Format::OCP, 8.0e12, true, true, true, kMfma950, kHazards950};
+                     Fp8Format::OCP, 8.0e12, true, true, true, true, kMfma950, kHazards950};
 
 }  // namespace
 

@@ -81,6 +81,10 @@ struct Target {
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
   bool has_global_load_lds_x4; // global_load_lds_dwordx4 (gfx950)
   bool has_cvt_pk_bf16;        // v_cvt_pk_bf16_f32 (gfx950); gfx942 rounds to bf16 with integer ops
+  // v_cvt_scalef32_pk_bf16_fp8 (gfx950): fp8 -> bf16 in one VALU per two values. gfx942 widens
+  // through f32 (v_cvt_pk_f32_fp8 + v_perm_b32, one VALU per value), so its bf16-q decode
+  // splits Q into two fp8 parts instead of widening K (MlaGeometry::q_split).
+  bool has_cvt_pk_bf16_fp8;
   std::vector<MfmaShape> mfma;
   HazardNumbers hazards;       // manually inserted wait states (see HazardNumbers)
 

@@ -73,6 +73,18 @@ TEST_CASE("decode geometry: token splits, ring depth and where Q lives follow fr
   CHECK(b942.ring == 1);
   CHECK(b942.q_in_lds);
   CHECK(b942.lds_bytes <= 65536);
+  // ... with Q split into fp8 hi + lo images (QK on fp8 MFMAs, no widening of K); gfx950 has a
+  // one-instruction fp8 -> bf16 conversion and keeps bf16 QK; three row blocks of split Q images
+  // do not fit gfx942's LDS next to a slot, so Q stays bf16 there.
+  CHECK(b942.q_split);
+  CHECK(b942.qk_mfma == "v_mfma_f32_16x16x32_fp8_fp8");
+  CHECK(b942.q_lds_row == 1200);
+  CHECK(b942.lds_bytes == 64 * (576 + 16) + 16 * 1200);
+  CHECK_FALSE(mla_geometry(decode_spec(Arch::gfx950, DType::bf16, DType::fp8, 16, 1)).q_split);
+  MlaGeometry b942r3 = mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 12, 4));
+  CHECK(b942r3.row_blocks == 3);
+  CHECK_FALSE(b942r3.q_split);
+  CHECK(mla_geometry(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 32, 1)).q_split);  // 2 row blocks
   for (auto [heads, qs] : {std::pair{16, 2}, std::pair{32, 3}, std::pair{64, 4}, std::pair{128, 1}}) {
     MlaGeometry g = mla_geometry(decode_spec(Arch::gfx950, DType::bf16, DType::bf16, heads, qs));
     INFO(heads << " heads, qseqlen " << qs);
@@ -97,11 +109,12 @@ TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover 
     DType q, kv;
     int pairs, k_pad, q_pad;
   };
-  // gfx942 bf16/fp8: every two K=16 blocks are one 8-byte K read and one 16-byte Q read.
+  // gfx942 bf16/fp8 (Q split into fp8 parts): every two K=32 fp8 blocks, 16-byte K reads and
+  // 16-byte reads of each Q image.
   // gfx942 fp8/fp8: every two K=32 blocks, 16-byte reads (8 consecutive tokens per 8-lane
   // group in the 8-column-V token order). gfx950 fp8/fp8: the two K=32 rope blocks pair (16
   // bytes, transposing-V token order). bf16/bf16: 8 bf16 = 16 bytes per block already.
-  for (const Case& c : {Case{Arch::gfx942, DType::bf16, DType::fp8, 18, 8, 16}, Case{Arch::gfx942, DType::fp8, DType::fp8, 9, 16, 16},
+  for (const Case& c : {Case{Arch::gfx942, DType::bf16, DType::fp8, 9, 16, 16}, Case{Arch::gfx942, DType::fp8, DType::fp8, 9, 16, 16},
                         Case{Arch::gfx950, DType::fp8, DType::fp8, 1, 16, 16}, Case{Arch::gfx950, DType::bf16, DType::bf16, 0, 16, 16}}) {
     MlaGeometry g = mla_geometry(decode_spec(c.arch, c.q, c.kv, 16, 1));
     INFO(arch_name(c.arch) << " q " << int(c.q) << " kv " << int(c.kv));

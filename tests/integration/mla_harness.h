@@ -2,6 +2,7 @@
 // mlagen's build_catalog -> catalog.json), then runs problems through the runtime's emulator
 // backend and compares with the fp64 reference.
 #pragma once
+#include <functional>
 #include <unistd.h>
 
 #include <filesystem>
@@ -45,9 +46,12 @@ struct E2E {
   ref::Compare cmp;
 };
 
-inline E2E run_e2e(const rt::ProblemParams& params, const rt::EmulatorRunOptions& opts = {}) {
+// edit: changes the random problem (e.g. its Q values) before the run and the reference.
+inline E2E run_e2e(const rt::ProblemParams& params, const rt::EmulatorRunOptions& opts = {},
+                   const std::function<void(rt::Problem&)>& edit = {}) {
   E2E e;
   e.problem = rt::make_random_problem(params);
+  if (edit) edit(e.problem);
   const rt::Catalog& cat = catalog_for(rt::shape_of(e.problem));
   e.result = rt::run_decode_on_emulator(e.problem, cat.select(rt::shape_of(e.problem)), opts);
   ref::Reference want = ref::run_reference(e.problem);
