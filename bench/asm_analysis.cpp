@@ -103,6 +103,7 @@ nlohmann::json HotLoop::to_json() const {
           {"mfma_cycles", mfma_cycles},    {"valu_cycles", valu_cycles},   {"lds_cycles", lds_cycles},
           {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles},
           {"ring_stall_cycles_modeled", ring_stall_cycles}, {"coissue_cycles_modeled", coissue_cycles},
+          {"after_slot_release_cycles_modeled", after_release_cycles},
           {"lds_bytes", lds_bytes}};
 }
 
@@ -117,10 +118,11 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
     if (starts(m, "s_cbranch") || m == "s_branch") {
       // Forward branches inside the loop, as the steady state (a full tile deep inside a long
       // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
-      // taken); a wave always has its tile (".Ltile_absent": not taken).
+      // taken); a wave always has its tile (".Ltile_absent": not taken); a tile that released
+      // its slot early jumps over the absent tile's first barrier (".Lslot_written": taken).
       std::string target = trim(l.substr(m.size()));
       if (starts(target, ".Ltile_absent")) continue;
-      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled"))
+      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written"))
         throw std::runtime_error("mlabench: no steady-state rule for the consumer loop's branch to " + target);
       size_t j = i + 1;
       while (j < end && L[j] != target + ":") ++j;
@@ -155,12 +157,16 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
       if (starts(mnemonic(l), "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(mnemonic(l));
     }
     gen::IssueTimeline tl;
-    int end2 = 0;
+    int end2 = 0, first_barrier = -1;
     for (int it = 0; it < 3; ++it) {
-      for (const auto& op : ops) tl.issue(op);
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const int at = tl.issue(ops[k]);
+        if (it == 2 && first_barrier < 0 && mnemonic(h.insts[k]) == "s_barrier") first_barrier = at;
+      }
       if (it == 1) end2 = tl.now();
     }
     h.coissue_cycles = 4.0 * (tl.now() - end2);
+    h.after_release_cycles = first_barrier < 0 ? 0.0 : 4.0 * (tl.now() - first_barrier);
   }
   if (run_mca) {
     // llvm-mca on the same straight-line path (its scheduling model, dispatch width 1).

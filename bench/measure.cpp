@@ -366,11 +366,14 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const std::string text = decode_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   r.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  // One-slot ring: per slot, the consumers also wait while the producer writes the slot to LDS
-  // (slot bytes at the CU's LDS bandwidth of 128 bytes per clock, modeled) between two barriers.
+  // One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's
+  // LDS bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the
+  // consumers wait for whatever of that write their work after the first barrier (the slot's
+  // release: at the tile's end, or before PV when V is read ahead) does not cover.
   if (sel.decode.geometry.at("ring").get<int>() == 1)
-    r.hot.ring_stall_cycles = sel.decode.geometry.at("slot_tokens").get<double>() *
-                              sel.decode.geometry.at("lds_row_bytes").get<double>() / 128.0;
+    r.hot.ring_stall_cycles = std::max(0.0, sel.decode.geometry.at("slot_tokens").get<double>() *
+                                                    sel.decode.geometry.at("lds_row_bytes").get<double>() / 128.0 -
+                                                r.hot.after_release_cycles);
   f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);

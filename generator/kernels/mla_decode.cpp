@@ -675,7 +675,7 @@ class MlaDecodeBuilder {
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
     VReg slo = split ? ra.vgpr(4 * sub_tiles, "c_scores_lo", 4) : VReg{};  // K lo^T, apart
-    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (16 split)
+    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (12 split)
     // (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD); with fp8 K widened to
     // bf16, the raw bytes take half as many again.
     std::vector<std::vector<int>> batches(1);
@@ -683,8 +683,9 @@ class MlaDecodeBuilder {
     auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
     auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qob / 4; };
     // A pair stays in one batch (its operands are one read into consecutive registers). Split Q
-    // reads two Q operands per K operand: 16 each keeps K + Q within the same 48-72 VGPRs.
-    const int batch_regs = split ? 16 : 24;
+    // reads two Q operands per K operand: 12 each (K + Q in 36 VGPRs) leaves room for the raw V
+    // of the whole tile (early slot release, below).
+    const int batch_regs = split ? 12 : 24;
     for (size_t bi = 0; bi < blocks.size(); ++bi) {
       const int unit = op_regs_of(blocks[bi]) + (blocks[bi].pair_first ? op_regs_of(blocks[bi + 1]) : 0);
       if (!blocks[bi].pair_second && op_regs + unit > batch_regs && !batches.back().empty())
@@ -714,13 +715,30 @@ class MlaDecodeBuilder {
     const bool tr = g_.v_lds_transpose;
     const int tr_batch = 8, tr_regs = klpv * kvb / 4;
     const int vhalves = tr ? 1 : g_.v_read_columns / 4;  // 4-column groups per V read
-    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : klpv * v_regs_per_token * vhalves, "c_v_raw", 2);
+    // One-slot ring: when the tile's raw V fits 32 VGPRs (gfx942 bf16/fp8), every V read is
+    // issued with the QK work and the slot is released (barrier) before PV, so the producer
+    // writes the next slot while PV runs from registers instead of after it.
+    const int Vc = g_.v_read_columns;
+    const int v_nb = tr ? 0 : kMlaVDim / (16 * Vc), v_nb_regs = klpv * v_regs_per_token * vhalves;
+    const bool early_release = g_.ring == 1 && !tr && v_nb * v_nb_regs <= 32;
+    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : v_nb_regs * (early_release ? v_nb : 1), "c_v_raw", 2);
+    // V rows of column block nb (token slot p: 16 st + gtok[st] + p % 4, in vaddr[st]).
+    auto read_v = [&](int nb, VReg dst) {
+      for (int p = 0; p < klpv; ++p) {
+        const int st = p / 4;
+        const uint32_t off = uint32_t((16 * st + p % 4) * E + 16 * Vc * nb * kvb);
+        ds_read_dwords(dst.sub(p * v_regs_per_token * vhalves, v_regs_per_token * vhalves), vaddr[st], off);
+      }
+    };
     VReg xop = ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : 4 * x_regs, "c_v_transposed", 2);
     // fp8 V for a bf16 PV without transposing reads: each token pair's 4 columns widened to f32,
     // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
     // than transposing bytes first and widening after).
     VReg vf32 = widen_v && !tr ? ra.vgpr(8, "c_v_f32", 2) : xop;
-    VReg xt = ra.vgpr(4, "c_transpose_tmp", 2);
+    // Scratch of the K widening, the LDS-transpose V widening and the v_perm V transpose (not
+    // needed by split Q with the f32-detour V widening).
+    const bool need_xt = widen_k || (tr && widen_v) || (!tr && !widen_v);
+    VReg xt = need_xt ? ra.vgpr(4, "c_transpose_tmp", 2) : VReg{};
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
     VReg neg_inf = ra.vgpr(1, "c_neg_inf");
@@ -809,6 +827,8 @@ class MlaDecodeBuilder {
       }
     }
 
+    if (early_release)
+      for (int nb = 0; nb < v_nb; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
     // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T.
     for (int e = 0; e < (split ? 4 * sub_tiles : 0); ++e)
       b.v_fma_f32(sacc[e], slo[e], K(kQLoInvBits), sacc[e]);
@@ -879,6 +899,7 @@ class MlaDecodeBuilder {
     } else {
       for (int e = 0; e < 4 * sub_tiles; e += 2) pack_bf16(pop[e / 2], sacc[e], sacc[e + 1], tt, tsum);
     }
+    if (early_release) b.s_barrier();  // the slot is read (V is in registers): the producer may write
 
     if (tr) {
       // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two
@@ -910,17 +931,12 @@ class MlaDecodeBuilder {
     // O^T += V^T P^T: per token, one LDS read of Vc = 4 or 8 columns; each 4-column group
     // makes four 16-column blocks (block n = 4 (Vc/4 nb + half) + q holds columns
     // 16 Vc nb + Vc i + 4 half + q of lane row i).
-    const int Vc = g_.v_read_columns;
-    for (int nb = 0; nb < (tr ? 0 : kMlaVDim / (16 * Vc)); ++nb) {
-      for (int p = 0; p < klpv; ++p) {
-        const int st = p / 4;  // token 16 st + gtok[st] + p % 4 (gtok in vaddr[st])
-        uint32_t off = uint32_t((16 * st + p % 4) * E + 16 * Vc * nb * kvb);
-        VReg dst = vraw.sub(p * v_regs_per_token * vhalves, v_regs_per_token * vhalves);
-        ds_read_dwords(dst, vaddr[st], off);
-      }
+    for (int nb = 0; nb < v_nb; ++nb) {
+      const VReg vnb = vraw.sub(early_release ? nb * v_nb_regs : 0, v_nb_regs);
+      if (!early_release) read_v(nb, vnb);
       for (int half = 0; half < vhalves; ++half) {
         std::vector<VReg> tok;  // token slot p's 4 columns of this group
-        for (int p = 0; p < klpv; ++p) tok.push_back(vraw.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
+        for (int p = 0; p < klpv; ++p) tok.push_back(vnb.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
         if (widen_v) {
           // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
           for (int w = 0; w < klpv / 2; ++w) {
@@ -940,8 +956,11 @@ class MlaDecodeBuilder {
       }
     }
 
+    Label written = b.new_label("slot_written");
+    if (early_release) b.s_branch(written);  // the slot was released before PV
     b.bind(absent);
     b.s_barrier();  // slot i%2 is free for the producer
+    b.bind(written);
     if (g_.ring == 1) b.s_barrier();  // one slot: the producer has written slot i+1
     b.s_add_u32(iter_, iter_, Imm(1));
     b.s_cmp_lt_u32(iter_, nslots_);

@@ -81,9 +81,15 @@ Wait needed(const State& s, const Inst& inst) {
       require(s, slot, w);
     });
   if (inst.is_lds()) require(s, kLdsDma, w);
+  // A barrier hands LDS to the other waves: this wave's LDS writes (and DMA) must have landed,
+  // and its LDS reads must have been performed, before another wave may write what they read
+  // (the memory model's workgroup release: lgkmcnt(0) for LDS). Reads whose results are still
+  // pending are outstanding reads.
   if (inst.cls() == OpClass::Barrier) {
     require(s, kLdsDma, w);
     require(s, kLdsWrite, w);
+    for (int k = kV; k < kLdsDma; ++k)
+      if (!s.slot[k].smem && s.slot[k].lgkm >= 0) require(s, k, w);
   }
   return w;
 }

@@ -181,6 +181,21 @@ TEST_CASE("waitcnt: s_barrier waits for this wave's LDS writes and LDS DMA") {
   CHECK(before(lines, "s_barrier", 1) == "s_waitcnt vmcnt(0)");
 }
 
+TEST_CASE("waitcnt: s_barrier waits for this wave's outstanding LDS reads, not for older ones") {
+  Fixture f;
+  auto& ra = f.b.regs();
+  VReg addr = ra.vgpr(1, "addr"), a = ra.vgpr(2, "a"), c = ra.vgpr(1, "c");
+  f.b.ds_read_b64(a, addr);
+  f.b.ds_read_b32(c, addr, 8);
+  f.b.v_add_u32(c, c, c);  // needs the second (younger) read: lgkmcnt(0)
+  f.b.ds_read_b64(a, addr, 16);
+  f.b.s_barrier();         // another wave may now overwrite bytes 16..23
+  f.b.s_endpgm();
+  auto lines = f.run();
+  CHECK(before(lines, "v_add_u32") == "s_waitcnt lgkmcnt(0)");
+  CHECK(before(lines, "s_barrier") == "s_waitcnt lgkmcnt(0)");
+}
+
 TEST_CASE("waitcnt: an LDS read after LDS DMA waits for the DMA") {
   Fixture f;
   auto& ra = f.b.regs();
