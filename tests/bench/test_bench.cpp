@@ -177,7 +177,13 @@ TEST_CASE("bench: MFMA MACs issued over useful: 16 heads are not padded, 12 head
   for (const auto& r : seed_results()) {
     INFO(r.shape.name << ": " << r.mac_ratio);
     const double rows_padding = 16.0 / r.shape.shape.heads;  // one 16-row MFMA block per consumer
-    CHECK(r.mac_ratio >= rows_padding * 0.999);
+    // gfx942 bf16/fp8 splits Q into fp8 hi + lo: QK issues its 576 MACs per (row, token) twice
+    // (on fp8 MFMAs, at twice the bf16 rate: the same matrix-pipe time as one bf16 QK).
+    const bool split = r.shape.shape.target == rt::Target::gfx942 && r.shape.shape.q_dtype == rt::DType::bf16 &&
+                       r.shape.shape.kv_dtype == rt::DType::fp8;
+    const double expected = rows_padding * (split ? (2.0 * 576 + 512) / (576 + 512) : 1.0);
+    CHECK(r.mac_ratio >= expected * 0.999);
+    CHECK(r.mac_ratio <= expected * 1.01);  // + masked tokens of partial tiles
   }
 }
 
@@ -245,16 +251,23 @@ TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a cle
 }
 
 TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/fp8 at 8, 12 and 16 heads") {
-  // gfx942 bf16/fp8 (0.69 serial, 0.50 co-issue) is reported, not asserted: docs/performance.md
-  // explains why.
-  int checked = 0;
+  // gfx942 bf16/fp8 misses the target (0.49 serial, 0.36 co-issue; docs/performance.md says
+  // why); guarded here against regressions: its Q split (no K widening) and its early slot
+  // release (the producer's write hidden behind PV) must stay in effect.
+  int checked = 0, guarded = 0;
   for (const auto& r : seed_results())
     if (r.shape.shape.target == rt::Target::gfx950) {
       INFO(r.shape.name << ": " << r.issue_over_mem);
       CHECK(r.issue_over_mem <= 0.3);
       ++checked;
+    } else {
+      INFO(r.shape.name << ": " << r.coissue_over_mem << ", ring stall " << r.hot.ring_stall_cycles);
+      CHECK(r.coissue_over_mem <= 0.37);
+      CHECK(r.hot.ring_stall_cycles == 0);
+      ++guarded;
     }
   CHECK(checked == 4);
+  CHECK(guarded == 20);
   for (const char* spec : {"gfx950:fp8/fp8:h8:pg1:4096x4", "gfx950:fp8/fp8:h16:pg128:4096x4"}) {
     ShapeResult r = measure_shape(parse_shape(spec), quick());
     INFO(spec << ": " << r.issue_over_mem << " (" << r.decode_kernel << ")");
