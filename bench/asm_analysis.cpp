@@ -161,6 +161,7 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
     for (int it = 0; it < 3; ++it) {
       for (size_t k = 0; k < ops.size(); ++k) {
         const int at = tl.issue(ops[k]);
+        if (it == 2) h.coissue_slots.push_back(at);
         if (it == 2 && first_barrier < 0 && mnemonic(h.insts[k]) == "s_barrier") first_barrier = at;
       }
       if (it == 1) end2 = tl.now();

@@ -116,6 +116,7 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
 
 struct HotLoop {
   std::vector<std::string> insts;  // steady-state path of one tile (full tile)
+  std::vector<int> coissue_slots;  // issue slot of each of insts in the steady (third) iteration
   double issue_cycles = 0;         // per-target table (docs/performance.md): a serial sum, upper bound
   // Steady-state cycles per iteration on the co-execution issue model (target/issue_model.h:
   // MFMAs run in the matrix pipe while independent instructions issue; modeled).
@@ -220,6 +221,7 @@ struct MeasureOptions {
   int64_t full_scale_max_tokens = 0;  // emulate at full scale when total tokens <= this
   bool run_mca = true;
   bool verbose = false;
+  bool trace_hot_loop = false;  // print the steady iteration's co-issue slots per instruction
 };
 ShapeResult measure_shape(const BenchShape& s, const MeasureOptions& o);
 

@@ -366,6 +366,12 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const std::string text = decode_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   r.hot = analyze_hot_loop(text, s.target, o.run_mca);
+  if (o.trace_hot_loop) {
+    fmt::print(stderr, "mlabench: hot loop of {}, steady iteration (co-issue slot, instruction; modeled):\n",
+               sel.decode.name);
+    for (size_t k = 0; k < r.hot.insts.size(); ++k)
+      fmt::print(stderr, "  {:5d}  {}\n", r.hot.coissue_slots[k] - r.hot.coissue_slots[0], r.hot.insts[k]);
+  }
   // One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's
   // LDS bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the
   // consumers wait for whatever of that write their work after the first barrier (the slot's

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--full-scale-tokens", mo.full_scale_max_tokens,
                  "emulate shapes with at most this many tokens at full scale (0: never)");
   app.add_flag("!--no-mca", mo.run_mca, "skip the llvm-mca cross-check");
+  app.add_flag("--trace-hot-loop", mo.trace_hot_loop,
+               "print each shape's hot loop with the co-issue model's issue slot per instruction (stderr)");
   app.add_option("--runs", ho.runs, "hip: timed runs (>= 100)");
   app.add_option("--warmup", ho.warmup, "hip: warm-up runs");
   app.add_option("--rotate", ho.rotate, "hip: input sets rotated (0: enough to exceed 2x the LLC)");

@@ -675,7 +675,7 @@ class MlaDecodeBuilder {
 
     VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
     VReg slo = split ? ra.vgpr(4 * sub_tiles, "c_scores_lo", 4) : VReg{};  // K lo^T, apart
-    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (12 split)
+    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (8 split)
     // (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD); with fp8 K widened to
     // bf16, the raw bytes take half as many again.
     std::vector<std::vector<int>> batches(1);
@@ -683,9 +683,9 @@ class MlaDecodeBuilder {
     auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
     auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qob / 4; };
     // A pair stays in one batch (its operands are one read into consecutive registers). Split Q
-    // reads two Q operands per K operand: 12 each (K + Q in 36 VGPRs) leaves room for the raw V
-    // of the whole tile (early slot release, below).
-    const int batch_regs = split ? 12 : 24;
+    // reads two Q operands per K operand: 8 each (K + Q in 24 VGPRs) leaves room for the raw V
+    // of the whole tile and half of it widened (early slot release, below).
+    const int batch_regs = split ? 8 : 24;
     for (size_t bi = 0; bi < blocks.size(); ++bi) {
       const int unit = op_regs_of(blocks[bi]) + (blocks[bi].pair_first ? op_regs_of(blocks[bi + 1]) : 0);
       if (!blocks[bi].pair_second && op_regs + unit > batch_regs && !batches.back().empty())
@@ -721,7 +721,15 @@ class MlaDecodeBuilder {
     const int Vc = g_.v_read_columns;
     const int v_nb = tr ? 0 : kMlaVDim / (16 * Vc), v_nb_regs = klpv * v_regs_per_token * vhalves;
     const bool early_release = g_.ring == 1 && !tr && v_nb * v_nb_regs <= 32;
-    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : v_nb_regs * (early_release ? v_nb : 1), "c_v_raw", 2);
+    // ... and fp8 V widened for a bf16 PV: the first half of V is widened with the QK work too,
+    // beside the QK MFMAs (which leave the VALU idle), the second half beside the PV MFMAs.
+    // The second half's raw rows reuse the first half's raw registers, its widened operands the
+    // first half's operands once their MFMAs have read them.
+    const bool prewiden = early_release && widen_v && v_nb % 2 == 0;
+    const int raw_sets = prewiden ? v_nb / 2 : early_release ? v_nb : 1;
+    const int group_regs = 4 * x_regs;  // A operands of one 4-column group (four 16-column blocks)
+    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : v_nb_regs * raw_sets, "c_v_raw", 2);
+    VReg vwide = prewiden ? ra.vgpr(v_nb / 2 * vhalves * group_regs, "c_v_widened", 2) : VReg{};
     // V rows of column block nb (token slot p: 16 st + gtok[st] + p % 4, in vaddr[st]).
     auto read_v = [&](int nb, VReg dst) {
       for (int p = 0; p < klpv; ++p) {
@@ -730,7 +738,7 @@ class MlaDecodeBuilder {
         ds_read_dwords(dst.sub(p * v_regs_per_token * vhalves, v_regs_per_token * vhalves), vaddr[st], off);
       }
     };
-    VReg xop = ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : 4 * x_regs, "c_v_transposed", 2);
+    VReg xop = prewiden ? VReg{} : ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : group_regs, "c_v_transposed", 2);
     // fp8 V for a bf16 PV without transposing reads: each token pair's 4 columns widened to f32,
     // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
     // than transposing bytes first and widening after).
@@ -741,11 +749,32 @@ class MlaDecodeBuilder {
     VReg xt = need_xt ? ra.vgpr(4, "c_transpose_tmp", 2) : VReg{};
     VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
-    VReg neg_inf = ra.vgpr(1, "c_neg_inf");
+    VReg neg_inf = ra.vgpr(1, "c_neg_inf"), mslack = ra.vgpr(1, "c_max_slack");
     b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
     SReg tb = ra.sgpr(1, "c_tile_base"), sslot = ra.sgpr(1, "c_slot");
 
+    // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
+    // change from tile to tile, and are set once before the loop.
+    const bool fixed_addresses = g_.ring == 1 && sub_tiles == 1;
+    auto tile_addresses = [&](bool k_too) {
+      if (g_.ring == 2) {
+        b.s_and_b32(sslot, iter_, Imm(1));
+        b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
+      } else {
+        b.s_mov_b32(sslot, Imm(0));
+      }
+      if (g_.kv_splits > 1) {
+        SReg pos = ra.sgpr(1, "c_tile_pos");
+        b.s_mul_i32(pos, split_, Imm(T * E));
+        b.s_add_u32(sslot, sslot, pos);
+        ra.release(pos);
+      }
+      for (size_t v = 0; v < vbase.size(); ++v) b.v_add_u32(vaddr[v], sslot, vbase[v]);
+      if (k_too)
+        for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, 0}]);
+    };
     b.s_mov_b32(iter_, Imm(0));
+    if (fixed_addresses) tile_addresses(true);
     Label loop = b.new_label("consumer_loop");
     b.bind(loop);
     // This wave's tile: slot iter, tile position split (absent at the unit's end: skip to the
@@ -757,24 +786,13 @@ class MlaDecodeBuilder {
     b.s_cbranch_scc1(absent);
     b.s_lshl_b32(tb, tb, Imm(log2i(T)));
     b.s_add_u32(tb, tb, kv_start());
-    if (g_.ring == 2) {
-      b.s_and_b32(sslot, iter_, Imm(1));
-      b.s_mul_i32(sslot, sslot, Imm(slot_bytes()));
-    } else {
-      b.s_mov_b32(sslot, Imm(0));
-    }
-    if (g_.kv_splits > 1) {
-      SReg pos = ra.sgpr(1, "c_tile_pos");
-      b.s_mul_i32(pos, split_, Imm(T * E));
-      b.s_add_u32(sslot, sslot, pos);
-      ra.release(pos);
-    }
-    for (size_t v = 0; v < vbase.size(); ++v) b.v_add_u32(vaddr[v], sslot, vbase[v]);
+    if (!fixed_addresses) tile_addresses(false);
 
     // S^T = K Q^T per 16-token sub-tile.
     for (int st = 0; st < sub_tiles; ++st) {
       VReg sdst = sacc.sub(4 * st, 4);
-      for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
+      if (!fixed_addresses)
+        for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
       for (const auto& bt : batches) {
         std::vector<VReg> raw, op;
         int rr = 0, ro = 0;
@@ -827,24 +845,31 @@ class MlaDecodeBuilder {
       }
     }
 
-    if (early_release)
+    if (prewiden) {
+      for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
+      for (int nb = 0; nb < v_nb / 2; ++nb)
+        for (int half = 0; half < vhalves; ++half)
+          widen_v_group(vraw.sub(nb * v_nb_regs, v_nb_regs), half, vwide.sub((nb * vhalves + half) * group_regs, group_regs), vf32);
+      for (int nb = v_nb / 2; nb < v_nb; ++nb) read_v(nb, vraw.sub((nb - v_nb / 2) * v_nb_regs, v_nb_regs));
+    } else if (early_release) {
       for (int nb = 0; nb < v_nb; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
+    }
     // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T.
     for (int e = 0; e < (split ? 4 * sub_tiles : 0); ++e)
       b.v_fma_f32(sacc[e], slo[e], K(kQLoInvBits), sacc[e]);
-    // Scores in exp2 units, masked beyond the row's limit.
-    for (int e = 0; e < 4 * sub_tiles; ++e) {
-      if (s_.logit_cap) {
-        b.v_mul_f32(tt, xscale, sacc[e]);
-        b.v_exp_f32(tt, tt);
-        b.v_add_f32(tt, f32(1.0f), tt);
-        b.v_rcp_f32(tt, tt);
-        b.v_fma_f32(tt, tt, f32(-2.0f), f32(1.0f));
-        b.v_mul_f32(sacc[e], cap_out, tt);
-      } else {
-        b.v_mul_f32(sacc[e], xscale, sacc[e]);
-      }
+    // Scores in exp2 units (x = s xscale), masked beyond the row's limit. Without the soft cap
+    // the scores stay unscaled until the exponent (xscale > 0, so the max commutes with it):
+    // the row max is scaled once and each p takes one fma, exp2(fma(s, xscale, -m)).
+    const bool cap = s_.logit_cap;
+    for (int e = 0; e < (cap ? 4 * sub_tiles : 0); ++e) {
+      b.v_mul_f32(tt, xscale, sacc[e]);
+      b.v_exp_f32(tt, tt);
+      b.v_add_f32(tt, f32(1.0f), tt);
+      b.v_rcp_f32(tt, tt);
+      b.v_fma_f32(tt, tt, f32(-2.0f), f32(1.0f));
+      b.v_mul_f32(sacc[e], cap_out, tt);
     }
+    b.v_add_f32(mslack, f32(kRescaleSlack), mrun);  // m + slack (independent of the tile)
     SReg tend = ra.sgpr(1, "c_tile_end");
     b.s_add_u32(tend, tb, Imm(T));
     b.s_cmp_le_u32(tend, slim);
@@ -867,28 +892,31 @@ class MlaDecodeBuilder {
     b.v_max_f32(tmax, tmax, tt);
     b.ds_bpermute_b32(tt, perm32, tmax);
     b.v_max_f32(tmax, tmax, tt);
+    if (!cap) b.v_mul_f32(tmax, xscale, tmax);
     // Lazy rescale: the reference max m moves only when a row's max grows by more than
-    // kRescaleSlack (log2 units), so P = exp2(s - m) <= 2^7 and, on most tiles, no row
-    // moves and the O^T rescale is skipped (uniform branch). The result is exact either way:
-    // l and O carry the same factor, and lse = m + log(l).
-    b.v_max_f32(tmax, mrun, tmax);
-    b.v_add_f32(tt, f32(kRescaleSlack), mrun);
-    b.v_cmp_gt_f32(vcc, tmax, tt);
+    // kRescaleSlack (log2 units), so P = exp2(x - m) <= 2^7 and, on most tiles, no row
+    // moves and the rescale (alpha = exp2(m - m'), O^T and l times alpha) is skipped by a
+    // uniform branch. The result is exact either way: l and O carry the same factor, and
+    // lse = m + log(l).
+    b.v_cmp_gt_f32(vcc, tmax, mslack);
     b.v_cndmask_b32(tmax, mrun, tmax, vcc);        // the row's new reference max
-    b.v_sub_f32(alpha[0], mrun, tmax);
-    b.v_exp_f32(alpha[0], alpha[0]);               // 1 for rows that keep theirs
-    b.v_mov_b32(mrun, tmax);
     Label rescaled = b.new_label("rescaled");
     b.s_cbranch_vccz(rescaled);
+    b.v_sub_f32(alpha[0], mrun, tmax);
+    b.v_exp_f32(alpha[0], alpha[0]);               // 1 for rows that keep theirs
     for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+    b.v_mul_f32(lrun, lrun, alpha[0]);
     b.bind(rescaled);
+    b.v_mov_b32(mrun, tmax);
+    if (!cap) b.v_sub_f32(tmax, f32(0.0f), tmax);  // -m
     for (int e = 0; e < 4 * sub_tiles; ++e) {
-      b.v_sub_f32(sacc[e], sacc[e], tmax);
+      if (cap) b.v_sub_f32(sacc[e], sacc[e], tmax);
+      else b.v_fma_f32(sacc[e], sacc[e], xscale, tmax);
       b.v_exp_f32(sacc[e], sacc[e]);
     }
     b.v_add_f32(tsum, sacc[0], sacc[1]);
     for (int e = 2; e < 4 * sub_tiles; ++e) b.v_add_f32(tsum, tsum, sacc[e]);
-    b.v_fma_f32(lrun, lrun, alpha[0], tsum);
+    b.v_add_f32(lrun, lrun, tsum);
 
     // P^T operand: the lane's own probabilities, p = 4 st + r (token 16 st + 4((g+st)%4) + r).
     if (pb == 1) {
@@ -932,26 +960,25 @@ class MlaDecodeBuilder {
     // makes four 16-column blocks (block n = 4 (Vc/4 nb + half) + q holds columns
     // 16 Vc nb + Vc i + 4 half + q of lane row i).
     for (int nb = 0; nb < v_nb; ++nb) {
-      const VReg vnb = vraw.sub(early_release ? nb * v_nb_regs : 0, v_nb_regs);
+      const int set = prewiden ? nb - v_nb / 2 : early_release ? nb : 0;  // raw set (prewiden: nb >= v_nb / 2)
+      const VReg vnb = vraw.sub(std::max(set, 0) * v_nb_regs, v_nb_regs);
       if (!early_release) read_v(nb, vnb);
       for (int half = 0; half < vhalves; ++half) {
-        std::vector<VReg> tok;  // token slot p's 4 columns of this group
-        for (int p = 0; p < klpv; ++p) tok.push_back(vnb.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
-        if (widen_v) {
-          // Column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w+1, q)].
-          for (int w = 0; w < klpv / 2; ++w) {
-            for (int h = 0; h < 2; ++h) {
-              b.v_cvt_pk_f32_fp8(vf32.sub(4 * h, 2), tok[2 * w + h][0], 0);
-              b.v_cvt_pk_f32_fp8(vf32.sub(4 * h + 2, 2), tok[2 * w + h][0], 1);
-            }
-            for (int q = 0; q < 4; ++q) b.v_perm_b32(xop[q * x_regs + w], vf32[4 + q], vf32[q], K(sel(2, 3, 6, 7)));
-          }
+        VReg x = xop;
+        if (prewiden) {
+          const int grp = nb * vhalves + half, held = v_nb / 2 * vhalves;
+          x = vwide.sub((grp % held) * group_regs, group_regs);
+          if (grp >= held) widen_v_group(vnb, half, x, vf32);
+        } else if (widen_v) {
+          widen_v_group(vnb, half, x, vf32);
         } else {
+          std::vector<VReg> tok;  // token slot p's 4 columns of this group
+          for (int p = 0; p < klpv; ++p) tok.push_back(vnb.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
           transpose_v(xop, tok, xt, klpv, kvb);
         }
         for (int q = 0; q < 4; ++q) {
           VReg acc = o.sub(4 * (4 * (vhalves * nb + half) + q), 4);
-          b.mfma(g_.pv_mfma, acc, xop.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
+          b.mfma(g_.pv_mfma, acc, x.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
         }
       }
     }
@@ -1159,6 +1186,23 @@ class MlaDecodeBuilder {
         throw std::logic_error(fmt::format("row / {} by multiply-shift is inexact at row {}", h, r));
     b.v_mul_u32_u24(d, Imm(mul), row);
     b.v_lshrrev_b32(d, Imm(16), d);
+  }
+
+  // fp8 V for a bf16 PV (8-column reads, 4-column group `half` of the raw rows `raw`): the A
+  // operands of four 16-column blocks into dst (4 x x_regs). Each token pair's 4 columns are
+  // widened to f32 (vf32: 8 registers), then one v_perm_b32 per dword takes the two bf16 halves:
+  // column q, dword w = [bf16 V(token slot 2w, q), bf16 V(token slot 2w + 1, q)].
+  void widen_v_group(VReg raw, int half, VReg dst, VReg vf32) {
+    Builder& b = *b_;
+    const int klpv = g_.pv_k / 4, vhalves = g_.v_read_columns / 4, x_regs = klpv * g_.p_bytes / 4;
+    for (int w = 0; w < klpv / 2; ++w) {
+      for (int h = 0; h < 2; ++h) {
+        const VReg tok = raw[(2 * w + h) * vhalves + half];  // token slot 2w + h, this group (fp8: 1 dword)
+        b.v_cvt_pk_f32_fp8(vf32.sub(4 * h, 2), tok, 0);
+        b.v_cvt_pk_f32_fp8(vf32.sub(4 * h + 2, 2), tok, 1);
+      }
+      for (int q = 0; q < 4; ++q) b.v_perm_b32(dst[q * x_regs + w], vf32[4 + q], vf32[q], K(sel(2, 3, 6, 7)));
+    }
   }
 
   // Four fp8 bytes -> four bf16 (exact: every fp8 e4m3 value is a bf16 value). src: 1 dword

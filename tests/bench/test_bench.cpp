@@ -251,9 +251,9 @@ TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a cle
 }
 
 TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/fp8 at 8, 12 and 16 heads") {
-  // gfx942 bf16/fp8 misses the target (0.49 serial, 0.36 co-issue; docs/performance.md says
-  // why); guarded here against regressions: its Q split (no K widening) and its early slot
-  // release (the producer's write hidden behind PV) must stay in effect.
+  // gfx942 bf16/fp8 misses the target (0.48 serial, 0.31 co-issue; docs/performance.md says
+  // why); guarded here against regressions: its Q split (no K widening), early slot release
+  // (the producer's write hidden behind PV) and V widened half beside QK must stay in effect.
   int checked = 0, guarded = 0;
   for (const auto& r : seed_results())
     if (r.shape.shape.target == rt::Target::gfx950) {
@@ -262,7 +262,7 @@ TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/f
       ++checked;
     } else {
       INFO(r.shape.name << ": " << r.coissue_over_mem << ", ring stall " << r.hot.ring_stall_cycles);
-      CHECK(r.coissue_over_mem <= 0.37);
+      CHECK(r.coissue_over_mem <= 0.32);
       CHECK(r.hot.ring_stall_cycles == 0);
       ++guarded;
     }
