@@ -118,11 +118,13 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
     if (starts(m, "s_cbranch") || m == "s_branch") {
       // Forward branches inside the loop, as the steady state (a full tile deep inside a long
       // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
-      // taken); a wave always has its tile (".Ltile_absent": not taken); a tile that released
-      // its slot early jumps over the absent tile's first barrier (".Lslot_written": taken).
+      // taken); a wave always has its tile and, deep inside the unit, a next one (".Ltile_absent",
+      // ".Ltail_plain": not taken); a tile that released its slot early jumps over the absent
+      // tile's barriers (".Lslot_written", ".Ltile_done", ".Ltail_done": taken).
       std::string target = trim(l.substr(m.size()));
-      if (starts(target, ".Ltile_absent")) continue;
-      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written"))
+      if (starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain")) continue;
+      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written") &&
+          !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done"))
         throw std::runtime_error("mlabench: no steady-state rule for the consumer loop's branch to " + target);
       size_t j = i + 1;
       while (j < end && L[j] != target + ":") ++j;
@@ -157,17 +159,21 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
       if (starts(mnemonic(l), "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(mnemonic(l));
     }
     gen::IssueTimeline tl;
-    int end2 = 0, first_barrier = -1;
+    int end2 = 0;
+    std::vector<int> barriers;
     for (int it = 0; it < 3; ++it) {
       for (size_t k = 0; k < ops.size(); ++k) {
         const int at = tl.issue(ops[k]);
-        if (it == 2) h.coissue_slots.push_back(at);
-        if (it == 2 && first_barrier < 0 && mnemonic(h.insts[k]) == "s_barrier") first_barrier = at;
+        if (it < 2) continue;
+        h.coissue_slots.push_back(at);
+        if (mnemonic(h.insts[k]) == "s_barrier") barriers.push_back(at);
       }
       if (it == 1) end2 = tl.now();
     }
     h.coissue_cycles = 4.0 * (tl.now() - end2);
-    h.after_release_cycles = first_barrier < 0 ? 0.0 : 4.0 * (tl.now() - first_barrier);
+    // From the slot's release (the first barrier) to the next barrier, or to the iteration's end.
+    if (!barriers.empty())
+      h.after_release_cycles = 4.0 * ((barriers.size() > 1 ? barriers[1] : tl.now()) - barriers[0]);
   }
   if (run_mca) {
     // llvm-mca on the same straight-line path (its scheduling model, dispatch width 1).

@@ -123,8 +123,9 @@ struct HotLoop {
   double coissue_cycles = 0;
   double lds_bytes = 0;            // bytes the wave moves through LDS per iteration (64 lanes)
   double ring_stall_cycles = 0;    // one-slot ring: modeled wait for the producer's LDS write
-  // Co-issue cycles from the path's first s_barrier (the slot's release) to the iteration's
-  // end: the consumer work that overlaps the producer's write of the next slot.
+  // Co-issue cycles from the path's first s_barrier (the slot's release) to its second (the
+  // next slot written), or to the iteration's end: the consumer work that overlaps the
+  // producer's write of the next slot.
   double after_release_cycles = 0;
   double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
   int mfma = 0, valu = 0, lds = 0, salu = 0;

@@ -753,6 +753,63 @@ class MlaDecodeBuilder {
     b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
     SReg tb = ra.sgpr(1, "c_tile_base"), sslot = ra.sgpr(1, "c_slot");
 
+    // A batch of QK blocks: its K (and, Q in LDS, Q) operand reads, then its MFMAs (widening K
+    // first where Q is bf16 and the cache fp8). Registers per batch are fixed: kraw / kop / qop.
+    auto batch_regs_of = [&](const std::vector<int>& bt, std::vector<VReg>& raw, std::vector<VReg>& op,
+                             std::vector<VReg>* qv) {
+      int rr = 0, ro = 0;
+      for (int bi : bt) {
+        raw.push_back(kraw.sub(rr, raw_regs_of(blocks[bi])));
+        op.push_back(widen_k ? kop.sub(ro, op_regs_of(blocks[bi])) : raw.back());
+        for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part)
+          qv[part].push_back(qop.sub(part * op_max + ro, op_regs_of(blocks[bi])));
+        rr += raw_regs_of(blocks[bi]);
+        ro += op_regs_of(blocks[bi]);
+      }
+    };
+    auto read_qk_batch = [&](int st, const std::vector<int>& bt) {
+      int rr = 0, ro = 0;  // register offsets of the block in kraw and in each Q part of qop
+      for (int bi : bt) {
+        const QkBlock& blk = blocks[bi];
+        if (!blk.pair_second) {  // a pair's K (and Q) is one read into both blocks' registers
+          int reg = 0, rq = 0;
+          for (const Chunk& ch : lane_chunks(blk)) {
+            const int n = std::max(1, ch.len * kvb / 4) * (blk.pair_first ? 2 : 1);
+            ds_read_dwords(kraw.sub(rr + reg, n), kaddr[gstride(blk)], uint32_t(16 * st * E + ch.elem_off * kvb));
+            reg += n;
+            const int nq = ch.len * qob / 4 * (blk.pair_first ? 2 : 1);
+            for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part)
+              ds_read_dwords(qop.sub(part * op_max + ro + rq, nq), qg[gstride(blk)],
+                             uint32_t(ch.elem_off * qob + part * g_.q_lo_offset));
+            rq += nq;
+          }
+        }
+        rr += raw_regs_of(blk);
+        ro += op_regs_of(blk);
+      }
+    };
+    auto qk_batch = [&](int st, const std::vector<int>& bt) {
+      std::vector<VReg> raw, op, qv[2];
+      batch_regs_of(bt, raw, op, qv);
+      VReg sdst = sacc.sub(4 * st, 4);
+      if (widen_k)
+        for (size_t c = 0; c < bt.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
+      for (size_t c = 0; c < bt.size(); ++c) {
+        const int bi = bt[c];
+        AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
+        if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[0][c], acc);
+        else b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
+        if (split) b.mfma(blocks[bi].mfma, slo.sub(4 * st, 4), op[c], qv[1][c], bi == 0 ? AccSrc::zero() : AccSrc(slo.sub(4 * st, 4)));
+      }
+    };
+    // Read ahead (one slot, one sub-tile, V half widened with QK): the next tile's first QK
+    // batch and the first half of its V are read while the previous tile's last PV MFMAs run,
+    // after the barrier that hands the slot over; the tile before the loop reads them there.
+    const bool prefetch = prewiden && g_.ring == 1 && sub_tiles == 1 && g_.q_in_lds;
+    auto read_ahead = [&] {
+      read_qk_batch(0, batches[0]);
+      for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
+    };
     // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
     // change from tile to tile, and are set once before the loop.
     const bool fixed_addresses = g_.ring == 1 && sub_tiles == 1;
@@ -775,6 +832,10 @@ class MlaDecodeBuilder {
     };
     b.s_mov_b32(iter_, Imm(0));
     if (fixed_addresses) tile_addresses(true);
+    if (prefetch) {  // this wave's first tile (tile `split`), if the unit has it
+      b.s_cmp_ge_u32(split_, ntiles_);
+      unless_scc1(read_ahead);
+    }
     Label loop = b.new_label("consumer_loop");
     b.bind(loop);
     // This wave's tile: slot iter, tile position split (absent at the unit's end: skip to the
@@ -793,60 +854,15 @@ class MlaDecodeBuilder {
       VReg sdst = sacc.sub(4 * st, 4);
       if (!fixed_addresses)
         for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
-      for (const auto& bt : batches) {
-        std::vector<VReg> raw, op;
-        int rr = 0, ro = 0;
-        for (int bi : bt) {
-          const QkBlock& blk = blocks[bi];
-          raw.push_back(kraw.sub(rr, raw_regs_of(blk)));
-          op.push_back(widen_k ? kop.sub(ro, op_regs_of(blk)) : raw.back());
-          if (!blk.pair_second) {  // a pair's K is one read into both blocks' registers
-            int reg = 0;
-            for (const Chunk& c : lane_chunks(blk)) {
-              const int n = std::max(1, c.len * kvb / 4) * (blk.pair_first ? 2 : 1);
-              const uint32_t off = uint32_t(16 * st * E + c.elem_off * kvb);
-              VReg dst = kraw.sub(rr + reg, n), addr = kaddr[gstride(blk)];
-              ds_read_dwords(dst, addr, off);
-              reg += n;
-            }
-          }
-          rr += raw_regs_of(blk);
-          ro += op_regs_of(blk);
-        }
-        // Q in LDS: this batch's Q operands, read like the AGPR copy is filled.
-        std::vector<VReg> qv[2];
-        for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part) {
-          int rq = part * op_max;
-          for (int bi : bt) {
-            const QkBlock& blk = blocks[bi];
-            qv[part].push_back(qop.sub(rq, op_regs_of(blk)));
-            if (!blk.pair_second) {
-              int reg = 0;
-              for (const Chunk& c : lane_chunks(blk)) {
-                const int n = c.len * qob / 4 * (blk.pair_first ? 2 : 1);
-                VReg dst = qop.sub(rq + reg, n), addr = qg[gstride(blk)];
-                const uint32_t off = uint32_t(c.elem_off * qob + part * g_.q_lo_offset);
-                ds_read_dwords(dst, addr, off);
-                reg += n;
-              }
-            }
-            rq += op_regs_of(blk);
-          }
-        }
-        if (widen_k)
-          for (size_t c = 0; c < bt.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
-        for (size_t c = 0; c < bt.size(); ++c) {
-          const int bi = bt[c];
-          AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
-          if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[0][c], acc);
-          else b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
-          if (split) b.mfma(blocks[bi].mfma, slo.sub(4 * st, 4), op[c], qv[1][c], bi == 0 ? AccSrc::zero() : AccSrc(slo.sub(4 * st, 4)));
-        }
+      for (size_t bi_ = 0; bi_ < batches.size(); ++bi_) {
+        if (!(prefetch && bi_ == 0)) read_qk_batch(st, batches[bi_]);  // batch 0: read ahead
+        qk_batch(st, batches[bi_]);
       }
     }
 
     if (prewiden) {
-      for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
+      if (!prefetch)
+        for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
       for (int nb = 0; nb < v_nb / 2; ++nb)
         for (int half = 0; half < vhalves; ++half)
           widen_v_group(vraw.sub(nb * v_nb_regs, v_nb_regs), half, vwide.sub((nb * vhalves + half) * group_regs, group_regs), vf32);
@@ -959,36 +975,74 @@ class MlaDecodeBuilder {
     // O^T += V^T P^T: per token, one LDS read of Vc = 4 or 8 columns; each 4-column group
     // makes four 16-column blocks (block n = 4 (Vc/4 nb + half) + q holds columns
     // 16 Vc nb + Vc i + 4 half + q of lane row i).
-    for (int nb = 0; nb < v_nb; ++nb) {
+    // Read ahead: the MFMAs of the last kTailGroups groups run after the slot hand-over
+    // barrier, beside the next tile's reads (when the unit has a next tile for this wave); their
+    // operands are made before it.
+    constexpr int kTailGroups = 2;
+    // A 4-column group of PV: its A operands (widened or transposed V), then its four MFMAs.
+    auto pv_operands = [&](int nb, int half) {
       const int set = prewiden ? nb - v_nb / 2 : early_release ? nb : 0;  // raw set (prewiden: nb >= v_nb / 2)
       const VReg vnb = vraw.sub(std::max(set, 0) * v_nb_regs, v_nb_regs);
-      if (!early_release) read_v(nb, vnb);
-      for (int half = 0; half < vhalves; ++half) {
-        VReg x = xop;
-        if (prewiden) {
-          const int grp = nb * vhalves + half, held = v_nb / 2 * vhalves;
-          x = vwide.sub((grp % held) * group_regs, group_regs);
-          if (grp >= held) widen_v_group(vnb, half, x, vf32);
-        } else if (widen_v) {
-          widen_v_group(vnb, half, x, vf32);
-        } else {
-          std::vector<VReg> tok;  // token slot p's 4 columns of this group
-          for (int p = 0; p < klpv; ++p) tok.push_back(vnb.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
-          transpose_v(xop, tok, xt, klpv, kvb);
-        }
-        for (int q = 0; q < 4; ++q) {
-          VReg acc = o.sub(4 * (4 * (vhalves * nb + half) + q), 4);
-          b.mfma(g_.pv_mfma, acc, x.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
-        }
+      VReg x = xop;
+      if (prewiden) {
+        const int grp = nb * vhalves + half, held = v_nb / 2 * vhalves;
+        x = vwide.sub((grp % held) * group_regs, group_regs);
+        if (grp >= held) widen_v_group(vnb, half, x, vf32);
+      } else if (widen_v) {
+        widen_v_group(vnb, half, x, vf32);
+      } else {
+        std::vector<VReg> tok;  // token slot p's 4 columns of this group
+        for (int p = 0; p < klpv; ++p) tok.push_back(vnb.sub((p * vhalves + half) * v_regs_per_token, v_regs_per_token));
+        transpose_v(xop, tok, xt, klpv, kvb);
       }
+      return x;
+    };
+    auto pv_mfmas = [&](int nb, int half, VReg x) {
+      for (int q = 0; q < 4; ++q) {
+        VReg acc = o.sub(4 * (4 * (vhalves * nb + half) + q), 4);
+        b.mfma(g_.pv_mfma, acc, x.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
+      }
+    };
+    const int groups = v_nb * vhalves, tail = prefetch ? kTailGroups : 0;
+    std::vector<VReg> tail_ops;  // the tail groups' operands, made before the barrier
+    for (int grp = 0; grp < groups; ++grp) {
+      const int nb = grp / vhalves, half = grp % vhalves;
+      if (half == 0 && !early_release) read_v(nb, vraw.sub(0, v_nb_regs));
+      VReg x = pv_operands(nb, half);
+      if (grp < groups - tail) pv_mfmas(nb, half, x);
+      else tail_ops.push_back(x);
+    }
+    auto pv_tail = [&] {
+      for (int grp = groups - tail; grp < groups; ++grp)
+        pv_mfmas(grp / vhalves, grp % vhalves, tail_ops[size_t(grp - (groups - tail))]);
+    };
+    Label tile_done = b.new_label("tile_done");
+    if (prefetch) {
+      b.s_barrier();  // the producer has written slot i+1
+      SReg next = ra.sgpr(1, "c_next_tile");
+      b.s_lshl_b32(next, iter_, Imm(log2i(g_.kv_splits)));
+      b.s_add_u32(next, next, split_);
+      b.s_add_u32(next, next, Imm(g_.kv_splits));
+      b.s_cmp_ge_u32(next, ntiles_);
+      ra.release(next);
+      Label plain = b.new_label("tail_plain"), joined = b.new_label("tail_done");
+      b.s_cbranch_scc1(plain);
+      read_ahead();  // the tail's operands are made: the raw V registers are free
+      pv_tail();
+      b.s_branch(joined);
+      b.bind(plain);
+      pv_tail();
+      b.bind(joined);
+      b.s_branch(tile_done);
     }
 
     Label written = b.new_label("slot_written");
-    if (early_release) b.s_branch(written);  // the slot was released before PV
+    if (early_release && !prefetch) b.s_branch(written);  // the slot was released before PV
     b.bind(absent);
     b.s_barrier();  // slot i%2 is free for the producer
     b.bind(written);
     if (g_.ring == 1) b.s_barrier();  // one slot: the producer has written slot i+1
+    b.bind(tile_done);
     b.s_add_u32(iter_, iter_, Imm(1));
     b.s_cmp_lt_u32(iter_, nslots_);
     b.s_cbranch_scc1(loop);
