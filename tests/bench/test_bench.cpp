@@ -250,11 +250,11 @@ TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a cle
   CHECK_THROWS_AS(hip_bench(seed000_shapes(), o, table), std::invalid_argument);
 }
 
-TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/fp8 at 8, 12 and 16 heads") {
-  // gfx942 bf16/fp8 misses the target (0.48 serial, 0.31 co-issue; docs/performance.md says
-  // why); guarded here against regressions: its Q split (no K widening), early slot release
-  // (the producer's write hidden behind PV) and V widened half beside QK must stay in effect.
-  int checked = 0, guarded = 0;
+TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3: gfx950 fp8/fp8 at 8, 12 and 16 heads (serial table), gfx942 bf16/fp8 (co-issue model)") {
+  // gfx942 bf16/fp8 meets it on the co-issue model only (0.30; the serial table's upper bound
+  // is 0.49): with one consumer wave per SIMD its MFMAs must overlap its VALU, which the Q
+  // split, the V widening beside QK, the early slot release and the read-ahead arrange.
+  int checked = 0, checked942 = 0;
   for (const auto& r : seed_results())
     if (r.shape.shape.target == rt::Target::gfx950) {
       INFO(r.shape.name << ": " << r.issue_over_mem);
@@ -262,12 +262,12 @@ TEST_CASE("bench: hot-loop issue time / tile memory time <= 0.3 for gfx950 fp8/f
       ++checked;
     } else {
       INFO(r.shape.name << ": " << r.coissue_over_mem << ", ring stall " << r.hot.ring_stall_cycles);
-      CHECK(r.coissue_over_mem <= 0.32);
+      CHECK(r.coissue_over_mem <= 0.3);
       CHECK(r.hot.ring_stall_cycles == 0);
-      ++guarded;
+      ++checked942;
     }
   CHECK(checked == 4);
-  CHECK(guarded == 20);
+  CHECK(checked942 == 20);
   for (const char* spec : {"gfx950:fp8/fp8:h8:pg1:4096x4", "gfx950:fp8/fp8:h16:pg128:4096x4"}) {
     ShapeResult r = measure_shape(parse_shape(spec), quick());
     INFO(spec << ": " << r.issue_over_mem << " (" << r.decode_kernel << ")");
