@@ -421,7 +421,13 @@ class MlaDecodeBuilder {
     const uint32_t qP = uint32_t(kMlaDim * qb / 8);
     std::vector<uint32_t> consts{sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu,
                                  q_piece_divider(qb).first, uint32_t(kRowsPerWave) * qP};
-    if (split) consts.insert(consts.end(), {0xffff0000u, 254u, kQLoInvBits});  // split_q / the lo scores
+    if (split) consts.insert(consts.end(), {0xffff0000u, 254u});  // split_q's bf16 high half, exponent bound
+    // Split: 2^-kQLoShift as the low SGPR of a pair (the high one 0), broadcast by a packed fma.
+    SReg lo_inv2 = split ? ra.sgpr(2, "c_lo_inv_scale", 2) : SReg{};
+    if (split) {
+      b.s_mov_b32(lo_inv2[0], Imm(int64_t(kQLoInvBits)));
+      b.s_mov_b32(lo_inv2[1], Imm(0));
+    }
     for (uint32_t v : consts) {
       if (consts_.count(v)) continue;
       SReg k = ra.sgpr(1, fmt::format("c_const_{:x}", v));
@@ -578,7 +584,11 @@ class MlaDecodeBuilder {
     b.s_min_u32(slim, slim, kv_end());
 
     // Scales (uniform): x = s * scale * log2(e) feeds exp2.
-    VReg xscale = ra.vgpr(1, "c_x_scale"), cap_out = ra.vgpr(1, "c_cap_out");
+    // xscale is the low register of a pair (the high one 0): the packed fma of the exponent
+    // broadcasts it.
+    VReg xscale2 = ra.vgpr(2, "c_x_scale", 2), xscale = xscale2.sub(0, 1);
+    VReg cap_out = s_.logit_cap ? ra.vgpr(1, "c_cap_out") : VReg{};
+    b.v_mov_b32(xscale2[1], Imm(0));
     b.v_mov_b32(xscale, argf(mla_decode_args::scale));
     if (s_.logit_cap) {
       // tanh(s / cap) = 1 - 2 / (exp2(2 * log2e * s / cap) + 1); x = cap * log2e * tanh.
@@ -747,7 +757,10 @@ class MlaDecodeBuilder {
     // needed by split Q with the f32-detour V widening).
     const bool need_xt = widen_k || (tr && widen_v) || (!tr && !widen_v);
     VReg xt = need_xt ? ra.vgpr(4, "c_transpose_tmp", 2) : VReg{};
-    VReg tmax = ra.vgpr(1, "c_tile_max"), tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
+    // tmax is the low register of a pair (the high one 0), broadcast as -m by the packed fma.
+    VReg tmax2 = ra.vgpr(2, "c_tile_max", 2), tmax = tmax2.sub(0, 1);
+    VReg tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
+    b.v_mov_b32(tmax2[1], Imm(0));
     // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
     VReg neg_inf = ra.vgpr(1, "c_neg_inf"), mslack = ra.vgpr(1, "c_max_slack");
     b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
@@ -870,9 +883,9 @@ class MlaDecodeBuilder {
     } else if (early_release) {
       for (int nb = 0; nb < v_nb; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
     }
-    // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T.
-    for (int e = 0; e < (split ? 4 * sub_tiles : 0); ++e)
-      b.v_fma_f32(sacc[e], slo[e], K(kQLoInvBits), sacc[e]);
+    // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T (two scores per packed fma).
+    for (int e = 0; e < (split ? 4 * sub_tiles : 0); e += 2)
+      b.v_pk_fma_f32(sacc.sub(e, 2), slo.sub(e, 2), lo_inv2, sacc.sub(e, 2), true, false);
     // Scores in exp2 units (x = s xscale), masked beyond the row's limit. Without the soft cap
     // the scores stay unscaled until the exponent (xscale > 0, so the max commutes with it):
     // the row max is scaled once and each p takes one fma, exp2(fma(s, xscale, -m)).
@@ -924,10 +937,13 @@ class MlaDecodeBuilder {
     b.v_mul_f32(lrun, lrun, alpha[0]);
     b.bind(rescaled);
     b.v_mov_b32(mrun, tmax);
-    if (!cap) b.v_sub_f32(tmax, f32(0.0f), tmax);  // -m
+    if (!cap) {
+      b.v_sub_f32(tmax, f32(0.0f), tmax);  // -m
+      for (int e = 0; e < 4 * sub_tiles; e += 2)
+        b.v_pk_fma_f32(sacc.sub(e, 2), sacc.sub(e, 2), xscale2, tmax2, true, true);  // s xscale - m
+    }
     for (int e = 0; e < 4 * sub_tiles; ++e) {
       if (cap) b.v_sub_f32(sacc[e], sacc[e], tmax);
-      else b.v_fma_f32(sacc[e], sacc[e], xscale, tmax);
       b.v_exp_f32(sacc[e], sacc[e]);
     }
     b.v_add_f32(tsum, sacc[0], sacc[1]);

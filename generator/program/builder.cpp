@@ -117,6 +117,24 @@ void Builder::v_pk_mul_f32_bcast_lo(VReg d2, VReg a2, VReg b2) {
   emit("v_pk_mul_f32", {Operand::of(d2)}, {Operand::of(a2), Operand::of(b2)}, "op_sel_hi:[1,0]");
 }
 
+void Builder::pk_fma_f32_(VReg d2, VReg a2, Operand b2, int b_count, VReg c2, bool b_bcast, bool c_bcast) {
+  check_width("v_pk_fma_f32", d2.count, 2, "dst");
+  check_width("v_pk_fma_f32", a2.count, 2, "src0");
+  check_width("v_pk_fma_f32", b_count, 2, "src1");
+  check_width("v_pk_fma_f32", c2.count, 2, "src2");
+  const std::string mods = fmt::format("op_sel_hi:[1,{},{}]", b_bcast ? 0 : 1, c_bcast ? 0 : 1);
+  emit("v_pk_fma_f32", {Operand::of(d2)}, {Operand::of(a2), b2, Operand::of(c2)},
+       b_bcast || c_bcast ? mods : std::string());
+}
+
+void Builder::v_pk_fma_f32(VReg d2, VReg a2, VReg b2, VReg c2, bool b_bcast, bool c_bcast) {
+  pk_fma_f32_(d2, a2, Operand::of(b2), b2.count, c2, b_bcast, c_bcast);
+}
+
+void Builder::v_pk_fma_f32(VReg d2, VReg a2, SReg b2, VReg c2, bool b_bcast, bool c_bcast) {
+  pk_fma_f32_(d2, a2, Operand::of(b2), b2.count, c2, b_bcast, c_bcast);
+}
+
 void Builder::v_cvt_pk_fp8_f32(VReg d, VSrc a, VSrc b, int word) {
   check_width("v_cvt_pk_fp8_f32", d.count, 1, "dst");
   if (word != 0 && word != 1) throw std::invalid_argument("v_cvt_pk_fp8_f32: word must be 0 or 1");

@@ -118,6 +118,11 @@ class Builder {
   }
   // d2 = a2 * (b2.lo, b2.lo): both halves scaled by the low half of b (op_sel_hi:[1,0]).
   void v_pk_mul_f32_bcast_lo(VReg d2, VReg a2, VReg b2);
+  // d2 = a2 * b2 + c2 on two f32 lanes; a source marked bcast feeds its low register to both
+  // lanes (op_sel_hi 0; its high register is still named, so it must hold a value). b2 may be
+  // an SGPR pair.
+  void v_pk_fma_f32(VReg d2, VReg a2, VReg b2, VReg c2, bool b_bcast, bool c_bcast);
+  void v_pk_fma_f32(VReg d2, VReg a2, SReg b2, VReg c2, bool b_bcast, bool c_bcast);
   // Two f32 to two fp8 (target format) in word `word` (0: bytes [1:0], 1: bytes [3:2]) of d;
   // the other word of d is kept.
   void v_cvt_pk_fp8_f32(VReg d, VSrc a, VSrc b, int word);
@@ -186,6 +191,7 @@ class Builder {
   void make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records);
 
  private:
+  void pk_fma_f32_(VReg d2, VReg a2, Operand b2, int b_count, VReg c2, bool b_bcast, bool c_bcast);
   void check_width(std::string_view what, int got, int want, const char* operand);
   void sop(std::string_view m, SReg d, int width, std::initializer_list<SSrc> srcs);
   void vop(std::string_view m, VReg d, std::initializer_list<VSrc> srcs);
