@@ -815,17 +815,17 @@ class MlaDecodeBuilder {
         if (split) b.mfma(blocks[bi].mfma, slo.sub(4 * st, 4), op[c], qv[1][c], bi == 0 ? AccSrc::zero() : AccSrc(slo.sub(4 * st, 4)));
       }
     };
-    // Read ahead (one slot, one sub-tile, V half widened with QK): the next tile's first QK
+    // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
+    // change from tile to tile, and are set once before the loop.
+    const bool fixed_addresses = g_.ring == 1 && sub_tiles == 1;
+    // Read ahead (fixed addresses, Q in LDS, V half widened with QK): the next tile's first QK
     // batch and the first half of its V are read while the previous tile's last PV MFMAs run,
     // after the barrier that hands the slot over; the tile before the loop reads them there.
-    const bool prefetch = prewiden && g_.ring == 1 && sub_tiles == 1 && g_.q_in_lds;
+    const bool prefetch = prewiden && fixed_addresses && g_.q_in_lds;
     auto read_ahead = [&] {
       read_qk_batch(0, batches[0]);
       for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
     };
-    // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
-    // change from tile to tile, and are set once before the loop.
-    const bool fixed_addresses = g_.ring == 1 && sub_tiles == 1;
     auto tile_addresses = [&](bool k_too) {
       if (g_.ring == 2) {
         b.s_and_b32(sslot, iter_, Imm(1));
@@ -864,12 +864,11 @@ class MlaDecodeBuilder {
 
     // S^T = K Q^T per 16-token sub-tile.
     for (int st = 0; st < sub_tiles; ++st) {
-      VReg sdst = sacc.sub(4 * st, 4);
       if (!fixed_addresses)
         for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
-      for (size_t bi_ = 0; bi_ < batches.size(); ++bi_) {
-        if (!(prefetch && bi_ == 0)) read_qk_batch(st, batches[bi_]);  // batch 0: read ahead
-        qk_batch(st, batches[bi_]);
+      for (size_t k = 0; k < batches.size(); ++k) {
+        if (!(prefetch && k == 0)) read_qk_batch(st, batches[k]);  // batch 0 was read ahead
+        qk_batch(st, batches[k]);
       }
     }
 
