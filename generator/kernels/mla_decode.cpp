@@ -781,24 +781,23 @@ class MlaDecodeBuilder {
       }
     };
     auto read_qk_batch = [&](int st, const std::vector<int>& bt) {
-      int rr = 0, ro = 0;  // register offsets of the block in kraw and in each Q part of qop
-      for (int bi : bt) {
-        const QkBlock& blk = blocks[bi];
-        if (!blk.pair_second) {  // a pair's K (and Q) is one read into both blocks' registers
-          int reg = 0, rq = 0;
-          for (const Chunk& ch : lane_chunks(blk)) {
-            const int n = std::max(1, ch.len * kvb / 4) * (blk.pair_first ? 2 : 1);
-            ds_read_dwords(kraw.sub(rr + reg, n), kaddr[gstride(blk)], uint32_t(16 * st * E + ch.elem_off * kvb));
-            reg += n;
-            const int nq = ch.len * qob / 4 * (blk.pair_first ? 2 : 1);
-            for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part)
-              ds_read_dwords(qop.sub(part * op_max + ro + rq, nq), qg[gstride(blk)],
-                             uint32_t(ch.elem_off * qob + part * g_.q_lo_offset));
-            rq += nq;
-          }
+      std::vector<VReg> raw, op, qv[2];
+      batch_regs_of(bt, raw, op, qv);
+      for (size_t c = 0; c < bt.size(); ++c) {
+        const QkBlock& blk = blocks[bt[c]];
+        if (blk.pair_second) continue;  // a pair's K (and Q) is one read into both blocks' registers
+        int reg = 0, rq = 0;
+        for (const Chunk& ch : lane_chunks(blk)) {
+          const int n = std::max(1, ch.len * kvb / 4) * (blk.pair_first ? 2 : 1);
+          ds_read_dwords(kraw.sub(raw[c].first - kraw.first + reg, n), kaddr[gstride(blk)],
+                         uint32_t(16 * st * E + ch.elem_off * kvb));
+          reg += n;
+          const int nq = ch.len * qob / 4 * (blk.pair_first ? 2 : 1);
+          for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part)
+            ds_read_dwords(qop.sub(qv[part][c].first - qop.first + rq, nq), qg[gstride(blk)],
+                           uint32_t(ch.elem_off * qob + part * g_.q_lo_offset));
+          rq += nq;
         }
-        rr += raw_regs_of(blk);
-        ro += op_regs_of(blk);
       }
     };
     auto qk_batch = [&](int st, const std::vector<int>& bt) {

@@ -129,7 +129,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
     g.q_lo_offset = 600;
     g.q_lds_row = 2 * g.q_lo_offset;
   } else {
-    g.q_lds_row = q_lds_row_bytes(g.q_bytes, g.q_row_pad);
+    g.q_lds_row = kMlaDim * g.q_bytes + g.q_row_pad;
   }
   const int q_share = kRowsPerWave * g.q_lds_row;
   g.kv_row_bytes = kMlaDim * g.kv_bytes;

@@ -78,11 +78,6 @@ struct MlaGeometry {
   nlohmann::json to_json() const;
 };
 
-// LDS stride of a Q row: 576 x q bytes + the pad (8 or 16 bytes).
-inline int q_lds_row_bytes(int q_bytes, int pad) { return kMlaDim * q_bytes + pad; }
-// LDS bytes of one row block's Q image (16 padded rows).
-inline int q_share_bytes(int q_bytes, int pad) { return kRowsPerWave * q_lds_row_bytes(q_bytes, pad); }
-
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);
 
