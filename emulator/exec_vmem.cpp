@@ -341,10 +341,19 @@ void ds_permute(Wave& w, const Inst& in) {
   push_pending(w, Queue::LGKM, false, false);
 }
 
-// gfx950 transpose reads. Mappings follow AMD's rocjitsu (see docs/emulator.md: unverified on
-// hardware). `ebits` element width, `rowbytes` bytes read per lane.
+// gfx950 transpose reads (ds_read_b64_tr_b4/b8/b16, ds_read_b96_tr_b6). `ebits` element width,
+// `rowbytes` bytes each lane's address names (its "row"). Per 16-lane group (g = L >> 4,
+// l = L & 15; n = log2(elements per lane): b16 2, b8 3, b4 4, b6 4):
+//   element r of lane L = element (l & (2^n - 1)) of row[16 g + (l >> n) + (r << (4 - n))]
+// Hardware-anchored (docs/emulator.md, "LDS transpose reads"): rocRoller's gfx950 GPU test
+// TransposeLoadsTest.cpp, Triton's chooseLLDsReadB64TrLayout, CK's load_tile_transpose.hpp,
+// rocjitsu's upstream fixes (ROCm/rocm-systems PR 10589 b8, PR 10175 b16). The first version
+// here copied rocjitsu's interpreter, which those sources contradict.
+// An active lane whose element comes from an inactive lane's row is an error: that lane named no
+// address, and no source says what the hardware returns.
 void ds_read_tr(Wave& w, const Inst& in) {
   const unsigned ebits = in.info->data, rowbytes = in.info->data2;
+  const unsigned nelem = rowbytes * 8 / ebits, n = nelem == 4 ? 2 : nelem == 8 ? 3 : 4;
   uint64_t mask = w.exec();
   uint32_t t[64];
   const uint32_t* a = vsrc(w, in, 1, 0, t);
@@ -363,25 +372,25 @@ void ds_read_tr(Wave& w, const Inst& in) {
     }
     return v;
   };
-  unsigned nelem = rowbytes * 8 / ebits;
+  uint8_t out[64][12] = {};
   for (int L = 0; L < 64; ++L) {
     if (!((mask >> L) & 1)) continue;
-    uint8_t out[12] = {};
+    const unsigned g = unsigned(L) >> 4, l = unsigned(L) & 15;
     for (unsigned r = 0; r < nelem; ++r) {
-      int src;
-      unsigned c;
-      if (ebits == 16) { src = (L & ~3) + int(r); c = L & 3; }
-      else if (ebits == 8) { int g = L / 16, h = (L / 8) & 1; c = L & 7; src = 16 * g + 4 * h + int(r % 4) + 8 * int(r / 4); }
-      else if (ebits == 4) { int s = L / 32, h = (L / 16) & 1; c = L & 15; src = 32 * s + 8 * h + int(r % 8) + 16 * int(r / 8); }
-      else { int s = L / 32, h = (L / 16) & 1; c = L & 15; src = 32 * s + 4 * h + int(r % 4) + 8 * int(r / 4); }
-      uint32_t v = ((mask >> src) & 1) ? get(src, c) : 0;
+      const unsigned src = 16 * g + (l >> n) + (r << (4 - n)), c = l & ((1u << n) - 1);
+      if (!((mask >> src) & 1))
+        throw Error("undefined", fmt::format("{}: lane {} reads element {} of inactive lane {}'s row (undefined)",
+                                        in.info->name, L, c, src));
+      const uint32_t v = get(int(src), c);
       for (unsigned b = 0; b < ebits; ++b) {
         unsigned bit = r * ebits + b;
-        out[bit >> 3] |= uint8_t(((v >> b) & 1) << (bit & 7));
+        out[L][bit >> 3] |= uint8_t(((v >> b) & 1) << (bit & 7));
       }
     }
-    for (unsigned d = 0; d < rowbytes / 4; ++d) std::memcpy(&vdst(w, in, 0, d)[L], out + 4 * d, 4);
   }
+  for (int L = 0; L < 64; ++L)
+    if ((mask >> L) & 1)
+      for (unsigned d = 0; d < rowbytes / 4; ++d) std::memcpy(&vdst(w, in, 0, d)[L], out[L] + 4 * d, 4);
   PendingOp& op = push_pending(w, Queue::LGKM, false, true);
   record_lds_op(w, op, addrs, mask, rowbytes, false);
 }

@@ -1185,17 +1185,20 @@ class MlaDecodeBuilder {
   // LDS byte address of this lane's 8-byte row for the transposing V reads (block 0). A
   // 16x16xK=32 A operand wants, in lane L, column L%16 and the tokens of k = 8(L/16) + p,
   // p = 4 st + r, which the P^T operand maps to token 16 st + 4((L/16 + st) % 4) + r.
-  // ds_read_b64_tr_b8 gives lane L byte p = byte L%8 of the row of lane 16(L/16) + 4((L/8)%2) +
-  // p%4 + 8(p/4); ds_read_b64_tr_b16 gives element r = element L%4 of lane 4(L/4) + r, one read
-  // per sub-tile st. Solving for the row each source lane s must hold:
-  //   b8:  st = (s/8)%2: token 16 st + 4((s/16 + st) % 4) + s%4, columns 8((s/4)%2) .. +7
-  //   b16 (read st): token 16 st + 4((s/16 + st) % 4) + s%4,     columns 4((s/4)%4) .. +3
+  // The reads (hardware rule, docs/emulator.md "LDS transpose reads"; G = L/16, l = L%16):
+  //   ds_read_b64_tr_b8:  byte p of lane L = byte l%8 of the row of lane 16G + 2p + l/8
+  //   ds_read_b64_tr_b16: half r of lane L = half l%4 of the row of lane 16G + 4r + l/4
+  // (one b16 read per sub-tile st). Solving for the row each source lane s (m = s%16) holds:
+  //   b8:  p = m/2 (st = m/8, r = (m/2)%4): token 16 st + 4((s/16 + st) % 4) + r, columns 8(m%2) .. +7
+  //   b16 (read st), r = m/4:               token 16 st + 4((s/16 + st) % 4) + r, columns 4(m%4) .. +3
+  // Each 16-lane group names the same 16 rows as under the rocjitsu-interpreter mapping this
+  // replaced, in another lane order: the bank model's cost is unchanged.
   void transpose_read_base(VReg base, VReg tmp, int kvb, int st) {
     Builder& b = *b_;
     const int E = g_.lds_row_bytes;
     b.v_lshrrev_b32(base, Imm(4), lane_);              // s/16
     if (kvb == 1) {
-      b.v_bfe_u32(tmp, lane_, Imm(3), Imm(1));         // st = (s/8)%2
+      b.v_bfe_u32(tmp, lane_, Imm(3), Imm(1));         // st = m/8
       b.v_add_u32(base, base, tmp);
       b.v_and_b32(base, Imm(3), base);
       b.v_lshlrev_b32(base, Imm(2), base);             // 4((s/16 + st) % 4)
@@ -1207,10 +1210,10 @@ class MlaDecodeBuilder {
       b.v_lshlrev_b32(base, Imm(2), base);             // 4((s/16 + st) % 4)
       if (st) b.v_add_u32(base, Imm(16 * st), base);   // + 16 st
     }
-    b.v_and_b32(tmp, Imm(3), lane_);
-    b.v_add_u32(base, base, tmp);                      // + s%4
+    b.v_bfe_u32(tmp, lane_, Imm(kvb == 1 ? 1 : 2), Imm(2));
+    b.v_add_u32(base, base, tmp);                      // + r
     b.v_mul_u32_u24(base, Imm(E), base);
-    b.v_bfe_u32(tmp, lane_, Imm(2), Imm(kvb == 1 ? 1 : 2));
+    b.v_and_b32(tmp, Imm(kvb == 1 ? 1 : 3), lane_);
     b.v_lshlrev_b32(tmp, Imm(3), tmp);                 // 8 bytes per column group
     b.v_add_u32(base, base, tmp);
   }

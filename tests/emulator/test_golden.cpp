@@ -185,3 +185,29 @@ TEST_CASE("golden: every case matches its reference", "[golden]") {
   }
   CHECK(checked == int(g.cases.size()));
 }
+
+// The transpose-read cases first held rocjitsu's interpreter output (kept as
+// NAME.out_rocjitsu_interp.npy), which hardware-tested sources contradict (docs/emulator.md,
+// "LDS transpose reads"). The emulator must match the corrected outputs on every lane (above)
+// and the interpreter's on none: a lane that matches would mean a mapping agreeing with it.
+TEST_CASE("golden: transpose reads match the rocjitsu interpreter's old outputs on no lane", "[golden]") {
+  const auto& g = golden();
+  REQUIRE_FALSE(g.cases.empty());
+  int cases = 0;
+  for (auto& c : g.cases) {
+    const std::string name = c["name"];
+    const std::string old_file = g.dir + "/" + name + ".out_rocjitsu_interp.npy";
+    if (!std::filesystem::exists(old_file)) continue;
+    INFO("case " << name);
+    auto old = npy::load(old_file);
+    auto got = run_case(c, g.dir);
+    const size_t nregs = c["output_shape"][1].get<size_t>();
+    REQUIRE(old.data.size() == got.size() * 4);
+    int same_lanes = 0;
+    for (size_t lane = 0; lane < 64; ++lane)
+      same_lanes += std::equal(got.begin() + lane * nregs, got.begin() + (lane + 1) * nregs, old.as<uint32_t>() + lane * nregs);
+    CHECK(same_lanes == 0);
+    ++cases;
+  }
+  CHECK(cases == 11);  // b4, b8, b16: lin, perm, strided; b6: lin, perm
+}
