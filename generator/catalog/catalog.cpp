@@ -16,6 +16,7 @@
 
 #include "catalog/compile.h"
 #include "codeobj/assemble.h"
+#include "kernels/mla_decode_plan.h"
 #include "kernels/mla_geometry.h"
 #include "kernels/registry.h"
 
@@ -78,7 +79,11 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
           {"asm_sha256", k.asm_sha256},
           {"co_sha256", co_sha}};
   // How to launch it: the runtime's planner and dispatcher read this.
-  if (k.spec.kind == KernelKind::MlaDecode) entry["geometry"] = mla_geometry(k.spec).to_json();
+  if (k.spec.kind == KernelKind::MlaDecode) {
+    const MlaGeometry g = mla_geometry(k.spec);
+    entry["geometry"] = g.to_json();
+    entry["decode_plan"] = mla_decode_plan(k.spec, g).to_json();
+  }
   const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
                                   r.lds_bytes, int(k.program.abi.max_workgroup_size));
   if (occ.workgroups_per_cu < 1)

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <map>
 
+#include "kernels/mla_decode_plan.h"
 #include "kernels/mla_geometry.h"
 #include "kernels/registry.h"
 #include "program/builder.h"
@@ -60,7 +61,7 @@ uint32_t sel(int b0, int b1, int b2, int b3) { return uint32_t(b0) | b1 << 8 | b
 
 class MlaDecodeBuilder {
  public:
-  MlaDecodeBuilder(Program& p, const KernelSpec& s) : p_(p), s_(s), g_(mla_geometry(s)) {
+  MlaDecodeBuilder(Program& p, const KernelSpec& s) : p_(p), s_(s), g_(mla_geometry(s)), pl_(mla_decode_plan(s, g_)) {
     auto& abi = p_.abi;
     namespace A = mla_decode_args;
     abi.add_buffer("q", s.q_dtype == DType::fp8 ? "const uint8_t*" : "const uint16_t*");
@@ -405,16 +406,11 @@ class MlaDecodeBuilder {
     const int T = g_.tile_tokens, E = g_.lds_row_bytes, kvb = g_.kv_bytes, qb = g_.q_bytes;
     const int M = g_.rows, sub_tiles = T / 16;
     const bool split = g_.q_split;                  // bf16 Q as fp8 hi + lo images (QK on fp8 MFMAs)
-    const int qob = split ? 1 : qb;                 // bytes of one Q operand element
-    const bool widen_k = !split && qb == 2 && kvb == 1;  // fp8 K widened to bf16 for a bf16 QK
-    // Q operand (AGPRs) of each QK block: k/4 elements per lane, qb bytes each.
+    const int qob = pl_.q_operand_bytes;            // bytes of one Q operand element
+    const bool widen_k = pl_.widen_k;               // fp8 K widened to bf16 for a bf16 QK
+    // Q operand (AGPRs) of each QK block: k/4 elements per lane, qob bytes each.
     const auto& blocks = g_.qk_blocks;
-    std::vector<int> qa_off;
-    int qa_regs = 0;
-    for (const auto& blk : blocks) {
-      qa_off.push_back(qa_regs);
-      qa_regs += lane_elems(blk) * qob / 4;
-    }
+    const std::vector<int>& qa_off = pl_.q_agpr_offset;
 
     // v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs.
     // (and the Q copy's q / P multiplier and piece count, VOP3 / VOPC operands too).
@@ -464,7 +460,7 @@ class MlaDecodeBuilder {
       b.v_mul_u32_u24(v, Imm(gs * qob / 4), g4);  // (4g) * gs*qob/4 = g * gs * qob
       qg[gs] = v;
     }
-    AReg qa = g_.q_in_lds ? AReg{} : ra.agpr(qa_regs, "c_q_operand", 2);
+    AReg qa = g_.q_in_lds ? AReg{} : ra.agpr(pl_.q_agprs, "c_q_operand", 2);
     VReg qstage = ra.vgpr(4, "c_q_stage", 4);
     // Moves chunk bytes of every QK block into the AGPRs, read with `read(dst, gstride, byte
     // offset)` (global memory or the LDS image of Q).
@@ -612,7 +608,7 @@ class MlaDecodeBuilder {
     b.v_lshlrev_b32(perm32, Imm(2), perm32);
 
     // Accumulators: O^T blocks (32 x 4 VGPRs), running max and sum (alpha needs a pair).
-    VReg o = ra.vgpr(4 * (kMlaVDim / 16), "c_o_acc", 4);
+    VReg o = ra.vgpr(pl_.o_regs, "c_o_acc", 4);
     for (int r = 0; r < o.count; ++r) b.v_mov_b32(o[r], Imm(0));
     VReg mrun = ra.vgpr(1, "c_max"), lrun = ra.vgpr(1, "c_sum"), alpha = ra.vgpr(2, "c_alpha", 2);
     b.v_mov_b32(mrun, Imm(int64_t(kNegFltMax)));
@@ -628,10 +624,8 @@ class MlaDecodeBuilder {
     // consecutive tokens. With transposing V reads, h = (x + st) % 4, so the 8 tokens of a lane
     // group's PV k values fall in distinct rows modulo 8; 8-column V reads move one row's 128
     // contiguous bytes per lane group, conflict-free in any order, so there h(x) = x.
-    if (!g_.v_lds_transpose && g_.v_read_columns != 8)
-      throw std::logic_error("mla_decode: the token order assumes 8-column V reads without LDS transposes");
     auto token_group = [&](VReg dst, VReg x, int st) {  // dst = 4 h(x, st), x in 0..3
-      if (g_.v_lds_transpose) {
+      if (pl_.token_order_rotated) {
         b.v_add_u32(dst, Imm(st), x);
         b.v_and_b32(dst, Imm(3), dst);
       } else {
@@ -683,63 +677,37 @@ class MlaDecodeBuilder {
       }
     }
 
-    VReg sacc = ra.vgpr(4 * sub_tiles, "c_scores", 4);
-    VReg slo = split ? ra.vgpr(4 * sub_tiles, "c_scores_lo", 4) : VReg{};  // K lo^T, apart
-    // K operands are read ahead per batch of QK blocks: as many as fit 24 operand VGPRs (8 split)
-    // (unified VGPRs + AGPRs must stay <= 256 for two waves per SIMD); with fp8 K widened to
-    // bf16, the raw bytes take half as many again.
-    std::vector<std::vector<int>> batches(1);
-    int op_regs = 0, raw_max = 0, op_max = 0;
-    auto raw_regs_of = [&](const QkBlock& blk) { return std::max(1, lane_elems(blk) * kvb / 4); };
-    auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qob / 4; };
-    // A pair stays in one batch (its operands are one read into consecutive registers). Split Q
-    // reads two Q operands per K operand: 8 each (K + Q in 24 VGPRs) leaves room for the raw V
-    // of the whole tile and half of it widened (early slot release, below).
-    const int batch_regs = split ? 8 : 24;
-    for (size_t bi = 0; bi < blocks.size(); ++bi) {
-      const int unit = op_regs_of(blocks[bi]) + (blocks[bi].pair_first ? op_regs_of(blocks[bi + 1]) : 0);
-      if (!blocks[bi].pair_second && op_regs + unit > batch_regs && !batches.back().empty())
-        batches.emplace_back(), op_regs = 0;
-      batches.back().push_back(int(bi));
-      op_regs += op_regs_of(blocks[bi]);
-      op_max = std::max(op_max, op_regs);
-    }
-    for (const auto& bt : batches) {
-      int r = 0;
-      for (int bi : bt) r += raw_regs_of(blocks[bi]);
-      raw_max = std::max(raw_max, r);
-    }
-    VReg kraw = ra.vgpr(std::max(raw_max, 8), "c_k_raw", 2);  // >= 8: staging of merge_splits
+    VReg sacc = ra.vgpr(pl_.score_regs, "c_scores", 4);
+    VReg slo = split ? ra.vgpr(pl_.score_lo_regs, "c_scores_lo", 4) : VReg{};  // K lo^T, apart
+    // K operands are read ahead per batch of QK blocks (MlaDecodePlan::qk_batches); with fp8 K
+    // widened to bf16, the raw bytes take half as many registers again.
+    const int op_max = pl_.k_op_regs;
+    VReg kraw = ra.vgpr(pl_.k_raw_regs, "c_k_raw", 2);  // >= 8: staging of merge_splits
     VReg kop = widen_k ? ra.vgpr(op_max, "c_k_bf16", 2) : kraw;
     const int q_parts = split ? 2 : 1;  // split: the hi operands, then the lo operands
-    VReg qop = g_.q_in_lds ? ra.vgpr(q_parts * op_max, "c_q_from_lds", 2) : VReg{};
+    VReg qop = g_.q_in_lds ? ra.vgpr(pl_.q_lds_op_regs, "c_q_from_lds", 2) : VReg{};
     const int pb = g_.p_bytes;
     const int p_regs = g_.pv_k / 4 * pb / 4;         // P^T operand registers
-    VReg pop = ra.vgpr(std::max(2, p_regs), "c_p_operand", 2);
+    VReg pop = ra.vgpr(pl_.p_regs, "c_p_operand", 2);
     const int v_regs_per_token = kvb;                // 4 columns: 1 dword (fp8) or 2 (bf16)
-    const int klpv = g_.pv_k / 4;                    // tokens per lane in PV
-    const int x_regs = klpv * pb / 4;                // A operand registers per column
-    const bool widen_v = pb == 2 && kvb == 1;        // fp8 V widened to bf16 for a bf16 PV
+    const int klpv = pl_.pv_tokens_per_lane;         // tokens per lane in PV
+    const int x_regs = pl_.v_operand_regs;           // A operand registers per column
+    const bool widen_v = pl_.widen_v;                // fp8 V widened to bf16 for a bf16 PV
     // v_perm path: raw rows, then 4 transposed columns. LDS-transpose path: the A operands of
     // a batch of 16-column blocks (8 tokens x kvb bytes per lane each), read ahead.
+    // One-slot ring (MlaDecodePlan): early release reads all of V with the QK work and releases
+    // the slot before PV; prewiden widens the first half of V beside the QK MFMAs, the second
+    // half beside the PV MFMAs (its raw rows reuse the first half's raw registers, its widened
+    // operands the first half's once their MFMAs have read them).
     const bool tr = g_.v_lds_transpose;
-    const int tr_batch = 8, tr_regs = klpv * kvb / 4;
-    const int vhalves = tr ? 1 : g_.v_read_columns / 4;  // 4-column groups per V read
-    // One-slot ring: when the tile's raw V fits 32 VGPRs (gfx942 bf16/fp8), every V read is
-    // issued with the QK work and the slot is released (barrier) before PV, so the producer
-    // writes the next slot while PV runs from registers instead of after it.
+    const int tr_batch = pl_.transpose_batch, tr_regs = pl_.transpose_regs;
+    const int vhalves = pl_.v_halves;  // 4-column groups per V read
     const int Vc = g_.v_read_columns;
-    const int v_nb = tr ? 0 : kMlaVDim / (16 * Vc), v_nb_regs = klpv * v_regs_per_token * vhalves;
-    const bool early_release = g_.ring == 1 && !tr && v_nb * v_nb_regs <= 32;
-    // ... and fp8 V widened for a bf16 PV: the first half of V is widened with the QK work too,
-    // beside the QK MFMAs (which leave the VALU idle), the second half beside the PV MFMAs.
-    // The second half's raw rows reuse the first half's raw registers, its widened operands the
-    // first half's operands once their MFMAs have read them.
-    const bool prewiden = early_release && widen_v && v_nb % 2 == 0;
-    const int raw_sets = prewiden ? v_nb / 2 : early_release ? v_nb : 1;
-    const int group_regs = 4 * x_regs;  // A operands of one 4-column group (four 16-column blocks)
-    VReg vraw = ra.vgpr(tr ? tr_batch * tr_regs : v_nb_regs * raw_sets, "c_v_raw", 2);
-    VReg vwide = prewiden ? ra.vgpr(v_nb / 2 * vhalves * group_regs, "c_v_widened", 2) : VReg{};
+    const int v_nb = pl_.v_blocks, v_nb_regs = pl_.v_block_regs;
+    const bool early_release = pl_.early_release, prewiden = pl_.prewiden;
+    const int group_regs = pl_.v_group_regs;  // A operands of one 4-column group (four 16-column blocks)
+    VReg vraw = ra.vgpr(pl_.v_raw_regs, "c_v_raw", 2);
+    VReg vwide = prewiden ? ra.vgpr(pl_.v_widened_regs, "c_v_widened", 2) : VReg{};
     // V rows of column block nb (token slot p: 16 st + gtok[st] + p % 4, in vaddr[st]).
     auto read_v = [&](int nb, VReg dst) {
       for (int p = 0; p < klpv; ++p) {
@@ -748,15 +716,14 @@ class MlaDecodeBuilder {
         ds_read_dwords(dst.sub(p * v_regs_per_token * vhalves, v_regs_per_token * vhalves), vaddr[st], off);
       }
     };
-    VReg xop = prewiden ? VReg{} : ra.vgpr(tr ? (widen_v ? 2 * x_regs : 2) : group_regs, "c_v_transposed", 2);
+    VReg xop = prewiden ? VReg{} : ra.vgpr(pl_.v_transposed_regs, "c_v_transposed", 2);
     // fp8 V for a bf16 PV without transposing reads: each token pair's 4 columns widened to f32,
     // then one v_perm per output dword takes the two bf16 halves (8 VALU per 4x4 block fewer
     // than transposing bytes first and widening after).
-    VReg vf32 = widen_v && !tr ? ra.vgpr(8, "c_v_f32", 2) : xop;
+    VReg vf32 = pl_.v_f32_regs ? ra.vgpr(pl_.v_f32_regs, "c_v_f32", 2) : xop;
     // Scratch of the K widening, the LDS-transpose V widening and the v_perm V transpose (not
     // needed by split Q with the f32-detour V widening).
-    const bool need_xt = widen_k || (tr && widen_v) || (!tr && !widen_v);
-    VReg xt = need_xt ? ra.vgpr(4, "c_transpose_tmp", 2) : VReg{};
+    VReg xt = pl_.transpose_scratch ? ra.vgpr(4, "c_transpose_tmp", 2) : VReg{};
     // tmax is the low register of a pair (the high one 0), broadcast as -m by the packed fma.
     VReg tmax2 = ra.vgpr(2, "c_tile_max", 2), tmax = tmax2.sub(0, 1);
     VReg tsum = ra.vgpr(1, "c_tile_sum"), tt = ra.vgpr(1, "c_tmp2");
@@ -768,23 +735,21 @@ class MlaDecodeBuilder {
 
     // A batch of QK blocks: its K (and, Q in LDS, Q) operand reads, then its MFMAs (widening K
     // first where Q is bf16 and the cache fp8). Registers per batch are fixed: kraw / kop / qop.
-    auto batch_regs_of = [&](const std::vector<int>& bt, std::vector<VReg>& raw, std::vector<VReg>& op,
-                             std::vector<VReg>* qv) {
-      int rr = 0, ro = 0;
-      for (int bi : bt) {
-        raw.push_back(kraw.sub(rr, raw_regs_of(blocks[bi])));
-        op.push_back(widen_k ? kop.sub(ro, op_regs_of(blocks[bi])) : raw.back());
+    auto op_regs_of = [&](const QkBlock& blk) { return lane_elems(blk) * qob / 4; };
+    auto batch_regs_of = [&](const QkBatch& bt, std::vector<VReg>& raw, std::vector<VReg>& op, std::vector<VReg>* qv) {
+      for (size_t c = 0; c < bt.blocks.size(); ++c) {
+        const QkBlock& blk = blocks[size_t(bt.blocks[c])];
+        raw.push_back(kraw.sub(bt.raw_offset[c], std::max(1, lane_elems(blk) * kvb / 4)));
+        op.push_back(widen_k ? kop.sub(bt.op_offset[c], op_regs_of(blk)) : raw.back());
         for (int part = 0; part < (g_.q_in_lds ? q_parts : 0); ++part)
-          qv[part].push_back(qop.sub(part * op_max + ro, op_regs_of(blocks[bi])));
-        rr += raw_regs_of(blocks[bi]);
-        ro += op_regs_of(blocks[bi]);
+          qv[part].push_back(qop.sub(part * op_max + bt.op_offset[c], op_regs_of(blk)));
       }
     };
-    auto read_qk_batch = [&](int st, const std::vector<int>& bt) {
+    auto read_qk_batch = [&](int st, const QkBatch& bt) {
       std::vector<VReg> raw, op, qv[2];
       batch_regs_of(bt, raw, op, qv);
-      for (size_t c = 0; c < bt.size(); ++c) {
-        const QkBlock& blk = blocks[bt[c]];
+      for (size_t c = 0; c < bt.blocks.size(); ++c) {
+        const QkBlock& blk = blocks[size_t(bt.blocks[c])];
         if (blk.pair_second) continue;  // a pair's K (and Q) is one read into both blocks' registers
         int reg = 0, rq = 0;
         for (const Chunk& ch : lane_chunks(blk)) {
@@ -800,14 +765,14 @@ class MlaDecodeBuilder {
         }
       }
     };
-    auto qk_batch = [&](int st, const std::vector<int>& bt) {
+    auto qk_batch = [&](int st, const QkBatch& bt) {
       std::vector<VReg> raw, op, qv[2];
       batch_regs_of(bt, raw, op, qv);
       VReg sdst = sacc.sub(4 * st, 4);
       if (widen_k)
-        for (size_t c = 0; c < bt.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
-      for (size_t c = 0; c < bt.size(); ++c) {
-        const int bi = bt[c];
+        for (size_t c = 0; c < bt.blocks.size(); ++c) widen_fp8_to_bf16(op[c], raw[c], xt);
+      for (size_t c = 0; c < bt.blocks.size(); ++c) {
+        const int bi = bt.blocks[c];
         AccSrc acc = bi == 0 ? AccSrc::zero() : AccSrc(sdst);
         if (g_.q_in_lds) b.mfma(blocks[bi].mfma, sdst, op[c], qv[0][c], acc);
         else b.mfma(blocks[bi].mfma, sdst, op[c], qa.sub(qa_off[bi], op_regs_of(blocks[bi])), acc);
@@ -816,13 +781,13 @@ class MlaDecodeBuilder {
     };
     // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
     // change from tile to tile, and are set once before the loop.
-    const bool fixed_addresses = g_.ring == 1 && sub_tiles == 1;
+    const bool fixed_addresses = pl_.fixed_addresses;
     // Read ahead (fixed addresses, Q in LDS, V half widened with QK): the next tile's first QK
     // batch and the first half of its V are read while the previous tile's last PV MFMAs run,
     // after the barrier that hands the slot over; the tile before the loop reads them there.
-    const bool prefetch = prewiden && fixed_addresses && g_.q_in_lds;
+    const bool prefetch = pl_.prefetch;
     auto read_ahead = [&] {
-      read_qk_batch(0, batches[0]);
+      read_qk_batch(0, pl_.qk_batches[0]);
       for (int nb = 0; nb < v_nb / 2; ++nb) read_v(nb, vraw.sub(nb * v_nb_regs, v_nb_regs));
     };
     auto tile_addresses = [&](bool k_too) {
@@ -865,9 +830,9 @@ class MlaDecodeBuilder {
     for (int st = 0; st < sub_tiles; ++st) {
       if (!fixed_addresses)
         for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
-      for (size_t k = 0; k < batches.size(); ++k) {
-        if (!(prefetch && k == 0)) read_qk_batch(st, batches[k]);  // batch 0 was read ahead
-        qk_batch(st, batches[k]);
+      for (size_t k = 0; k < pl_.qk_batches.size(); ++k) {
+        if (!(prefetch && k == 0)) read_qk_batch(st, pl_.qk_batches[k]);  // batch 0 was read ahead
+        qk_batch(st, pl_.qk_batches[k]);
       }
     }
 
@@ -962,7 +927,6 @@ class MlaDecodeBuilder {
     if (tr) {
       // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two
       // for bf16 V), a batch of reads ahead of its MFMAs.
-      if (klpv != 8) throw std::logic_error("mla_decode: LDS transpose reads need a 32-token PV tile");
       for (int b0 = 0; b0 < kMlaVDim / 16; b0 += tr_batch) {
         for (int c = 0; c < tr_batch; ++c) {
           const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
@@ -989,10 +953,9 @@ class MlaDecodeBuilder {
     // O^T += V^T P^T: per token, one LDS read of Vc = 4 or 8 columns; each 4-column group
     // makes four 16-column blocks (block n = 4 (Vc/4 nb + half) + q holds columns
     // 16 Vc nb + Vc i + 4 half + q of lane row i).
-    // Read ahead: the MFMAs of the last kTailGroups groups run after the slot hand-over
+    // Read ahead: the MFMAs of the last pl_.tail_groups groups run after the slot hand-over
     // barrier, beside the next tile's reads (when the unit has a next tile for this wave); their
     // operands are made before it.
-    constexpr int kTailGroups = 2;
     // A 4-column group of PV: its A operands (widened or transposed V), then its four MFMAs.
     auto pv_operands = [&](int nb, int half) {
       const int set = prewiden ? nb - v_nb / 2 : early_release ? nb : 0;  // raw set (prewiden: nb >= v_nb / 2)
@@ -1017,7 +980,7 @@ class MlaDecodeBuilder {
         b.mfma(g_.pv_mfma, acc, x.sub(q * x_regs, x_regs), pop.sub(0, p_regs), acc);
       }
     };
-    const int groups = v_nb * vhalves, tail = prefetch ? kTailGroups : 0;
+    const int groups = v_nb * vhalves, tail = pl_.tail_groups;
     std::vector<VReg> tail_ops;  // the tail groups' operands, made before the barrier
     for (int grp = 0; grp < groups; ++grp) {
       const int nb = grp / vhalves, half = grp % vhalves;
@@ -1540,6 +1503,7 @@ class MlaDecodeBuilder {
   Program& p_;
   const KernelSpec& s_;
   MlaGeometry g_;
+  MlaDecodePlan pl_;  // every consumer decision, computed before emission
   Builder* b_ = nullptr;
   SReg args_, unit_, ntiles_, nslots_, wave_, iter_, split_;
   VReg lane_;

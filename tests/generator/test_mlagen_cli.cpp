@@ -53,6 +53,10 @@ TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") 
       if (k["name"].get<std::string>().rfind("mla_decode", 0) == 0) {
         CHECK(sch["instructions_moved"].get<int>() > 0);
         CHECK(sch["modeled_issue_slots_scheduled"].get<int>() < sch["modeled_issue_slots_program_order"].get<int>());
+        // Every decode kernel records its plan (kernels/mla_decode_plan.h).
+        REQUIRE(k.contains("decode_plan"));
+        CHECK_THAT(k["decode_plan"]["v_path"].get<std::string>(),
+                   Catch::StartsWith(std::string(gfx) == "gfx950" ? "ds_read_b64_tr_b" : "8-column reads"));
       }
     }
     std::ifstream csv(mla / "mla_asm.csv");
