@@ -1,0 +1,85 @@
+// Internal to the decode builder (mla_decode*.cpp): what the producer and consumer emitters
+// share. The kernel's shape of work is in mla_decode.cpp's header comment; its decisions are
+// the geometry (mla_geometry.h) and the plan (mla_decode_plan.h), both computed before any
+// instruction is emitted.
+#pragma once
+#include <fmt/format.h>
+
+#include <map>
+#include <stdexcept>
+
+#include "kernels/mla_decode_plan.h"
+#include "kernels/mla_geometry.h"
+#include "program/builder.h"
+
+namespace mla::gen::decode {
+
+inline int log2i(int v) {
+  int r = 0;
+  while ((1 << r) < v) ++r;
+  if ((1 << r) != v) throw std::logic_error(fmt::format("{} is not a power of two", v));
+  return r;
+}
+
+inline FImm f32(float v) { return FImm{v}; }
+
+// Byte selectors for v_perm_b32 (D.byte[i] = {S0, S1}.byte[sel.byte[i]], S1 = bytes 0-3).
+inline uint32_t sel(int b0, int b1, int b2, int b3) { return uint32_t(b0) | b1 << 8 | b2 << 16 | uint32_t(b3) << 24; }
+
+// The kernel being built: its spec, geometry and plan, the builder, and the registers every
+// wave sets up before the roles split (kernel arguments, the work unit, loop counts, lane).
+struct Kernel {
+  Kernel(Program& p, const KernelSpec& s);
+
+  Program& p;
+  const KernelSpec& s;
+  const MlaGeometry g;
+  const MlaDecodePlan pl;
+  Builder b;
+
+  SReg args, unit, ntiles, nslots, wave, iter;
+  VReg lane;
+  std::map<uint32_t, SReg> consts;  // SGPRs holding VOP3 constants (see Consumer::constants)
+
+  SReg ptr(uint32_t offset) const { return args.sub(int(offset / 4), 2); }
+  SReg argf(uint32_t offset) const { return args[int(offset / 4)]; }
+  // The work unit (8 int32, runtime/planner.h).
+  SReg qo_row() const { return unit[0]; }
+  SReg page_base() const { return unit[1]; }
+  SReg kv_start() const { return unit[2]; }
+  SReg kv_end() const { return unit[3]; }
+  SReg kv_len() const { return unit[4]; }
+  SReg partial() const { return unit[5]; }
+  SReg row_group() const { return unit[6]; }
+
+  int slot_bytes() const { return g.slot_tokens * g.lds_row_bytes; }
+
+  // An SGPR holding `v` (set up at the consumer's start).
+  SReg K(uint32_t v) const {
+    auto it = consts.find(v);
+    if (it == consts.end()) throw std::logic_error(fmt::format("mla_decode: constant 0x{:x} not in an SGPR", v));
+    return it->second;
+  }
+
+  // An LDS read of dst.count (1, 2 or 4) dwords.
+  void ds_read_dwords(VReg dst, VReg addr, uint32_t off) {
+    if (dst.count == 1) b.ds_read_b32(dst, addr, off);
+    else if (dst.count == 2) b.ds_read_b64(dst, addr, off);
+    else if (dst.count == 4) b.ds_read_b128(dst, addr, off);
+    else throw std::logic_error(fmt::format("mla_decode: no LDS read of {} dwords", dst.count));
+  }
+
+  // Emits `body` behind a branch that skips it when SCC is 1.
+  template <class F>
+  void unless_scc1(F&& body) {
+    Label skip = b.new_label("skip");
+    b.s_cbranch_scc1(skip);
+    body();
+    b.bind(skip);
+  }
+};
+
+void emit_producer(Kernel& k);
+void emit_consumer(Kernel& k);
+
+}  // namespace mla::gen::decode

@@ -1,0 +1,300 @@
+// The decode kernel's producer (wave 0): it only streams the unit's KV, page ids first, then
+// token rows, from memory through registers into the LDS ring. D register sets of staged rows
+// (MlaGeometry::stage_slots) keep D slots of loads in flight; barriers hand slots to the
+// consumers (one per slot with two slots, two with one).
+#include <algorithm>
+
+#include "kernels/mla_decode_kernel.h"
+
+namespace mla::gen::decode {
+
+namespace {
+
+class Producer {
+ public:
+  explicit Producer(Kernel& k)
+      : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), S(k.g.kv_splits), lanes_per_token(64 / T),
+        E(k.g.lds_row_bytes), chunk(k.g.kv_row_bytes / lanes_per_token), loads(chunk / 16), D(k.g.stage_slots) {
+    if (chunk % 16 != 0) throw std::logic_error("mla_decode: token row does not split into 16-byte lane chunks");
+  }
+
+  void emit() {
+    lane_offsets();
+    registers();
+    prologue();
+    steady_loop();
+    release();
+  }
+
+ private:
+  // The producer's token swizzle for its ds_write_b128s: lane pair/quad q (lanes_per_token lanes
+  // each, in one quad for the page-id DPP) writes token perm(q), perm a permutation of q's bits.
+  // The first permutation (identity first) under which every 8-lane, 128-byte write group is
+  // conflict-free in the emulator's bank model wins; none: the one with the fewest conflicts.
+  std::vector<int> write_token_bits() const {
+    const int nbits = log2i(T);
+    std::vector<int> perm(static_cast<size_t>(nbits)), best;
+    for (int i = 0; i < nbits; ++i) perm[size_t(i)] = i;
+    int best_cost = 1 << 30;
+    do {
+      int cost = 0;
+      for (int grp = 0; grp < 8; ++grp) {  // 8 lanes of 16 bytes per 128-byte group
+        int banks[32] = {};
+        for (int l = 8 * grp; l < 8 * grp + 8; ++l) {
+          const int q = l / lanes_per_token, part = l % lanes_per_token;
+          int token = 0;
+          for (int i = 0; i < nbits; ++i) token |= ((q >> i) & 1) << perm[size_t(i)];
+          const int dword = (token * E + part * chunk) / 4;
+          for (int i = 0; i < 4; ++i) ++banks[(dword + i) % 32];
+        }
+        cost += *std::max_element(banks, banks + 32);
+      }
+      if (cost < best_cost) best_cost = cost, best = perm;
+      if (cost == 8) break;  // one clock per group
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    return best;
+  }
+
+  // The lane's token in a tile (swizzled), its part of the row, and its LDS offset.
+  void lane_offsets() {
+    vt = ra.vgpr(1, "p_token_in_tile"), part_off = ra.vgpr(1, "p_part_offset"), lds_off = ra.vgpr(1, "p_lds_offset");
+    b.v_lshrrev_b32(vt, Imm(log2i(lanes_per_token)), k_.lane);
+    const std::vector<int> bits = write_token_bits();
+    bool identity = true;
+    for (size_t i = 0; i < bits.size(); ++i) identity = identity && bits[i] == int(i);
+    if (!identity) {
+      // Token = bit i of q moved to bit bits[i] (see write_token_bits).
+      VReg t = part_off, u = lds_off;
+      b.v_mov_b32(t, Imm(0));
+      for (size_t i = 0; i < bits.size(); ++i) {
+        b.v_bfe_u32(u, vt, Imm(int(i)), Imm(1));
+        b.v_lshl_or_b32(t, u, Imm(bits[i]), t);
+      }
+      b.v_mov_b32(vt, t);
+    }
+    b.v_and_b32(part_off, Imm(lanes_per_token - 1), k_.lane);
+    b.v_mul_u32_u24(part_off, Imm(chunk), part_off);
+    b.v_mul_u32_u24(lds_off, Imm(E), vt);
+    b.v_add_u32(lds_off, lds_off, part_off);
+  }
+
+  void registers() {
+    last_tok = ra.sgpr(1, "p_last_token"), row_bytes = ra.sgpr(1, "p_row_bytes");
+    b.s_mov_b32(row_bytes, Imm(k_.g.kv_row_bytes));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
+    // v_addc_co_u32 reads VCC already: the kv base's high half must come from a VGPR.
+    kv_hi = ra.vgpr(1, "p_kv_base_hi");
+    b.v_mov_b32(kv_hi, k_.ptr(mla_decode_args::kv)[1]);
+    b.s_sub_u32(last_tok, k_.kv_end(), Imm(1));
+    // Per tile of the slot (S of them): its page ids, tokens and staged rows.
+    // D register sets of staged rows: slot k lands in set k % D, so D slots are in flight.
+    data.resize(size_t(D));
+    for (int s = 0; s < S; ++s) {
+      idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
+      tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
+      for (int d = 0; d < D; ++d) data[size_t(d)].push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}_{}", d, s), 4));
+    }
+    addr = ra.vgpr(2, "p_addr");
+    for (int s = 0; s < S; ++s) taddr.push_back(ra.vgpr(2, fmt::format("p_tile_addr{}", s), 2));
+    tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
+    saved_exec0 = ra.sgpr(2, "p_saved_exec_index");
+    first_lane = ra.vgpr(1, "p_first_lane_of_token");
+    b.v_and_b32(first_lane, Imm(lanes_per_token - 1), k_.lane);
+    saved_exec = ra.sgpr(2, "p_saved_exec"), tile_end = ra.sgpr(1, "p_tile_end");
+    slot_index = ra.sgpr(1, "p_slot_index");
+  }
+
+  // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
+  // every lane computes a valid address). Only the first lane of each token, and only for
+  // tokens of the unit, reads the id: the others get it from that lane by DPP.
+  void load_index(int s) {
+    b.s_lshl_b32(slot, tile, Imm(log2i(T)));
+    b.s_add_u32(slot, slot, k_.kv_start());
+    b.v_add_u32(tok[s], slot, vt);
+    b.v_cmp_gt_u32(vcc, k_.kv_end(), tok[s]);
+    b.v_cmp_eq_u32(saved_exec0, Imm(0), first_lane);
+    b.s_and_b64(vcc, vcc, saved_exec0);
+    b.v_min_u32(tok[s], last_tok, tok[s]);
+    b.v_lshrrev_b32(addr[0], Imm(log2i(k_.s.page_size)), tok[s]);
+    b.v_add_u32(addr[0], k_.page_base(), addr[0]);
+    b.v_lshlrev_b32(addr[0], Imm(2), addr[0]);
+    b.s_and_saveexec_b64(saved_exec0, vcc);
+    b.global_load_dword(idx[s], addr[0], k_.ptr(mla_decode_args::kv_indices));
+    b.s_mov_exec(saved_exec0);
+  }
+
+  void share_index(int s) {
+    if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 2, 2);
+    else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 0, 0);
+    else throw std::logic_error("mla_decode: lanes per token must be 2 or 4");
+  }
+
+  // Token row = page_id * page_size + token % page_size; byte = row * 576 * kv bytes + part
+  // offset (the LDS copy of a row is lds_row_pad bytes longer).
+  // Addresses of every tile of a slot first, then the loads: the page ids were fetched a slot
+  // earlier, and reading them all before any row load keeps the waitcnt pass from making a
+  // tile's loads wait for the previous tile's.
+  void tile_address(int s) {
+    VReg a = taddr[s];
+    share_index(s);
+    b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), idx[s]);
+    if (k_.s.page_size > 1) {
+      b.v_and_b32(a[1], Imm(k_.s.page_size - 1), tok[s]);
+      b.v_add_u32(a[0], a[0], a[1]);
+    }
+    b.v_mul_hi_u32(a[1], row_bytes, a[0]);
+    b.v_mul_lo_u32(a[0], row_bytes, a[0]);
+    b.v_add_co_u32(a[0], vcc, a[0], part_off);
+    b.v_addc_co_u32(a[1], vcc, a[1], Imm(0), vcc);
+    b.v_add_co_u32(a[0], vcc, k_.ptr(mla_decode_args::kv)[0], a[0]);
+    b.v_addc_co_u32(a[1], vcc, kv_hi, a[1], vcc);
+  }
+
+  // In the unit's last, partial tile the lanes past kv_end load nothing (no byte is read that
+  // the plan does not need) and their LDS rows are written as zeros: the consumers mask those
+  // tokens' scores, and a zero V keeps 0 * V finite.
+  void load_data(int s) {
+    auto row_loads = [&] {
+      for (int q = 0; q < loads; ++q) b.global_load_dwordx4(data[size_t(set)][s].sub(4 * q, 4), taddr[s], uint32_t(16 * q));
+    };
+    b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
+    b.s_add_u32(tile_end, tile_end, k_.kv_start());
+    b.s_add_u32(tile_end, tile_end, Imm(T));
+    b.s_cmp_gt_u32(tile_end, k_.kv_end());
+    Label partial_tile = b.new_label("partial_tile"), loaded = b.new_label("loaded");
+    b.s_cbranch_scc1(partial_tile);
+    row_loads();
+    b.s_branch(loaded);
+    b.bind(partial_tile);
+    for (int r = 0; r < data[size_t(set)][s].count; ++r) b.v_mov_b32(data[size_t(set)][s][r], Imm(0));
+    b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
+    b.v_add_u32(addr[0], tile_end, vt);  // the unclamped token (tok[s] is the next slot's by now)
+    b.v_cmp_gt_u32(vcc, k_.kv_end(), addr[0]);
+    b.s_and_saveexec_b64(saved_exec, vcc);
+    row_loads();
+    b.s_mov_exec(saved_exec);
+    b.bind(loaded);
+  }
+
+  // Tile s of slot `slot_index` goes to LDS slot slot_index % 2, tile position s.
+  void write_tile(int s) {
+    if (k_.g.ring == 2) {
+      b.s_and_b32(slot, slot_index, Imm(1));
+      b.s_mul_i32(slot, slot, Imm(k_.slot_bytes()));
+      b.v_add_u32(addr[0], slot, lds_off);
+    } else {
+      b.v_mov_b32(addr[0], lds_off);
+    }
+    for (int q = 0; q < loads; ++q)
+      b.ds_write_b128(addr[0], data[size_t(set)][s].sub(4 * q, 4), uint32_t(s * T * E + 16 * q));
+  }
+
+  // The tiles of slot `slot_index` that exist (tile = slot * S + s < n_tiles) are written.
+  void write_slot() {
+    for (int s = 0; s < S; ++s) {
+      b.s_lshl_b32(tile, slot_index, Imm(log2i(S)));
+      if (s) b.s_add_u32(tile, tile, Imm(s));
+      b.s_cmp_ge_u32(tile, k_.ntiles);
+      k_.unless_scc1([&] { write_tile(s); });
+    }
+  }
+
+  // slot_index = plus (prologue: no base) or iter + plus.
+  void at_slot(const SReg* base, int plus) {
+    if (!base) b.s_mov_b32(slot_index, Imm(plus));
+    else b.s_add_u32(slot_index, *base, Imm(plus));
+  }
+
+  // Page ids, addresses and loads run for every tile of a slot, present or not: a tile past
+  // the unit's end has no lane below kv_end, so its loads are masked off (they read nothing)
+  // yet count in vmcnt like the others. Every path through an iteration then issues the
+  // same loads, and the waitcnt pass can leave a whole slot in flight.
+  template <class F>
+  void all_tiles(F&& body) {
+    for (int s = 0; s < S; ++s) {
+      b.s_lshl_b32(tile, slot_index, Imm(log2i(S)));
+      if (s) b.s_add_u32(tile, tile, Imm(s));
+      body(s);
+    }
+  }
+
+  void page_ids(const SReg* base, int plus) {
+    at_slot(base, plus);
+    all_tiles([&](int s) { load_index(s); });
+  }
+
+  // A slot's addresses (from page ids fetched a slot earlier), then the next slot's page ids,
+  // then this slot's row loads into `set`: waiting for those page ids later does not wait
+  // for these rows (vmcnt counts in issue order).
+  void fetch(const SReg* base, int plus) {
+    at_slot(base, plus);
+    all_tiles([&](int s) { tile_address(s); });
+    page_ids(base, plus + 1);
+    at_slot(base, plus);
+    all_tiles([&](int s) { load_data(s); });
+  }
+
+  // Slots 0..D-1 loaded, slot 0 written to LDS, slot D's loads and slot D+1's page ids in
+  // flight; then the barriers that pair with the consumers' Q setup.
+  void prologue() {
+    page_ids(nullptr, 0);
+    for (int q = 0; q < D; ++q) {
+      set = q;
+      fetch(nullptr, q);
+    }
+    set = 0;
+    at_slot(nullptr, 0);
+    write_slot();
+    fetch(nullptr, D);
+    b.s_barrier();
+    if (S > 1 && !k_.g.q_in_lds) b.s_barrier();  // the consumers move Q from LDS slot 1 into AGPRs in between
+    if (k_.g.q_split) b.s_barrier();             // the consumers split Q into its fp8 images in between
+  }
+
+  // Iteration i: write slot i+1, load slot i+1+D into the set it frees (and fetch page ids
+  // of slot i+2+D), then hand over. With a one-slot ring, the write waits for a first
+  // barrier (the consumers have read slot i). Unrolled D times, so that the register set is static.
+  void steady_loop() {
+    b.s_mov_b32(k_.iter, Imm(0));
+    Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
+    b.bind(loop);
+    for (int c = 0; c < D; ++c) {
+      set = (c + 1) % D;
+      if (k_.g.ring == 1) b.s_barrier();  // one slot: the consumers are done reading slot i
+      at_slot(&k_.iter, 1);
+      write_slot();
+      fetch(&k_.iter, 1 + D);
+      b.s_barrier();
+      b.s_add_u32(k_.iter, k_.iter, Imm(1));
+      b.s_cmp_lt_u32(k_.iter, k_.nslots);
+      if (c + 1 < D) b.s_cbranch_scc0(done);
+    }
+    b.s_cbranch_scc1(loop);
+    b.bind(done);
+    b.s_endpgm();
+  }
+
+  void release() {
+    for (VReg r : {vt, part_off, lds_off, addr, kv_hi, first_lane}) ra.release(r);
+    for (int s = 0; s < S; ++s)
+      for (VReg r : {idx[s], tok[s], taddr[s]}) ra.release(r);
+    for (auto& d : data)
+      for (VReg r : d) ra.release(r);
+    for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
+  }
+
+  Kernel& k_;
+  Builder& b;
+  RegAllocator& ra;
+  const int T, S, lanes_per_token, E, chunk, loads, D;
+  VReg vt, part_off, lds_off, kv_hi, addr, first_lane;
+  SReg last_tok, row_bytes, tile, slot, saved_exec0, saved_exec, tile_end, slot_index;
+  std::vector<VReg> idx, tok, taddr;      // per tile of a slot
+  std::vector<std::vector<VReg>> data;    // [register set][tile]: staged rows
+  int set = 0;                            // the register set the next load_data / write_tile use
+};
+
+}  // namespace
+
+void emit_producer(Kernel& k) { Producer(k).emit(); }
+
+}  // namespace mla::gen::decode
