@@ -203,7 +203,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const rt::Selection sel = cat.select(s);
   r.decode_kernel = sel.decode.name;
   const rt::SelectedKernels k = rt::selected_kernels(sel, s);
-  const int T = sel.decode.geometry.at("tile_tokens").get<int>();
+  const int T = sel.decode.launch.tile_tokens;
   // The runtime's default plan: workgroups per CU = the decode kernel's occupancy (catalog.json).
   const rt::Plan plan = rt::plan_decode(rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0));
 
@@ -239,8 +239,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   for (const auto& un : plan.units) (un.partial >= 0 ? partial_units : final_units) += 1;
   KernelFacts& f = r.facts;
   f.tile_tokens = T;
-  f.consumers = sel.decode.geometry.at("consumers").get<int>();
-  f.row_blocks = sel.decode.geometry.at("row_blocks").get<int>();
+  f.consumers = sel.decode.launch.consumers;
+  f.row_blocks = sel.decode.launch.row_blocks;
   f.row_groups = plan.row_groups;
   // Resident workgroups per CU (LDS, registers, wave slots): computed by the generator from the
   // target description (gen::occupancy) and recorded in catalog.json.
@@ -376,9 +376,9 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // LDS bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the
   // consumers wait for whatever of that write their work after the first barrier (the slot's
   // release: at the tile's end, or before PV when V is read ahead) does not cover.
-  if (sel.decode.geometry.at("ring").get<int>() == 1)
-    r.hot.ring_stall_cycles = std::max(0.0, sel.decode.geometry.at("slot_tokens").get<double>() *
-                                                    sel.decode.geometry.at("lds_row_bytes").get<double>() / 128.0 -
+  if (sel.decode.launch.ring == 1)
+    r.hot.ring_stall_cycles = std::max(0.0, double(sel.decode.launch.slot_tokens) *
+                                                    double(sel.decode.launch.lds_row_bytes) / 128.0 -
                                                 r.hot.after_release_cycles);
   f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
@@ -394,7 +394,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.coissue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
   // The CU's LDS (128 B per clock) serves every consumer of a tile (row blocks of them) and the
   // producer's write of it.
-  f.lds_cycles_per_tile = (f.row_blocks * r.hot.lds_bytes + T * sel.decode.geometry.at("lds_row_bytes").get<double>()) / 128.0;
+  f.lds_cycles_per_tile = (f.row_blocks * r.hot.lds_bytes + T * double(sel.decode.launch.lds_row_bytes)) / 128.0;
   r.lds_over_mem = f.lds_cycles_per_tile / r.tile_mem_cycles;
   {
     double bank = 0, ideal = 0;

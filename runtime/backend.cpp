@@ -98,11 +98,6 @@ SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller
 
 namespace {
 
-int geom(const CatalogKernel& k, const char* field) {
-  if (!k.geometry.contains(field) || !k.geometry.at(field).is_number_integer())
-    throw RtError(MLA_ERROR_CATALOG, fmt::format("kernel {}: catalog.json has no geometry.{}", k.name, field));
-  return k.geometry.at(field).get<int>();
-}
 
 void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
   const size_t M = size_t(k.kheads) * k.kqseqlen;
@@ -131,7 +126,7 @@ void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
                                  int max_rounds) {
   const int64_t M = int64_t(k.kheads) * k.kqseqlen;
-  const int64_t rpg = geom(k.decode, "rows_per_group"), T = geom(k.decode, "tile_tokens");
+  const int64_t rpg = k.decode.launch.rows_per_group, T = k.decode.launch.tile_tokens;
   const int64_t G = (M + rpg - 1) / rpg;
   // plan_decode: units <= max(B*G, (max(1, B*G/C) + max_rounds) * C), and every split holds at
   // least one tile (so splits <= tiles <= tokens/T + B).
@@ -177,8 +172,8 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.num_cus = num_cus;
   // 0: as many as the decode kernel's occupancy lets a CU hold (catalog.json).
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
-  in.tile_tokens = geom(k.decode, "tile_tokens");
-  in.rows_per_group = geom(k.decode, "rows_per_group");
+  in.tile_tokens = k.decode.launch.tile_tokens;
+  in.rows_per_group = k.decode.launch.rows_per_group;
   return in;
 }
 
@@ -242,7 +237,7 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
     op.kind = DecodeOp::Launch;
     op.kernel = &k.decode;
     op.grid = {unsigned(plan.units.size()), 1, 1};
-    op.block = {unsigned(geom(k.decode, "workgroup_size")), 1, 1};
+    op.block = {unsigned(k.decode.launch.workgroup_size), 1, 1};
     op.kernarg = dk.finish();
     op.what = "decode";
     ops.push_back(std::move(op));

@@ -142,7 +142,7 @@ class EmulatorBackend : public Backend {
   mla_backend kind() const override { return MLA_BACKEND_EMULATOR; }
   std::string target() const override { return std::string(emu::gfx_name(gfx_)); }
   std::string device_name() const override { return "mla emulator " + target(); }
-  int num_cus() const override { return gfx_ == emu::Gfx::gfx942 ? 304 : 256; }
+  int num_cus() const override { return abi::facts(gfx_ == emu::Gfx::gfx942 ? Target::gfx942 : Target::gfx950).num_cus; }
   uint64_t alloc(size_t bytes) override;
   uint64_t alloc_named(size_t bytes, const std::string& name, uint8_t fill);
   void free(uint64_t ptr) override;

@@ -61,6 +61,13 @@ Catalog Catalog::open(const std::string& dir) {
       ck.shape = k.at("shape");
       ck.kind = ck.shape.at("kind");
       ck.geometry = k.value("geometry", json::object());
+      if (ck.kind == "mla_decode") {
+        try {
+          ck.launch = abi::launch_geometry_from_json(ck.geometry);
+        } catch (const std::invalid_argument& e) {
+          throw CatalogError(fmt::format("{}: kernel {}: {}", cj.string(), ck.name, e.what()));
+        }
+      }
       ck.kernarg_size = k.at("kernarg_size");
       const int agprs = k.value("agprs", 0);
       ck.unified_vgprs = agprs ? k.value("accum_offset", 0) + agprs : k.value("vgprs", 0);

@@ -2,6 +2,7 @@
 // kernels for a decode shape. The runtime knows kernels only through the catalog: their
 // arguments, launch geometry and shape come from catalog.json, checked against the .co.
 #pragma once
+#include "abi/launch_geometry.h"
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ struct CatalogKernel {
   std::string target;      // "gfx942" / "gfx950"
   std::string kind;        // "mla_decode", "mla_reduce", ...
   nlohmann::json shape;    // the spec fields (heads, q_dtype, ...)
-  nlohmann::json geometry; // decode kernels: tile_tokens, rows_per_group, workgroup_size, ...
+  nlohmann::json geometry; // decode kernels: catalog.json's geometry, as written
+  abi::LaunchGeometry launch;  // decode kernels: the geometry, parsed and checked when the catalog opens
   uint32_t kernarg_size = 0;
   int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
   int resident_workgroups_per_cu = 1;  // catalog.json occupancy: workgroups a CU holds at once

@@ -3,8 +3,8 @@
 // The decode kernel is launched with one workgroup per WorkUnit; a unit attends the rows of
 // one row group of one request over a token range [kv_start, kv_end) of that request. A request
 // whose tokens are split over several units gets one partial slot per split, and the reduce
-// kernel merges its partials (one ReduceEntry per such request). The binary layouts below are
-// what the kernels read: keep them in sync with the kernel builders.
+// kernel merges its partials (one ReduceEntry per such request). The binary layouts are the
+// contract's (abi/mla_abi.h), which the kernel builders read too.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -12,34 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "abi/mla_abi.h"
+
 namespace mla::rt {
 
 struct Problem;
 
-// One workgroup of the decode kernel: int32[8], in the work-unit buffer in launch order
-// (workgroup id x reads unit x).
-struct WorkUnit {
-  int32_t qo_row;     // first q row of the request (= qo_indptr[b]); the unit covers q rows qo_row .. qo_row+qseqlen-1
-  int32_t page_base;  // kv_indptr[b]: token t of the request is in page kv_indices[page_base + t / page_size]
-  int32_t kv_start;   // token range [kv_start, kv_end) within the request, kv_start < kv_end;
-  int32_t kv_end;     //   kv_start is a multiple of tile_tokens, and so is kv_end unless kv_end == kv_len
-  int32_t kv_len;     // the request's total tokens (causal limits use it: row r sees tokens < kv_len - qseqlen + r + 1)
-  int32_t partial;    // -1: the unit covers the whole request and writes final o (and lse); else the partial slot
-  int32_t row_group;  // rows [row_group*rows_per_group, ...) of the M = heads*qseqlen rows of the request
-  int32_t batch;      // request index b
-};
-static_assert(sizeof(WorkUnit) == 8 * sizeof(int32_t), "WorkUnit is int32[8]");
-
-// One per request with more than one split: int32[4], in the reduce buffer (workgroups of the
-// reduce kernel index it). The request's partials are slots first_partial .. first_partial +
-// num_splits - 1, in token order.
-struct ReduceEntry {
-  int32_t qo_row;         // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
-  int32_t first_partial;  // first partial slot
-  int32_t num_splits;     // >= 2
-  int32_t batch;          // request index b
-};
-static_assert(sizeof(ReduceEntry) == 4 * sizeof(int32_t), "ReduceEntry is int32[4]");
+// The binary tables the kernels read: one WorkUnit per decode workgroup, one ReduceEntry per
+// split request (abi/mla_abi.h, shared with the kernel builders).
+using abi::ReduceEntry;
+using abi::WorkUnit;
 
 // Partial slot p holds partial_o[p][M][512] f32 (normalised within the split) and
 // partial_lse[p][M] f32 (natural log of the split's sum of exp(s)), with M = heads*qseqlen and
@@ -54,7 +36,7 @@ struct PlanInputs {
   int qseqlen = 1;
   int heads = 16;
   int page_size = 1;             // for WorkUnit::page_base (= sum of ceil(kv_len / page_size) before b)
-  int num_cus = 304;             // 304 on MI300X (gfx942), 256 on MI355X (gfx950)
+  int num_cus = abi::facts(abi::Target::gfx942).num_cus;  // set per device: abi::facts(target).num_cus
   int workgroups_per_cu = 1;     // decode workgroups resident per CU (occupancy)
   int tile_tokens = 16;          // T: the kernel's token tile; cuts are at multiples of T
   int rows_per_group = 16;       // 16*consumer waves: row groups = ceil(M / rows_per_group)

@@ -12,21 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "abi/mla_abi.h"
+
 namespace mla::rt {
 
-// Width of one KV entry (512 latent + 64 rope) and of the value / output part.
-inline constexpr int kQkDim = 576;
-inline constexpr int kVDim = 512;
-
-enum class Target { gfx942, gfx950 };
-enum class DType { fp8, bf16 };
+// The contract's vocabulary (abi/mla_abi.h).
+using abi::kQkDim;
+using abi::kVDim;
+using Target = abi::Target;
+using DType = abi::DType;
 
 const char* name(Target t);
 const char* name(DType d);
 // Parse "gfx942"/"gfx950" and "fp8"/"bf16"; throw ProblemError naming `what` and the value.
 Target parse_target(const std::string& s, const std::string& what);
 DType parse_dtype(const std::string& s, const std::string& what);
-inline int elem_bytes(DType d) { return d == DType::fp8 ? 1 : 2; }
+inline int elem_bytes(DType d) { return abi::dtype_bytes(d); }
 
 struct ProblemError : std::runtime_error {
   using std::runtime_error::runtime_error;

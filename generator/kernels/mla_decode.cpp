@@ -11,6 +11,7 @@
 // Every decision is data computed before emission: the workgroup geometry (mla_geometry.h)
 // and the consumer's plan (mla_decode_plan.h). See docs/mla-decode.md for the geometry rules,
 // the plan, the schedule and the LDS layout.
+#include "kernels/kernargs.h"
 #include "kernels/mla_decode_consumer.h"
 #include "kernels/registry.h"
 
@@ -22,22 +23,8 @@ namespace {
 
 // The kernel arguments (mla_decode_args) and launch facts, before the builder reads them.
 Program& declare_abi(Program& p, const KernelSpec& s, const MlaGeometry& g) {
+  declare_kernargs(p, abi::kDecodeArgs, s);
   auto& abi = p.abi;
-  namespace A = mla_decode_args;
-  abi.add_buffer("q", s.q_dtype == DType::fp8 ? "const uint8_t*" : "const uint16_t*");
-  abi.add_buffer("kv", s.kv_dtype == DType::fp8 ? "const uint8_t*" : "const uint16_t*");
-  abi.add_buffer("kv_indices", "const int32_t*");
-  abi.add_buffer("work", "const int32_t*");
-  abi.add_buffer("o", "uint16_t*");
-  abi.add_buffer("lse", "float*");
-  abi.add_buffer("partial_o", "float*");
-  abi.add_buffer("partial_lse", "float*");
-  abi.add_value("scale", 4, "float");
-  abi.add_value("kv_scale", 4, "float");
-  abi.add_value("logit_cap", 4, "float");
-  abi.add_value("reserved", 4, "uint32_t");
-  if (abi.kernarg_size != A::size || abi.find("scale")->offset != A::scale)
-    throw std::logic_error("mla_decode: kernarg layout drifted from mla_decode_args");
   abi.max_workgroup_size = uint32_t(g.workgroup_size);
   abi.lds_bytes = uint32_t(g.lds_bytes);
   return p;
@@ -53,9 +40,10 @@ void emit_kernel(Kernel& k) {
   b.s_load_dwordx8(k.args.sub(8, 8), b.kernarg_ptr(), 32);
   b.s_load_dwordx4(k.args.sub(16, 4), b.kernarg_ptr(), 64);
   SReg uaddr = ra.sgpr(2, "unit_addr");
+  static_assert(abi::work_unit::dwords == 8, "one s_load_dwordx8 per work unit");
   b.s_lshl_b32(uaddr[0], b.workgroup_id(0), Imm(5));
-  b.s_add_u32(uaddr[0], k.args[6], uaddr[0]);
-  b.s_addc_u32(uaddr[1], k.args[7], Imm(0));
+  b.s_add_u32(uaddr[0], k.ptr(mla_decode_args::work)[0], uaddr[0]);
+  b.s_addc_u32(uaddr[1], k.ptr(mla_decode_args::work)[1], Imm(0));
   k.unit = ra.sgpr(8, "work_unit");
   b.s_load_dwordx8(k.unit, uaddr, 0);
   ra.release(uaddr);

@@ -43,14 +43,14 @@ struct Kernel {
 
   SReg ptr(uint32_t offset) const { return args.sub(int(offset / 4), 2); }
   SReg argf(uint32_t offset) const { return args[int(offset / 4)]; }
-  // The work unit (8 int32, runtime/planner.h).
-  SReg qo_row() const { return unit[0]; }
-  SReg page_base() const { return unit[1]; }
-  SReg kv_start() const { return unit[2]; }
-  SReg kv_end() const { return unit[3]; }
-  SReg kv_len() const { return unit[4]; }
-  SReg partial() const { return unit[5]; }
-  SReg row_group() const { return unit[6]; }
+  // The work unit (abi::WorkUnit, one SGPR per field).
+  SReg qo_row() const { return unit[abi::work_unit::qo_row]; }
+  SReg page_base() const { return unit[abi::work_unit::page_base]; }
+  SReg kv_start() const { return unit[abi::work_unit::kv_start]; }
+  SReg kv_end() const { return unit[abi::work_unit::kv_end]; }
+  SReg kv_len() const { return unit[abi::work_unit::kv_len]; }
+  SReg partial() const { return unit[abi::work_unit::partial]; }
+  SReg row_group() const { return unit[abi::work_unit::row_group]; }
 
   int slot_bytes() const { return g.slot_tokens * g.lds_row_bytes; }
 

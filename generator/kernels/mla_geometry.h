@@ -11,8 +11,8 @@
 
 namespace mla::gen {
 
-inline constexpr int kMlaDim = 576;     // latent 512 + rope 64
-inline constexpr int kMlaVDim = 512;    // o covers the latent part
+inline constexpr int kMlaDim = abi::kQkDim;   // latent 512 + rope 64
+inline constexpr int kMlaVDim = abi::kVDim;   // o covers the latent part
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
 // LDS rows are padded against bank conflicts (32 banks of 4 bytes): unpadded, 576- and 1152-byte
 // rows are 16 and 0 banks apart, so the 16 rows a 16-lane group reads at one offset share 2 (or
@@ -81,16 +81,8 @@ struct MlaGeometry {
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);
 
-// Kernel argument byte offsets of the decode kernel (8-byte pointers, then f32 values).
-namespace mla_decode_args {
-inline constexpr uint32_t q = 0x00, kv = 0x08, kv_indices = 0x10, work = 0x18, o = 0x20, lse = 0x28,
-                          partial_o = 0x30, partial_lse = 0x38, scale = 0x40, kv_scale = 0x44, logit_cap = 0x48,
-                          size = 0x50;
-}
-// Kernel argument byte offsets of the reduce kernel.
-namespace mla_reduce_args {
-inline constexpr uint32_t reduce_map = 0x00, partial_o = 0x08, partial_lse = 0x10, o = 0x18, lse = 0x20,
-                          size = 0x28;
-}
+// Kernel argument byte offsets of the decode and reduce kernels (the contract's tables).
+namespace mla_decode_args = abi::decode_args;
+namespace mla_reduce_args = abi::reduce_args;
 
 }  // namespace mla::gen

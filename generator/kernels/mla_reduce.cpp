@@ -7,6 +7,7 @@
 // weights are exactly the splits' shares of the softmax denominator.
 #include <fmt/format.h>
 
+#include "kernels/kernargs.h"
 #include "kernels/mla_geometry.h"
 #include "kernels/registry.h"
 #include "program/builder.h"
@@ -21,12 +22,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 void build_mla_reduce(Program& p, const KernelSpec& s) {
   namespace A = mla_reduce_args;
   auto& abi = p.abi;
-  abi.add_buffer("reduce_map", "const int32_t*");
-  abi.add_buffer("partial_o", "const float*");
-  abi.add_buffer("partial_lse", "const float*");
-  abi.add_buffer("o", "uint16_t*");
-  abi.add_buffer("lse", "float*");
-  if (abi.kernarg_size != A::size) throw std::logic_error("mla_reduce: kernarg layout drifted from mla_reduce_args");
+  declare_kernargs(p, abi::kReduceArgs, s);
   abi.max_workgroup_size = 64;
   abi.workgroup_id_y = true;
   const int M = s.heads * s.qseqlen;

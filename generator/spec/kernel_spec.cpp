@@ -15,7 +15,6 @@ std::string_view kind_name(KernelKind k) {
   return "?";
 }
 
-std::string_view dtype_name(DType d) { return d == DType::fp8 ? "fp8" : "bf16"; }
 
 std::string KernelSpec::name() const {
   switch (kind) {

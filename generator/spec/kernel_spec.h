@@ -18,10 +18,10 @@ enum class KernelKind {
   MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B
 };
 
-enum class DType { fp8, bf16 };
+using DType = abi::DType;
+using abi::dtype_name;
 
 std::string_view kind_name(KernelKind k);
-std::string_view dtype_name(DType d);
 
 struct KernelSpec {
   KernelKind kind = KernelKind::MlaDecode;

@@ -92,10 +92,29 @@ const HazardNumbers kHazards950{
     /*max_wait_states_per_nop=*/16,
 };
 
-const Target kGfx942{Arch::gfx942, "gfx942", "gfx942:sramecc+:xnack-", 304, 64 * 1024, 102, 256, 256, 512,
-                     Fp8Format::FNUZ, 5.3e12, false, false, false, false, kMfma942, kHazards942};
-const Target kGfx950{Arch::gfx950, "gfx950", "gfx950:sramecc+:xnack-", 256, 160 * 1024, 102, 256, 256, 512,
-                     Fp8Format::OCP, 8.0e12, true, true, true, true, kMfma950, kHazards950};
+// Name, target ID, CU count, LDS and fp8 format from the contract (abi::facts); the rest here.
+Target describe(Arch arch, double hbm_bytes_per_s, bool cdna4, std::vector<MfmaShape> mfma, HazardNumbers hazards) {
+  const abi::TargetFacts& f = abi::facts(arch);
+  return Target{.arch = arch,
+                .name = f.name,
+                .target_id = f.target_id,
+                .num_cus = f.num_cus,
+                .lds_bytes = f.lds_bytes,
+                .max_sgprs = 102,
+                .max_vgprs = 256,
+                .max_agprs = 256,
+                .unified_vgprs = 512,
+                .fp8 = f.fp8_fnuz ? Fp8Format::FNUZ : Fp8Format::OCP,
+                .hbm_bytes_per_s = hbm_bytes_per_s,
+                .has_lds_transpose = cdna4,
+                .has_global_load_lds_x4 = cdna4,
+                .has_cvt_pk_bf16 = cdna4,
+                .has_cvt_pk_bf16_fp8 = cdna4,
+                .mfma = std::move(mfma),
+                .hazards = hazards};
+}
+const Target kGfx942 = describe(Arch::gfx942, 5.3e12, false, kMfma942, kHazards942);
+const Target kGfx950 = describe(Arch::gfx950, 8.0e12, true, kMfma950, kHazards950);
 
 }  // namespace
 

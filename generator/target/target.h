@@ -7,9 +7,12 @@
 #include <string_view>
 #include <vector>
 
+#include "abi/mla_abi.h"
+
 namespace mla::gen {
 
-enum class Arch { gfx942, gfx950 };
+// The targets are the contract's (abi/mla_abi.h), as are the facts the runtime shares.
+using Arch = abi::Target;
 
 enum class Fp8Format { FNUZ, OCP };  // gfx942: e4m3 FNUZ (bias 8); gfx950: OCP e4m3fn (bias 7)
 

@@ -504,6 +504,21 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
       FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG, "catalog.json");
       mla_device_close(dev);
     }
+    {
+      // The launch geometry is parsed once, when the catalog opens: a missing field is named there.
+      std::string d = catalog_copy("geometry");
+      fs::path cj = fs::path(d) / "hsa" / "gfx942" / "mla" / "catalog.json";
+      nlohmann::json j;
+      { std::ifstream(cj) >> j; }
+      for (auto& k : j["kernels"])
+        if (k["shape"]["kind"] == "mla_decode") k["geometry"].erase("tile_tokens");
+      { std::ofstream(cj) << j.dump(1); }
+      mla_device* dev;
+      mla_context* ctx = nullptr;
+      OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+      FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG, "geometry.tile_tokens is missing");
+      mla_device_close(dev);
+    }
   }
 }
 

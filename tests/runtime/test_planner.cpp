@@ -287,7 +287,7 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   rt::SelectedKernels k;
   k.kheads = 16, k.kqseqlen = 1, k.page_size = 1;
   k.decode.name = "mla_decode_test";
-  k.decode.geometry = {{"tile_tokens", 32}, {"rows_per_group", 16}};
+  k.decode.launch.tile_tokens = 32, k.decode.launch.rows_per_group = 16;
   k.decode.resident_workgroups_per_cu = 2;
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 3).workgroups_per_cu == 3);  // an explicit override wins

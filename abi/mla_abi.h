@@ -1,0 +1,143 @@
+// The contract between the generator (which builds the kernels) and the runtime (which plans
+// and launches them), in one header-only place with no LLVM and no emulator: targets and their
+// facts, dtypes, dimensions, the binary tables the kernels read (work units, reduce entries)
+// and the kernel-argument tables. The generator declares each kernel's arguments by iterating
+// these tables and the runtime packs them by the same names; the emulator keeps its own enums
+// on purpose (an oracle that shares no code with what it checks) and converts at its backend.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace mla::abi {
+
+enum class Target : uint8_t { gfx942, gfx950 };
+enum class DType : uint8_t { fp8, bf16 };
+
+constexpr int dtype_bytes(DType d) { return d == DType::fp8 ? 1 : 2; }
+constexpr std::string_view dtype_name(DType d) { return d == DType::fp8 ? "fp8" : "bf16"; }
+
+// Facts about a target that both sides need. Everything else about a target (MFMA menu,
+// wait states, register files) is the generator's target description (generator/target).
+struct TargetFacts {
+  Target target;
+  std::string_view name;       // "gfx942"
+  std::string_view target_id;  // the code objects' target ID
+  std::string_view product;    // "MI300X"
+  int num_cus;                 // compute units of the product
+  uint32_t lds_bytes;          // per CU (= the most one workgroup may use)
+  bool fp8_fnuz;               // fp8 e4m3 is FNUZ (bias 8, max 240, 0x80 NaN); else OCP e4m3fn (bias 7, max 448)
+};
+inline constexpr TargetFacts kTargets[] = {
+    {.target = Target::gfx942, .name = "gfx942", .target_id = "gfx942:sramecc+:xnack-", .product = "MI300X",
+     .num_cus = 304, .lds_bytes = 64 * 1024, .fp8_fnuz = true},
+    {.target = Target::gfx950, .name = "gfx950", .target_id = "gfx950:sramecc+:xnack-", .product = "MI355X",
+     .num_cus = 256, .lds_bytes = 160 * 1024, .fp8_fnuz = false},
+};
+constexpr const TargetFacts& facts(Target t) { return kTargets[t == Target::gfx942 ? 0 : 1]; }
+constexpr std::string_view target_name(Target t) { return facts(t).name; }
+constexpr std::optional<Target> parse_target(std::string_view s) {
+  for (const TargetFacts& f : kTargets)
+    if (f.name == s) return f.target;
+  return std::nullopt;
+}
+
+// Width of one KV entry (512 latent + 64 rope) and of the value / output part.
+inline constexpr int kQkDim = 576;
+inline constexpr int kVDim = 512;
+
+// One workgroup of the decode kernel: int32[8], in the work-unit buffer in launch order
+// (workgroup id x reads unit x). The kernel loads it into 8 SGPRs: field i is dword i.
+struct WorkUnit {
+  int32_t qo_row;     // first q row of the request (= qo_indptr[b]); the unit covers q rows qo_row .. qo_row+qseqlen-1
+  int32_t page_base;  // kv_indptr[b]: token t of the request is in page kv_indices[page_base + t / page_size]
+  int32_t kv_start;   // token range [kv_start, kv_end) within the request, kv_start < kv_end;
+  int32_t kv_end;     //   kv_start is a multiple of tile_tokens, and so is kv_end unless kv_end == kv_len
+  int32_t kv_len;     // the request's total tokens (causal limits use it: row r sees tokens < kv_len - qseqlen + r + 1)
+  int32_t partial;    // -1: the unit covers the whole request and writes final o (and lse); else the partial slot
+  int32_t row_group;  // rows [row_group*rows_per_group, ...) of the M = heads*qseqlen rows of the request
+  int32_t batch;      // request index b
+};
+static_assert(sizeof(WorkUnit) == 8 * sizeof(int32_t), "WorkUnit is int32[8]");
+// Dword index of each WorkUnit field (the kernel's SGPR of it).
+namespace work_unit {
+inline constexpr int qo_row = offsetof(WorkUnit, qo_row) / 4, page_base = offsetof(WorkUnit, page_base) / 4,
+                     kv_start = offsetof(WorkUnit, kv_start) / 4, kv_end = offsetof(WorkUnit, kv_end) / 4,
+                     kv_len = offsetof(WorkUnit, kv_len) / 4, partial = offsetof(WorkUnit, partial) / 4,
+                     row_group = offsetof(WorkUnit, row_group) / 4, batch = offsetof(WorkUnit, batch) / 4;
+inline constexpr int dwords = sizeof(WorkUnit) / 4;
+}  // namespace work_unit
+
+// One per request with more than one split: int32[4], in the reduce buffer (workgroups of the
+// reduce kernel index it). The request's partials are slots first_partial .. first_partial +
+// num_splits - 1, in token order.
+struct ReduceEntry {
+  int32_t qo_row;         // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
+  int32_t first_partial;  // first partial slot
+  int32_t num_splits;     // >= 2
+  int32_t batch;          // request index b
+};
+static_assert(sizeof(ReduceEntry) == 4 * sizeof(int32_t), "ReduceEntry is int32[4]");
+namespace reduce_entry {
+inline constexpr int qo_row = offsetof(ReduceEntry, qo_row) / 4, first_partial = offsetof(ReduceEntry, first_partial) / 4,
+                     num_splits = offsetof(ReduceEntry, num_splits) / 4, batch = offsetof(ReduceEntry, batch) / 4;
+}  // namespace reduce_entry
+
+// A kernel argument: a pointer (8 bytes) or a 4-byte value, at its byte offset in the
+// kernarg segment. `type` is the C type the code object's metadata names.
+struct KernargField {
+  std::string_view name;
+  bool pointer;
+  std::string_view type;  // "" for pointers whose element type depends on the shape (q, kv)
+  uint32_t offset;
+  uint32_t size;
+};
+
+// The decode kernel's arguments (the kernel reads them at these offsets).
+namespace decode_args {
+inline constexpr uint32_t q = 0x00, kv = 0x08, kv_indices = 0x10, work = 0x18, o = 0x20, lse = 0x28,
+                          partial_o = 0x30, partial_lse = 0x38, scale = 0x40, kv_scale = 0x44, logit_cap = 0x48,
+                          reserved = 0x4c, size = 0x50;
+}
+inline constexpr KernargField kDecodeArgs[] = {
+    {"q", true, "", decode_args::q, 8},
+    {"kv", true, "", decode_args::kv, 8},
+    {"kv_indices", true, "const int32_t*", decode_args::kv_indices, 8},
+    {"work", true, "const int32_t*", decode_args::work, 8},
+    {"o", true, "uint16_t*", decode_args::o, 8},
+    {"lse", true, "float*", decode_args::lse, 8},
+    {"partial_o", true, "float*", decode_args::partial_o, 8},
+    {"partial_lse", true, "float*", decode_args::partial_lse, 8},
+    {"scale", false, "float", decode_args::scale, 4},
+    {"kv_scale", false, "float", decode_args::kv_scale, 4},
+    {"logit_cap", false, "float", decode_args::logit_cap, 4},
+    {"reserved", false, "uint32_t", decode_args::reserved, 4},
+};
+
+// The reduce kernel's arguments.
+namespace reduce_args {
+inline constexpr uint32_t reduce_map = 0x00, partial_o = 0x08, partial_lse = 0x10, o = 0x18, lse = 0x20, size = 0x28;
+}
+inline constexpr KernargField kReduceArgs[] = {
+    {"reduce_map", true, "const int32_t*", reduce_args::reduce_map, 8},
+    {"partial_o", true, "const float*", reduce_args::partial_o, 8},
+    {"partial_lse", true, "const float*", reduce_args::partial_lse, 8},
+    {"o", true, "uint16_t*", reduce_args::o, 8},
+    {"lse", true, "float*", reduce_args::lse, 8},
+};
+
+// Each table is dense, in offset order, and ends at its size.
+template <size_t N>
+constexpr bool dense(const KernargField (&t)[N], uint32_t size) {
+  uint32_t at = 0;
+  for (const KernargField& f : t) {
+    if (f.offset != at) return false;
+    at += f.size;
+  }
+  return at == size;
+}
+static_assert(dense(kDecodeArgs, decode_args::size), "decode kernargs are dense");
+static_assert(dense(kReduceArgs, reduce_args::size), "reduce kernargs are dense");
+
+}  // namespace mla::abi
