@@ -67,6 +67,37 @@ std::string format_operand(const Operand& op) {
   return "?";
 }
 
+namespace {
+
+const char* sdwa_name(SdwaSel s) {
+  static const char* names[] = {"", "BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1"};
+  return names[int(s)];
+}
+
+std::string sel_bits(const char* name, const SelBits& b) {
+  std::string s = fmt::format(" {}:[", name);
+  for (int i = 0; i < b.count; ++i) s += fmt::format("{}{}", i ? "," : "", b.bit(i) ? 1 : 0);
+  return s + "]";
+}
+
+}  // namespace
+
+// The modifiers as LLVM's assembler spells them, in its order.
+std::string format_mods(const Mods& m) {
+  std::string s;
+  if (m.offen) s += " offen";
+  if (m.offset) s += fmt::format(" offset:{}", m.offset);
+  if (m.lds) s += " lds";
+  if (m.op_sel.count) s += sel_bits("op_sel", m.op_sel);
+  if (m.op_sel_hi.count) s += sel_bits("op_sel_hi", m.op_sel_hi);
+  if (m.dst_sel != SdwaSel::none) s += fmt::format(" dst_sel:{}", sdwa_name(m.dst_sel));
+  if (m.src0_sel != SdwaSel::none) s += fmt::format(" src0_sel:{}", sdwa_name(m.src0_sel));
+  if (m.dpp_quad_perm)
+    s += fmt::format(" quad_perm:[{},{},{},{}] row_mask:0xf bank_mask:0xf", m.quad_perm[0], m.quad_perm[1],
+                     m.quad_perm[2], m.quad_perm[3]);
+  return s;
+}
+
 std::string format_inst(const Program& p, const Inst& inst) {
   switch (inst.cls()) {
     case OpClass::Label: return p.label_names.at(inst.target) + ":";
@@ -97,7 +128,7 @@ std::string format_inst(const Program& p, const Inst& inst) {
         s += format_operand(o);
       first = false;
     }
-  if (!inst.mods.empty()) s += " " + inst.mods;
+  s += format_mods(inst.mods);
   return s;
 }
 

@@ -13,6 +13,8 @@ struct PrintOptions {
 
 // One operand as llvm-mc spells it: s[4:5], v7, a[0:3], vcc, 0x3f800000, 12.
 std::string format_operand(const Operand& op);
+// Modifiers as LLVM spells them (leading space per modifier; empty when none).
+std::string format_mods(const Mods& m);
 // One instruction line (no indentation), e.g. "v_add_u32 v1, v2, v3".
 std::string format_inst(const Program& p, const Inst& inst);
 // The instruction stream only (what llvm-objdump will show), one instruction per line.

@@ -33,7 +33,7 @@ void Builder::bind(Label l) {
 }
 
 Inst& Builder::emit(std::string_view mnemonic, std::initializer_list<Operand> dst, std::initializer_list<Operand> src,
-                    std::string mods) {
+                    Mods mods) {
   Inst i;
   i.info = &op_info(mnemonic);
   i.dst = dst;
@@ -84,7 +84,7 @@ void Builder::v_cvt_pk_f32_fp8(VReg d2, VReg a, int word_sel) {
   if (word_sel != 0 && word_sel != 1) throw std::invalid_argument("v_cvt_pk_f32_fp8: word_sel must be 0 or 1");
   // The VOP3 op_sel form is not accepted by llvm-mc for this opcode on gfx9; SDWA selects the word.
   if (word_sel)
-    emit("v_cvt_pk_f32_fp8_sdwa", {Operand::of(d2)}, {Operand::of(a)}, "src0_sel:WORD_1");
+    emit("v_cvt_pk_f32_fp8_sdwa", {Operand::of(d2)}, {Operand::of(a)}, Mods{.src0_sel = SdwaSel::WORD_1});
   else
     emit("v_cvt_pk_f32_fp8", {Operand::of(d2)}, {Operand::of(a)});
 }
@@ -99,7 +99,7 @@ void Builder::v_accvgpr_write_b32(AReg d, VSrc a) {
   emit("v_accvgpr_write_b32", {Operand::of(d)}, {a.op});
 }
 
-void Builder::mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, std::string mods) {
+void Builder::mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, Mods mods) {
   auto shape = target().find_mfma(mnemonic);
   if (!shape)
     throw std::invalid_argument(fmt::format("{} is not available on {}", mnemonic, target().name));
@@ -114,7 +114,7 @@ void Builder::v_pk_mul_f32_bcast_lo(VReg d2, VReg a2, VReg b2) {
   check_width("v_pk_mul_f32", d2.count, 2, "dst");
   check_width("v_pk_mul_f32", a2.count, 2, "src0");
   check_width("v_pk_mul_f32", b2.count, 2, "src1");
-  emit("v_pk_mul_f32", {Operand::of(d2)}, {Operand::of(a2), Operand::of(b2)}, "op_sel_hi:[1,0]");
+  emit("v_pk_mul_f32", {Operand::of(d2)}, {Operand::of(a2), Operand::of(b2)}, Mods{.op_sel_hi = {2, 0b01}});
 }
 
 void Builder::pk_fma_f32_(VReg d2, VReg a2, Operand b2, int b_count, VReg c2, bool b_bcast, bool c_bcast) {
@@ -122,9 +122,9 @@ void Builder::pk_fma_f32_(VReg d2, VReg a2, Operand b2, int b_count, VReg c2, bo
   check_width("v_pk_fma_f32", a2.count, 2, "src0");
   check_width("v_pk_fma_f32", b_count, 2, "src1");
   check_width("v_pk_fma_f32", c2.count, 2, "src2");
-  const std::string mods = fmt::format("op_sel_hi:[1,{},{}]", b_bcast ? 0 : 1, c_bcast ? 0 : 1);
-  emit("v_pk_fma_f32", {Operand::of(d2)}, {Operand::of(a2), b2, Operand::of(c2)},
-       b_bcast || c_bcast ? mods : std::string());
+  Mods mods;
+  if (b_bcast || c_bcast) mods.op_sel_hi = {3, uint8_t(1 | (b_bcast ? 0 : 2) | (c_bcast ? 0 : 4))};
+  emit("v_pk_fma_f32", {Operand::of(d2)}, {Operand::of(a2), b2, Operand::of(c2)}, mods);
 }
 
 void Builder::v_pk_fma_f32(VReg d2, VReg a2, VReg b2, VReg c2, bool b_bcast, bool c_bcast) {
@@ -139,19 +139,24 @@ void Builder::v_cvt_pk_fp8_f32(VReg d, VSrc a, VSrc b, int word) {
   check_width("v_cvt_pk_fp8_f32", d.count, 1, "dst");
   if (word != 0 && word != 1) throw std::invalid_argument("v_cvt_pk_fp8_f32: word must be 0 or 1");
   // Writing word 1 keeps word 0: the destination is also read.
-  Inst& i = emit("v_cvt_pk_fp8_f32", {Operand::of(d)}, {a.op, b.op}, word ? "op_sel:[0,0,1]" : "");
+  Inst& i = emit("v_cvt_pk_fp8_f32", {Operand::of(d)}, {a.op, b.op}, word ? Mods{.op_sel = {3, 0b100}} : Mods{});
   if (word) {
     i.src.push_back(Operand::of(d));
     i.printed_src = 2;
   }
 }
 
+namespace {
+Mods mubuf_mods(uint32_t offset, bool lds = false) { return Mods{.offen = true, .offset = offset, .lds = lds}; }
+Mods offset_mods(uint32_t offset) { return Mods{.offset = offset}; }
+}  // namespace
+
 void Builder::global_load(std::string_view m, VReg d, int width, VReg addr64, uint32_t offset) {
   check_width(m, d.count, width, "vdst");
   check_width(m, addr64.count, 2, "vaddr");
   if (offset > 4095) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 12 bits", m, offset));
   emit(m, {Operand::of(d)}, {Operand::of(addr64), Operand{Operand::Kind::Special, 0xff, 0, 0}},
-       offset ? fmt::format("offset:{}", offset) : "");
+       offset_mods(offset));
 }
 
 void Builder::global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t offset) {
@@ -159,7 +164,7 @@ void Builder::global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t off
   check_width("global_load_dword", offset32.count, 1, "vaddr");
   check_width("global_load_dword", base64.count, 2, "saddr");
   emit("global_load_dword", {Operand::of(d)}, {Operand::of(offset32), Operand::of(base64)},
-       offset ? fmt::format("offset:{}", offset) : "");
+       offset_mods(offset));
 }
 
 void Builder::smem(std::string_view m, SReg d, int width, SReg base, uint32_t offset) {
@@ -173,14 +178,6 @@ void Builder::branch(std::string_view m, Label l) {
   emit(m, {}, {}).target = l.id;
 }
 
-namespace {
-std::string mubuf_mods(uint32_t offset, bool lds = false) {
-  std::string mods = "offen";
-  if (offset) mods += fmt::format(" offset:{}", offset);
-  if (lds) mods += " lds";
-  return mods;
-}
-}  // namespace
 
 void Builder::mubuf_load(std::string_view m, VReg d, int width, VReg vaddr, SReg rsrc, SSrc soffset,
                          uint32_t offset) {
@@ -206,7 +203,7 @@ void Builder::buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_
 void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset) {
   check_width(m, d.count, width, "vdst");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
-  emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset ? fmt::format("offset:{}", offset) : "");
+  emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset_mods(offset));
 }
 
 void Builder::ds_read_b64_tr_b8(VReg d, VReg addr, uint32_t offset) {
@@ -222,7 +219,7 @@ void Builder::ds_read_b64_tr_b16(VReg d, VReg addr, uint32_t offset) {
 void Builder::ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset) {
   check_width(m, data.count, width, "data");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
-  emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset ? fmt::format("offset:{}", offset) : "");
+  emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset_mods(offset));
 }
 
 void Builder::make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records) {

@@ -30,7 +30,7 @@ class Builder {
 
   // Generic emission for opcodes without a typed method.
   Inst& emit(std::string_view mnemonic, std::initializer_list<Operand> dst, std::initializer_list<Operand> src,
-             std::string mods = {});
+             Mods mods = {});
   void comment(std::string text);  // attaches to the next instruction
 
   // ---- Scalar ALU ----
@@ -82,7 +82,9 @@ class Builder {
   // d[l] = a[lane chosen within l's quad]: DPP quad_perm, all rows and banks enabled.
   void v_mov_b32_quad_perm(VReg d, VReg a, int l0, int l1, int l2, int l3) {
     vop("v_mov_b32", d, {a});
-    p_.insts.back().mods = fmt::format("quad_perm:[{},{},{},{}] row_mask:0xf bank_mask:0xf", l0, l1, l2, l3);
+    Mods& m = p_.insts.back().mods;
+    m.dpp_quad_perm = true;
+    for (int k = 0; int l : {l0, l1, l2, l3}) m.quad_perm[k++] = uint8_t(l);
   }
   void v_add_u32(VReg d, VSrc a, VSrc b) { vop("v_add_u32", d, {a, b}); }
   void v_sub_u32(VReg d, VSrc a, VSrc b) { vop("v_sub_u32", d, {a, b}); }
@@ -147,7 +149,7 @@ class Builder {
 
   // ---- Matrix ----
   // d = a * b + c on the XDL unit; the target must offer the mnemonic (Target::mfma).
-  void mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, std::string mods = {});
+  void mfma(std::string_view mnemonic, AccReg d, AVReg a, AVReg b, AccSrc c, Mods mods = {});
   void v_mfma_f32_16x16x32_fp8_fp8(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x32_fp8_fp8", d, a, b, c); }
   void v_mfma_f32_16x16x128_f8f6f4(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x128_f8f6f4", d, a, b, c); }
   void v_mfma_f32_16x16x16_bf16(AccReg d, AVReg a, AVReg b, AccSrc c) { mfma("v_mfma_f32_16x16x16_bf16", d, a, b, c); }

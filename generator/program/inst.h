@@ -56,11 +56,39 @@ struct OpInfo {
 // Looks up an opcode; throws std::invalid_argument naming it if the table lacks it.
 const OpInfo& op_info(std::string_view mnemonic);
 
+// Bits of a VOP3 / VOP3P select modifier, one per listed operand: op_sel:[b0,b1,...].
+struct SelBits {
+  uint8_t count = 0;  // operands listed; 0: the modifier is absent
+  uint8_t bits = 0;   // bit i = operand i
+  bool bit(int i) const { return i < count && ((bits >> i) & 1); }
+  bool operator==(const SelBits&) const = default;
+};
+
+// SDWA operand select (absent: the whole dword).
+enum class SdwaSel : uint8_t { none, BYTE_0, BYTE_1, BYTE_2, BYTE_3, WORD_0, WORD_1 };
+
+// Modifiers, typed: builders set fields, the passes read them, and only the printer
+// (asm/printer.cpp) renders them as text.
+struct Mods {
+  bool offen = false;        // MUBUF: the VGPR address is an offset into the resource
+  uint32_t offset = 0;       // MUBUF / FLAT / DS immediate byte offset (0: not printed)
+  bool lds = false;          // MUBUF: the load writes LDS at M0 (LDS DMA)
+  SelBits op_sel;            // VOP3: high halves (last bit: the destination's, where listed)
+  SelBits op_sel_hi;         // VOP3P: operand of the high half (0 = broadcast the low one)
+  // DPP quad_perm (lane l of each quad reads lane quad_perm[l % 4]), all rows and banks on.
+  SdwaSel src0_sel = SdwaSel::none;  // SDWA: the part of src0 read
+  SdwaSel dst_sel = SdwaSel::none;   // SDWA: the part of the destination written
+  bool dpp_quad_perm = false;
+  uint8_t quad_perm[4] = {0, 1, 2, 3};
+  bool operator==(const Mods&) const = default;
+  bool is_dpp() const { return dpp_quad_perm; }
+};
+
 struct Inst {
   const OpInfo* info = nullptr;
   std::vector<Operand> dst;  // registers written, printed first
   std::vector<Operand> src;  // registers and constants read
-  std::string mods;          // modifiers printed after the operands ("offen offset:16", "sc0 sc1")
+  Mods mods;
   int target = -1;           // branch target label, or this label's id for OpClass::Label
   // s_waitcnt counts (-1: no wait on that counter) and s_nop count.
   int vmcnt = -1, lgkmcnt = -1, expcnt = -1;

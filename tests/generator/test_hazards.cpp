@@ -279,7 +279,7 @@ TEST_CASE("hazards: trans_write_then_valu_read") {
 TEST_CASE("hazards: valu_dst_sel_write_then_valu_use") {
   for (Arch a : {Arch::gfx942, Arch::gfx950}) {
     // 1 on both: [L] checkVALUHazards Shift16DefWaitstates (op_sel dst bit); [llc]
-    auto prod = [](Builder& b) { b.emit("v_cvt_pk_fp8_f32", {op(v(1))}, {op(v(2)), op(v(3))}, "op_sel:[0,0,1]"); };
+    auto prod = [](Builder& b) { b.emit("v_cvt_pk_fp8_f32", {op(v(1))}, {op(v(2)), op(v(3))}, Mods{.op_sel = {3, 0b100}}); };
     check_rule(
         a, prod, [](Builder& b) { b.v_mov_b32(v(4), v(1)); }, [](Builder& b) { b.v_mov_b32(v(4), v(7)); }, 1);
     // Writing the low half (op_sel dst bit 0) is not a hazard [llc]
@@ -339,7 +339,7 @@ TEST_CASE("hazards: valu_write_sgpr_then_lane_select") {
 }
 
 namespace {
-const char* kDpp = "quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf";
+const Mods kDpp{.dpp_quad_perm = true, .quad_perm = {1, 0, 3, 2}};
 }
 
 TEST_CASE("hazards: valu_write_exec_then_dpp and any_write_vgpr_then_dpp_read") {

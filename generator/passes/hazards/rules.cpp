@@ -109,10 +109,7 @@ bool is_mem(const Inst& i) { return i.is_vmem() || i.is_lds(); }
 bool is_salu(const Inst& i) { return i.cls() == OpClass::Salu; }
 bool is_real(const Inst& i) { return i.cls() != OpClass::Label && i.cls() != OpClass::Nop; }
 bool is_rwlane(const Inst& i) { return i.name() == "v_readlane_b32" || i.name() == "v_writelane_b32"; }
-bool is_dpp(const Inst& i) {
-  return is_valu(i) && (i.mods.find("quad_perm:") != std::string::npos || i.mods.find("row_") != std::string::npos ||
-                        i.mods.find("wave_") != std::string::npos);
-}
+bool is_dpp(const Inst& i) { return is_valu(i) && i.mods.is_dpp(); }
 
 // The MFMA's pass count from the target's menu; an MFMA the target lacks is a generator bug.
 int passes(const Target& t, const Inst& mfma) {
@@ -129,25 +126,15 @@ std::optional<Range> mfma_src(const Inst& i, int k) {
   return int(i.src.size()) > k ? range_of(i.src[k]) : std::nullopt;
 }
 
-// Parses "op_sel:[a,b,...]" from the modifiers; empty if absent.
-std::vector<int> op_sel(const Inst& i) {
-  std::vector<int> bits;
-  auto at = i.mods.find("op_sel:[");
-  if (at == std::string::npos) return bits;
-  for (size_t k = at + 8; k < i.mods.size() && i.mods[k] != ']'; ++k)
-    if (i.mods[k] == '0' || i.mods[k] == '1') bits.push_back(i.mods[k] - '0');
-  return bits;
-}
 
 // A VALU that writes only one 16-bit half of its destination (the result is shifted on forwarding):
 // VOP3 op_sel with the destination bit (the last of [src..., dst]) set, or SDWA dst_sel other than DWORD.
 bool writes_dst_half(const Inst& i) {
   if (!is_any_valu(i) || i.dst.empty()) return false;
-  auto sel = i.mods.find("dst_sel:");
-  if (sel != std::string::npos && i.mods.compare(sel, 13, "dst_sel:DWORD") != 0) return true;
-  std::vector<int> bits = op_sel(i);
-  if (bits.empty() || bits.back() == 0) return false;
-  if (bits.size() == i.src.size() + 1) return true;           // [src0.., dst]
+  if (i.mods.dst_sel != SdwaSel::none) return true;
+  const SelBits& sel = i.mods.op_sel;
+  if (sel.count == 0 || !sel.bit(sel.count - 1)) return false;
+  if (sel.count == int(i.src.size()) + 1) return true;        // [src0.., dst]
   if (i.name().starts_with("v_pk_")) return false;            // VOP3P: one bit per source, none for dst
   return true;                                                // unknown layout: assume the dst bit
 }
