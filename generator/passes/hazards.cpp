@@ -113,31 +113,15 @@ HazardStats insert_hazard_nops(Program& p) {
   if (!p.target) throw std::logic_error(fmt::format("kernel {}: hazard pass needs a target", p.name));
   const int horizon = hazard_rules::horizon(*p.target);
   Cfg cfg = build_cfg(p);
-  const int nb = int(cfg.blocks.size());
-  std::vector<State> out(nb);
-  auto in_state = [&](int b) {
-    State s;
-    for (int pred : cfg.blocks[b].pred) s.join(out[pred]);
-    return s;
-  };
-  // Fixed point. Outputs only accumulate (joined with what they were), so every state only gains
-  // producers or nearer distances, a finite lattice: the sweep terminates. The final emission
-  // then sees, at every block entry, a state at least as bad as any real path into it.
-  for (bool changed = true; changed;) {
-    changed = false;
-    ++stats.iterations;
-    for (int b = 0; b < nb; ++b) {
-      State s = out[b];
-      s.join(run_block(p, cfg.blocks[b], in_state(b), horizon, nullptr, nullptr));
-      if (!(s == out[b])) {
-        out[b] = std::move(s);
-        changed = true;
-      }
-    }
-  }
+  // Exit states accumulate (joined with what they were), so every state only gains producers or
+  // nearer distances, a finite lattice: the sweep terminates. The final emission then sees, at
+  // every block entry, a state at least as bad as any real path into it.
+  const std::vector<State> in = solve_forward<State>(
+      cfg, [&](const Cfg::Block& blk, State s) { return run_block(p, blk, std::move(s), horizon, nullptr, nullptr); },
+      true, stats.iterations);
   std::vector<Inst> result;
   result.reserve(p.insts.size() + p.insts.size() / 4);
-  for (int b = 0; b < nb; ++b) run_block(p, cfg.blocks[b], in_state(b), horizon, &result, &stats);
+  for (size_t b = 0; b < cfg.blocks.size(); ++b) run_block(p, cfg.blocks[b], in[b], horizon, &result, &stats);
   p.insts = std::move(result);
   return stats;
 }

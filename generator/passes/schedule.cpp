@@ -4,50 +4,14 @@
 #include <optional>
 
 #include "passes/hazards/rules.h"
+#include "program/effects.h"
 #include "target/issue_model.h"
 
 namespace mla::gen {
 
 namespace {
 
-// A register unit range: file 0..2 = S/V/A, 3 = special (vcc_lo, vcc_hi, exec_lo, exec_hi, m0, scc).
-struct Range {
-  int file, lo, hi;  // [lo, hi)
-  bool overlaps(const Range& o) const { return file == o.file && lo < o.hi && o.lo < hi; }
-};
-
-enum SpecialUnit { kVccLo, kVccHi, kExecLo, kExecHi, kM0, kScc };
-
-void add_operand(std::vector<Range>& v, const Operand& op) {
-  switch (op.kind) {
-    case Operand::Kind::SGPR: v.push_back({0, op.index, op.index + op.count}); break;
-    case Operand::Kind::VGPR: v.push_back({1, op.index, op.index + op.count}); break;
-    case Operand::Kind::AGPR: v.push_back({2, op.index, op.index + op.count}); break;
-    case Operand::Kind::Special:
-      switch (SpecialId(op.index)) {
-        case SpecialId::vcc: v.push_back({3, kVccLo, kVccHi + 1}); break;
-        case SpecialId::vcc_lo: v.push_back({3, kVccLo, kVccLo + 1}); break;
-        case SpecialId::vcc_hi: v.push_back({3, kVccHi, kVccHi + 1}); break;
-        case SpecialId::exec: v.push_back({3, kExecLo, kExecHi + 1}); break;
-        case SpecialId::exec_lo: v.push_back({3, kExecLo, kExecLo + 1}); break;
-        case SpecialId::exec_hi: v.push_back({3, kExecHi, kExecHi + 1}); break;
-        case SpecialId::m0: v.push_back({3, kM0, kM0 + 1}); break;
-        case SpecialId::scc: v.push_back({3, kScc, kScc + 1}); break;
-      }
-      break;
-    default: break;
-  }
-}
-
-bool writes_exec(const Inst& i) {
-  if (i.has(kDefExec)) return true;
-  for (const Operand& d : i.dst)
-    if (d.kind == Operand::Kind::Special &&
-        (SpecialId(d.index) == SpecialId::exec || SpecialId(d.index) == SpecialId::exec_lo ||
-         SpecialId(d.index) == SpecialId::exec_hi))
-      return true;
-  return false;
-}
+bool writes_exec(const Inst& i) { return any_overlap(effects_of(i).def_ranges(), kExecRange); }
 
 bool schedulable(const Inst& i) {
   switch (i.cls()) {
@@ -66,7 +30,7 @@ bool schedulable(const Inst& i) {
 }
 
 struct Node {
-  std::vector<Range> defs, uses;
+  std::vector<RegRange> defs, uses;  // program/effects.h
   IssueOp op;
   std::vector<std::pair<int, int>> succ;  // (node, latency in slots)
   int npred = 0;
@@ -120,26 +84,17 @@ std::vector<int> schedule_region(const Program& p, int b, int e, ScheduleStats& 
   for (int k = 0; k < n; ++k) {
     const Inst& in = p.insts[b + k];
     Node& x = nodes[k];
-    for (const Operand& d : in.dst) add_operand(x.defs, d);
-    for (const Operand& s : in.src) add_operand(x.uses, s);
-    if (in.has(kPermlane))
-      for (const Operand& s : in.src) add_operand(x.defs, s);
-    if (in.has(kUseVcc)) x.uses.push_back({3, kVccLo, kVccHi + 1});
-    if (in.has(kUseM0)) x.uses.push_back({3, kM0, kM0 + 1});
-    if (in.has(kUseScc)) x.uses.push_back({3, kScc, kScc + 1});
-    if (in.has(kDefScc)) x.defs.push_back({3, kScc, kScc + 1});
+    const Effects fx = effects_of(in);
+    x.defs = fx.def_ranges();
+    x.uses = fx.use_ranges();
+    // A policy, not an effect: SALU instructions stay in program order (each is taken to read
+    // and write SCC).
     if (in.cls() == OpClass::Salu) {
-      x.uses.push_back({3, kScc, kScc + 1});
-      x.defs.push_back({3, kScc, kScc + 1});
+      x.uses.push_back(kSccRange);
+      x.defs.push_back(kSccRange);
     }
     x.op = issue_op_of(*p.target, in.name());
   }
-  auto any_overlap = [](const std::vector<Range>& a, const std::vector<Range>& c) {
-    for (const Range& x : a)
-      for (const Range& y : c)
-        if (x.overlaps(y)) return true;
-    return false;
-  };
   for (int j = 0; j < n; ++j) {
     const Inst& ij = p.insts[b + j];
     for (int i = 0; i < j; ++i) {

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 
 #include "passes/cfg.h"
+#include "program/effects.h"
 
 namespace mla::gen {
 
@@ -49,16 +49,24 @@ struct Wait {
   void need_lgkm(int n) { lgkm = lgkm < 0 ? n : std::min(lgkm, n); }
 };
 
+// Scoreboard slots of a register range (program/effects.h); SCC has none.
 template <class F>
-void for_each_slot(const Operand& o, F&& f) {
+void for_each_slot(const RegRange& r, F&& f) {
   int base;
-  switch (o.kind) {
-    case Operand::Kind::SGPR: base = kS; break;
-    case Operand::Kind::VGPR: base = kV; break;
-    case Operand::Kind::AGPR: base = kA; break;
+  switch (r.file) {
+    case File::S: base = kS; break;
+    case File::V: base = kV; break;
+    case File::A: base = kA; break;
     default: return;
   }
-  for (int r = o.index; r < o.index + o.count; ++r) f(base + r);
+  for (int k = r.first; k < r.first + r.count; ++k) f(base + k);
+}
+
+// The registers a load writes its result into: its destination operands.
+template <class F>
+void for_each_result_slot(const Inst& inst, F&& f) {
+  for (const RegEffect& d : effects_of(inst).defs)
+    if (d.role == RegEffect::Dst) for_each_slot(d.reg, f);
 }
 
 void require(const State& s, int slot, Wait& w) {
@@ -70,9 +78,10 @@ void require(const State& s, int slot, Wait& w) {
 // The wait an instruction needs before it may issue.
 Wait needed(const State& s, const Inst& inst) {
   Wait w;
-  for (const auto& o : inst.src) for_each_slot(o, [&](int slot) { require(s, slot, w); });
-  for (const auto& o : inst.dst)
-    for_each_slot(o, [&](int slot) {
+  const Effects fx = effects_of(inst);
+  for (const RegEffect& u : fx.uses) for_each_slot(u.reg, [&](int slot) { require(s, slot, w); });
+  for (const RegEffect& d : fx.defs)
+    for_each_slot(d.reg, [&](int slot) {
       // Write after write: a load into a register that an older load of the same in-order
       // queue still targets lands after it, so no wait is needed (as LLVM's SIInsertWaitcnts).
       const Slot& x = s.slot[slot];
@@ -112,7 +121,7 @@ void issue(State& s, const Inst& inst) {
       for (auto& x : s.slot)
         if (x.vm >= 0) x.vm = int8_t(std::min(x.vm + 1, kMaxVmWait));
       if (inst.cls() == OpClass::VmemLoad)
-        for (const auto& o : inst.dst) for_each_slot(o, [&](int slot) { s.slot[slot].vm = 0; });
+        for_each_result_slot(inst, [&](int slot) { s.slot[slot].vm = 0; });
       if (inst.cls() == OpClass::LdsDma) s.slot[kLdsDma].vm = 0;
       break;
     case OpClass::LdsRead:
@@ -120,13 +129,12 @@ void issue(State& s, const Inst& inst) {
       for (auto& x : s.slot)
         if (x.lgkm >= 0 && !x.smem) x.lgkm = int8_t(std::min(x.lgkm + 1, kMaxLgkmWait));
       if (inst.cls() == OpClass::LdsRead)
-        for (const auto& o : inst.dst)
-          for_each_slot(o, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = false; });
+        for_each_result_slot(inst, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = false; });
       else
         s.slot[kLdsWrite].lgkm = 0, s.slot[kLdsWrite].smem = false;
       break;
     case OpClass::Smem:
-      for (const auto& o : inst.dst) for_each_slot(o, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = true; });
+      for_each_result_slot(inst, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = true; });
       break;
     default: break;
   }
@@ -165,29 +173,13 @@ WaitcntStats insert_waitcnts(Program& p) {
   static_assert(kV - kS >= 102, "SGPR slots must cover the addressable SGPRs");
   WaitcntStats stats;
   Cfg cfg = build_cfg(p);
-  const int nb = int(cfg.blocks.size());
-  std::vector<std::optional<State>> out(nb);
-  auto in_state = [&](int b) {
-    State s;
-    for (int pred : cfg.blocks[b].pred)
-      if (out[pred]) s.join(*out[pred]);
-    return s;
-  };
-  // Fixed point: states only gain pending entries or shrink distances, so this terminates.
-  for (bool changed = true; changed;) {
-    changed = false;
-    ++stats.iterations;
-    for (int b = 0; b < nb; ++b) {
-      State s = run_block(p, cfg.blocks[b], in_state(b), nullptr, nullptr);
-      if (!out[b] || !(*out[b] == s)) {
-        out[b] = s;
-        changed = true;
-      }
-    }
-  }
+  // States only gain pending entries or shrink distances: the fixed point exists.
+  const std::vector<State> in = solve_forward<State>(
+      cfg, [&](const Cfg::Block& blk, State s) { return run_block(p, blk, std::move(s), nullptr, nullptr); }, false,
+      stats.iterations);
   std::vector<Inst> result;
   result.reserve(p.insts.size() + 16);
-  for (int b = 0; b < nb; ++b) run_block(p, cfg.blocks[b], in_state(b), &result, &stats.inserted);
+  for (size_t b = 0; b < cfg.blocks.size(); ++b) run_block(p, cfg.blocks[b], in[b], &result, &stats.inserted);
   p.insts = std::move(result);
   return stats;
 }

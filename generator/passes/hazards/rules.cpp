@@ -1,5 +1,7 @@
 #include "passes/hazards/rules.h"
 
+#include "program/effects.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,90 +14,23 @@ namespace mla::gen::hazard_rules {
 
 namespace {
 
-// ---- Registers an instruction touches, as ranges of one register file. Special registers live in
-// the SGPR file at their hardware numbers (vcc = s[106:107], m0 = s124, exec = s[126:127]) so that
-// "writes vcc" and "reads vcc_lo" overlap.
-enum class File : uint8_t { S, V, A };
-struct Range {
-  File file;
-  int first, count;
-};
+// ---- Registers an instruction touches (program/effects.h, the model every pass shares).
+using Range = RegRange;
+constexpr Range kVcc = kVccRange, kM0 = kM0Range, kExec = kExecRange;
 
-bool overlap(const Range& a, const Range& b) {
-  return a.file == b.file && a.first < b.first + b.count && b.first < a.first + a.count;
-}
-bool same(const Range& a, const Range& b) { return a.file == b.file && a.first == b.first && a.count == b.count; }
+std::optional<Range> range_of(const Operand& o) { return reg_range(o); }
+bool overlap(const Range& a, const Range& b) { return a.overlaps(b); }
+bool same(const Range& a, const Range& b) { return a.same(b); }
 
-constexpr Range kVcc{File::S, 106, 2}, kM0{File::S, 124, 1}, kExec{File::S, 126, 2};
+// Registers written: destinations, EXEC for kDefExec, SCC, and both operands of a permlane swap.
+std::vector<Range> writes(const Inst& i) { return effects_of(i).def_ranges(); }
+// Registers read as written in the instruction (no implicit ones; a swap reads both operands).
+std::vector<Range> explicit_reads(const Inst& i) { return effects_of(i).use_ranges(false); }
+// Registers read, including the implicit EXEC / VCC / M0 (and SCC) reads the opcode table records.
+std::vector<Range> reads(const Inst& i) { return effects_of(i).use_ranges(); }
 
-std::optional<Range> range_of(const Operand& o) {
-  switch (o.kind) {
-    case Operand::Kind::SGPR: return Range{File::S, o.index, o.count};
-    case Operand::Kind::VGPR: return Range{File::V, o.index, o.count};
-    case Operand::Kind::AGPR: return Range{File::A, o.index, o.count};
-    case Operand::Kind::Special:
-      switch (SpecialId(o.index)) {
-        case SpecialId::vcc: return kVcc;
-        case SpecialId::vcc_lo: return Range{File::S, 106, 1};
-        case SpecialId::vcc_hi: return Range{File::S, 107, 1};
-        case SpecialId::exec: return kExec;
-        case SpecialId::exec_lo: return Range{File::S, 126, 1};
-        case SpecialId::exec_hi: return Range{File::S, 127, 1};
-        case SpecialId::m0: return kM0;
-        case SpecialId::scc: return std::nullopt;  // SCC has no wait-state rule on gfx9
-      }
-      return std::nullopt;
-    default: return std::nullopt;
-  }
-}
-
-void add(std::vector<Range>& out, const std::vector<Operand>& ops) {
-  for (const auto& o : ops)
-    if (auto r = range_of(o)) out.push_back(*r);
-}
-
-// Registers written: destinations, EXEC for kDefExec, and both operands of a permlane swap.
-std::vector<Range> writes(const Inst& i) {
-  std::vector<Range> w;
-  add(w, i.dst);
-  if (i.has(kDefExec)) w.push_back(kExec);
-  if (i.has(kPermlane))
-    for (const auto& o : i.src)
-      if (o.kind == Operand::Kind::VGPR) w.push_back(*range_of(o));
-  return w;
-}
-
-// Registers read as written in the instruction (no implicit ones).
-std::vector<Range> explicit_reads(const Inst& i) {
-  std::vector<Range> r;
-  add(r, i.src);
-  if (i.has(kPermlane)) add(r, i.dst);  // a swap reads both of its operands
-  return r;
-}
-
-// Registers read, including the implicit EXEC / VCC / M0 reads the opcode table records.
-std::vector<Range> reads(const Inst& i) {
-  std::vector<Range> r = explicit_reads(i);
-  if (i.has(kUseExec)) r.push_back(kExec);
-  if (i.has(kUseVcc)) r.push_back(kVcc);
-  if (i.has(kUseM0)) r.push_back(kM0);
-  return r;
-}
-
-bool any_overlap(const std::vector<Range>& a, const std::vector<Range>& b) {
-  for (const auto& x : a)
-    for (const auto& y : b)
-      if (overlap(x, y)) return true;
-  return false;
-}
-bool any_overlap(const std::vector<Range>& a, const Range& b) { return any_overlap(a, std::vector<Range>{b}); }
-
-std::vector<Range> only(std::vector<Range> v, File f) {
-  std::erase_if(v, [f](const Range& r) { return r.file != f; });
-  return v;
-}
 std::vector<Range> vector_regs(std::vector<Range> v) {
-  std::erase_if(v, [](const Range& r) { return r.file == File::S; });
+  std::erase_if(v, [](const Range& r) { return r.file != File::V && r.file != File::A; });
   return v;
 }
 
