@@ -88,6 +88,7 @@ std::map<std::string, unsigned> forms_of(const Program& prog) {
   std::map<std::string, unsigned> forms;
   for (const Inst& in : prog.insts) {
     if (in.info) ++forms[inst_form(in)];
+    else if (in.text.rfind(".long", 0) == 0) ++forms["<decode>"];  // bytes LLVM does not decode
     else ++forms["<unsupported: " + in.text.substr(0, in.text.find(' ')) + ">"];
   }
   return forms;

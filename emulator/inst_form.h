@@ -19,7 +19,7 @@ std::string inst_form(const Inst& in);
 
 struct Program;
 // Every form of a decoded kernel with its number of (static) instructions. Trap instructions
-// (bytes that do not decode, unsupported opcodes) count as "<decode>" / "<unsupported: TEXT>".
+// (bytes that do not decode, unsupported opcodes) count as "<decode>" / "<unsupported: MNEMONIC>".
 std::map<std::string, unsigned> forms_of(const Program& prog);
 
 }  // namespace mla::emu
