@@ -95,3 +95,59 @@ TEST_CASE("hw-anchored: permlane32_swap then permlane16_swap reduce over lanes l
     CHECK(r.at(lane, 4) == uint32_t(48 + (lane & 15)));
   }
 }
+
+namespace {
+
+// OCP e4m3fn code of a small positive integer (1..15 are exact: 4 significant bits).
+uint8_t e4m3_int(int n) {
+  int e = 0;
+  while ((2 << e) <= n) ++e;
+  int m = (n - (1 << e)) * 8 / (1 << e);
+  return uint8_t(((e + 7) << 3) | m);
+}
+
+}  // namespace
+
+TEST_CASE("hw-anchored: v_mfma_f32_16x16x128_f8f6f4 rows, columns, slot pairing and D layout (rocRoller gfx950 GEMM layout)",
+          "[semantics][hw-anchored]") {
+  // ROCm/rocRoller lib/source/KernelGraph/Transformations/LowerTile.cpp,
+  // addLoadWaveTileViaNonContiguousVGPRBlocksCT (used for 8-bit 16x16x128 / 32x32x64 tiles,
+  // isTileOfSubDwordTypeWithNonContiguousVGPRBlocks): wave64, 8-bit -> 2 VGPR blocks of 16
+  // elements; row of A (col of B) = l % 16, k = 64 * (p / 16) + 16 * (l / 16) + p % 16 for byte p
+  // of the lane's 8 VGPRs, the same function for A and B. rocRoller's
+  // GPU_MatrixMultiplyMacroTileF8F6F4 (gfx950) runs GEMMs on that layout against a CPU
+  // reference, which pins what this test checks: the row/column of each lane, that A and B are
+  // multiplied slot by slot (same lane group, same byte), and D[4 (l / 16) + r][l % 16] in lane l,
+  // register r. The K labelling itself is not observable without scales (permuting K the same way
+  // in A and B leaves D unchanged). A is one-hot: A[i][k_i] = 1, so D[i][j] = B[k_i][j].
+  auto bval = [](int k, int j) { return (k * 5 + j) % 13 + 1; };
+  for (int shift : {0, 3, 7}) {
+    auto k_of_row = [&](int i) { return (8 * i + shift) % 128; };
+    std::vector<uint32_t> ab(64 * 16, 0);  // per lane: 8 dwords of A, then 8 of B
+    for (int l = 0; l < 64; ++l)
+      for (int p = 0; p < 32; ++p) {
+        int k = 64 * (p / 16) + 16 * (l / 16) + p % 16;
+        uint8_t a = k == k_of_row(l % 16) ? e4m3_int(1) : 0;
+        uint8_t b = e4m3_int(bval(k, l % 16));
+        ab[l * 16 + p / 4] |= uint32_t(a) << (8 * (p % 4));
+        ab[l * 16 + 8 + p / 4] |= uint32_t(b) << (8 * (p % 4));
+      }
+    WaveRun r = run_wave(Gfx::gfx950, "hw_mfma_f8f6f4_k", R"(
+  v_lshlrev_b32 v3, 6, v0
+  global_load_dwordx4 v[30:33], v3, s[8:9]
+  global_load_dwordx4 v[34:37], v3, s[8:9] offset:16
+  global_load_dwordx4 v[38:41], v3, s[8:9] offset:32
+  global_load_dwordx4 v[42:45], v3, s[8:9] offset:48
+  s_waitcnt vmcnt(0)
+  v_mfma_f32_16x16x128_f8f6f4 v[20:23], v[30:37], v[38:45], 0)",
+                         std::vector<uint32_t>(256, 0), ab);
+    int bad = 0;
+    for (int l = 0; l < 64; ++l)
+      for (int reg = 0; reg < 4; ++reg) {
+        int i = 4 * (l / 16) + reg, j = l % 16;
+        if (r.f(l, reg) != float(bval(k_of_row(i), j))) ++bad;
+      }
+    INFO("shift " << shift);
+    CHECK(bad == 0);
+  }
+}
