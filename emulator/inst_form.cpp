@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "emulator/opcodes.h"
+#include "emulator/program.h"
 
 namespace mla::emu {
 
@@ -65,11 +66,32 @@ std::string inst_form(const Inst& in) {
     if (!acc.empty()) f += " acc:" + acc;
     if (in.cbsz || in.abid) f += " cbsz_abid";
     if (in.blgp) f += " blgp";
+    // An inline-constant SrcC feeds every accumulator element (a separate operand path).
+    if (in.nops >= 4 && in.ops[3].kind == Operand::Const) f += " c:imm";
   }
+  // Address computation: MUBUF offen / idxen (voffset, index * stride), global with an SGPR
+  // base (saddr + 32-bit voffset) versus a 64-bit VGPR address.
+  if (in.info && (in.info->kind & K_VMEM) && !(in.info->kind & K_FLAT)) {
+    if (in.flags & F_OFFEN) f += " offen";
+    if (in.flags & F_IDXEN) f += " idxen";
+  }
+  if (in.info && (in.info->kind & K_FLAT))
+    for (unsigned i = 1; i < in.nops; ++i)
+      if (in.ops[i].kind == Operand::SGPR) { f += " saddr"; break; }
   if (in.flags & F_LDS) f += " lds";
   if (in.flags & F_CLAMP) f += " clamp";
   if (in.omod) f += " omod";
   return f;
+}
+
+std::map<std::string, unsigned> forms_of(const Program& prog) {
+  std::map<std::string, unsigned> forms;
+  for (const Inst& in : prog.insts) {
+    if (in.info) ++forms[inst_form(in)];
+    else if (in.text.rfind(".long", 0) == 0) ++forms["<decode>"];  // bytes LLVM does not decode
+    else ++forms["<unsupported: " + in.text.substr(0, in.text.find(' ')) + ">"];
+  }
+  return forms;
 }
 
 }  // namespace mla::emu

@@ -1,6 +1,7 @@
 // mlaemu: command-line front end of the emulator.
 //   mlaemu disasm X.co            print every instruction (LLVM's syntax) with addresses
 //   mlaemu info X.co              kernels, descriptors, metadata arguments
+//   mlaemu forms X.co             instruction forms (emulator/inst_form.h) per kernel, with counts
 //   mlaemu run DISPATCH.json      run a dispatch described in JSON (docs/emulator.md)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "emulator/code_object.h"
 #include "emulator/dispatch_json.h"
+#include "emulator/inst_form.h"
 #include "emulator/program.h"
 
 using namespace mla::emu;
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   info->add_option("code_object", co_path, "path to the .co")->required();
   auto* check = app.add_subcommand("check", "List instructions of each kernel that the emulator cannot execute or that exceed the descriptor's register allocation");
   check->add_option("code_object", co_path, "path to the .co")->required();
+  auto* forms = app.add_subcommand("forms", "List the instruction forms (docs/emulator-provenance.md) of each kernel: kernel, count, form");
+  forms->add_option("code_object", co_path, "path to the .co")->required();
   auto* run = app.add_subcommand("run", "Run a dispatch described by a JSON file");
   run->add_option("dispatch", json_path, "dispatch JSON (see docs/emulator.md)")->required();
   run->add_option("-o,--out", out_dir, "output directory for buffers (.npy) and counters.json (default: from the JSON or '.')");
@@ -71,6 +75,12 @@ int main(int argc, char** argv) {
         for (auto& a : k.args)
           fmt::print("  arg {:<24} offset {:4} size {:3} {} {}\n", a.name.empty() ? "-" : a.name, a.offset, a.size, a.value_kind, a.address_space);
       }
+      return 0;
+    }
+    if (*forms) {
+      auto co = CodeObject::load_file(co_path);
+      for (auto& k : co->kernels())
+        for (auto& [form, n] : forms_of(*build_program(co, k))) fmt::print("{}\t{}\t{}\n", k.name, n, form);
       return 0;
     }
     if (*check) {
