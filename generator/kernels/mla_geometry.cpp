@@ -39,16 +39,12 @@ nlohmann::json MlaGeometry::to_json() const {
 
 namespace {
 
-// The geometry with or without the Q split; nullopt when no LDS layout fits.
-std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
-  const Target& t = target(s.arch);
-  MlaGeometry g;
-  g.q_split = q_split;
+// At most 3 consumer waves: with the producer, one wave per SIMD, which launches whatever the
+// register count (a wave of more than 256 unified VGPRs cannot share a SIMD). Beyond 3 blocks,
+// the fewest row groups (each re-reads the KV), then the fewest padded blocks.
+void row_blocks(MlaGeometry& g, const KernelSpec& s) {
   g.rows = s.heads * s.qseqlen;
   const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
-  // At most 3 consumer waves: with the producer, one wave per SIMD, which launches whatever
-  // the register count (a wave of more than 256 unified VGPRs cannot share a SIMD). Beyond 3
-  // blocks, the fewest row groups (each re-reads the KV), then the fewest padded blocks.
   g.row_blocks = std::min(3, blocks);
   if (blocks > 3) {
     auto cost = [&](int r) { return std::pair{(blocks + r - 1) / r, r * ((blocks + r - 1) / r) - blocks}; };
@@ -56,8 +52,10 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   }
   g.rows_per_group = kRowsPerWave * g.row_blocks;
   g.row_groups = (g.rows + g.rows_per_group - 1) / g.rows_per_group;
-  g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
-  g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
+}
+
+// The MFMAs of QK^T and PV, the QK blocks over k = 0..575, and how V^T is read.
+void mfmas(MlaGeometry& g, const KernelSpec& s, const Target& t) {
   // The bf16 16x16 MFMA with the largest K the target offers.
   auto bf16_mfma = [&]() -> std::pair<std::string, int> {
     if (t.find_mfma("v_mfma_f32_16x16x32_bf16")) return {"v_mfma_f32_16x16x32_bf16", 32};
@@ -65,7 +63,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   };
   // QK^T: fp8 x fp8 when both are fp8 (gfx950: K=128 f8f6f4 over the latent 512, at twice
   // the rate of K=32, and K=32 over the rope 64); otherwise bf16 (fp8 K widened exactly).
-  if (s.q_dtype == DType::fp8 || q_split) {
+  if (s.q_dtype == DType::fp8 || g.q_split) {
     g.qk_mfma = "v_mfma_f32_16x16x32_fp8_fp8", g.qk_k = 32;
     if (t.find_mfma("v_mfma_f32_16x16x128_f8f6f4")) g.qk_mfma = "v_mfma_f32_16x16x128_f8f6f4", g.qk_k = 128;
   } else {
@@ -94,11 +92,15 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   // conflict-free in any token order), transposed in registers.
   g.v_lds_transpose = t.has_lds_transpose && g.pv_k == 32;
   g.v_read_columns = g.v_lds_transpose ? 0 : 8;
-  // Pair consecutive blocks whose two operands fit one LDS read per lane (see QkBlock). A
-  // paired K read of 16 bytes (8 lanes per 128-byte group) is conflict-free when each 8-lane
-  // group reads 8 consecutive tokens: so are the token orders of the transposing-V and the
-  // 8-column V reads; 4-column V reads would want tokens 8 apart in a group (K <= 8 bytes).
-  const int q_op_bytes = q_split ? 1 : g.q_bytes;  // bytes of one Q operand element
+}
+
+// Pair consecutive blocks whose two operands fit one LDS read per lane (see QkBlock), then pad
+// the token and Q rows by the widest read. A paired K read of 16 bytes (8 lanes per 128-byte
+// group) is conflict-free when each 8-lane group reads 8 consecutive tokens: so are the token
+// orders of the transposing-V and the 8-column V reads; 4-column V reads would want tokens 8
+// apart in a group (K <= 8 bytes).
+void pair_blocks_and_pad(MlaGeometry& g, const KernelSpec& s) {
+  const int q_op_bytes = g.q_split ? 1 : g.q_bytes;  // bytes of one Q operand element
   const int elem_bytes = std::max(g.kv_bytes, q_op_bytes);
   const bool tr_order = g.v_lds_transpose || g.v_read_columns == 8;
   for (size_t i = 0; i + 1 < g.qk_blocks.size(); ++i) {
@@ -124,35 +126,37 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   // stride 1200 (150 and 300 dwords, 22 and 12 banks modulo 32): the 16-byte reads of 8
   // consecutive rows cover all 32 banks in either image. The row's bf16 copy (1152 bytes) is
   // staged in the same place first, and its inverse scale sits in the last dword.
-  if (q_split) {
+  if (g.q_split) {
     if (g.q_row_pad != 16) throw std::logic_error(fmt::format("{}: the Q split expects 16-byte Q reads", s.name()));
     g.q_lo_offset = 600;
     g.q_lds_row = 2 * g.q_lo_offset;
   } else {
     g.q_lds_row = kMlaDim * g.q_bytes + g.q_row_pad;
   }
-  const int q_share = kRowsPerWave * g.q_lds_row;
   g.kv_row_bytes = kMlaDim * g.kv_bytes;
   g.lds_row_bytes = g.kv_row_bytes + g.lds_row_pad;
-  // Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
-  // tile's MFMA and VALU work spreads over the SIMDs. The first layout that fits wins, in the
-  // order: more splits; a two-slot ring (the producer fills one slot while the consumers read
-  // the other) before a one-slot ring (two barriers per slot, the consumers wait while the
-  // producer writes); Q in AGPRs before Q in LDS (read again every tile). Constraints:
-  //  - at most 3 consumer waves, so that with the producer each wave has its own SIMD whatever
-  //    its register count; 4 (one row block) only with Q in LDS, which frees the 36-72 AGPRs
-  //    of Q so that two waves can share a SIMD (the catalog build checks the count);
-  //  - ring (+ Q) within the target's LDS, the producer's staging registers for one slot
-  //    (S*T*E / 256 dwords per lane) within 144 VGPRs;
-  //  - splits sharing Q in AGPRs copy it through LDS slot 1: a two-slot ring, Q within a slot;
-  //  - the merge of the splits (16 x 512 f32 + m, l per split, in rounds) within the LDS.
+}
+
+// Split each slot's tokens over S consumer waves per row block (S in 4, 2, 1), so that a
+// tile's MFMA and VALU work spreads over the SIMDs. The first layout that fits wins, in the
+// order: more splits; a two-slot ring (the producer fills one slot while the consumers read
+// the other) before a one-slot ring (two barriers per slot, the consumers wait while the
+// producer writes); Q in AGPRs before Q in LDS (read again every tile). Constraints:
+//  - at most 3 consumer waves, so that with the producer each wave has its own SIMD whatever
+//    its register count; 4 (one row block) only with Q in LDS, which frees the 36-72 AGPRs
+//    of Q so that two waves can share a SIMD (the catalog build checks the count);
+//  - ring (+ Q) within the target's LDS, the producer's staging registers for one slot
+//    (S*T*E / 256 dwords per lane) within 144 VGPRs;
+//  - splits sharing Q in AGPRs copy it through LDS slot 1: a two-slot ring, Q within a slot;
+//  - the merge of the splits (16 x 512 f32 + m, l per split, in rounds) within the LDS.
+bool splits_and_ring(MlaGeometry& g, const Target& t) {
+  const int q_share = kRowsPerWave * g.q_lds_row;
   const int tile_bytes = g.tile_tokens * g.lds_row_bytes;
   g.merge_bytes = kRowsPerWave * kMlaVDim * 4 + 2 * 64 * 4;
-  bool found = false;
   for (int sp : {4, 2, 1})
     for (int ring : {2, 1})
       for (bool qlds : {false, true}) {
-        if (found || (q_split && !qlds)) continue;  // the split happens in the LDS image
+        if (g.q_split && !qlds) continue;  // the split happens in the LDS image
         const int consumers = g.row_blocks * sp;
         if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
         if (ring == 1 && sp > 1 && !qlds) continue;
@@ -163,9 +167,22 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
         if (sp > 1 && !qlds && g.row_blocks * q_share > sp * tile_bytes) continue;
         if (sp > 1 && ring_bytes + q_region < g.merge_bytes) continue;
         g.kv_splits = sp, g.ring = ring, g.q_in_lds = qlds, g.q_region_bytes = q_region;
-        found = true;
+        return true;
       }
-  if (!found) return std::nullopt;
+  return false;
+}
+
+// The geometry with or without the Q split; nullopt when no LDS layout fits.
+std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
+  const Target& t = target(s.arch);
+  MlaGeometry g;
+  g.q_split = q_split;
+  g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
+  g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
+  row_blocks(g, s);
+  mfmas(g, s, t);
+  pair_blocks_and_pad(g, s);
+  if (!splits_and_ring(g, t)) return std::nullopt;
   if (g.kv_splits == 1) g.merge_bytes = 0;
   g.consumers = g.row_blocks * g.kv_splits;
   g.slot_tokens = g.kv_splits * g.tile_tokens;

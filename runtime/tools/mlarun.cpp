@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
   uint64_t wave_seed = 0;
   app.add_option("--catalog", catalog_dir, "Catalog directory (the --out of mlagen build); default $MLA_CATALOG_DIR");
   app.add_option("--problem", problem_dir, "Problem directory (problem.json + .npy); outputs are written there");
-  app.add_option("--cus", num_cus, "CUs the planner targets (default: the target's 304 / 256)");
+  app.add_option("--cus", num_cus,
+                 fmt::format("CUs the planner targets (default: the target's, {} {} / {} {})",
+                             mla::abi::facts(Target::gfx942).num_cus, mla::abi::facts(Target::gfx942).product,
+                             mla::abi::facts(Target::gfx950).num_cus, mla::abi::facts(Target::gfx950).product));
   app.add_option("--wave-seed", wave_seed, "Randomise wave interleaving with this seed (0: round robin)");
 
   auto* mk = app.add_subcommand("make-problem", "Write a random problem directory");
