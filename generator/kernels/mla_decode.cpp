@@ -83,7 +83,16 @@ void emit_consumer(Kernel& k) { Consumer(k).emit(); }
 }  // namespace decode
 
 void build_mla_decode(Program& p, const KernelSpec& spec) {
+  std::vector<uint32_t> constants;
+  {
+    Program scratch = p;  // the first emission only learns the consumer's SGPR constants
+    decode::Kernel k(scratch, spec);
+    k.learning_constants = true;
+    decode::emit_kernel(k);
+    constants = k.wanted;
+  }
   decode::Kernel k(p, spec);
+  k.wanted = constants;
   decode::emit_kernel(k);
 }
 

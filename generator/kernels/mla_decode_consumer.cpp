@@ -38,21 +38,16 @@ void Consumer::emit() {
   b.s_endpgm();
 }
 
-// v_perm_b32 is VOP3: its byte selectors (and other VOP3 constants) live in SGPRs, as do the
-// Q copy's q / P multiplier and piece count (VOP3 / VOPC operands too).
+// The SGPR constants the phases ask for with K() (v_perm selectors, the Q copy's divider,
+// ...), set once here; and, with the Q split, 2^-kQLoShift.
 void Consumer::constants() {
-  const uint32_t qP = uint32_t(kMlaDim * qb / 8);
-  std::vector<uint32_t> consts{sel(4, 0, 6, 2), sel(5, 1, 7, 3), sel(0, 1, 4, 5), sel(2, 3, 6, 7), 0x7fffu,
-                               q_piece_divider(qb).first, uint32_t(kRowsPerWave) * qP};
-  if (split) consts.insert(consts.end(), {0xffff0000u, 254u});  // split_q's bf16 high half, exponent bound
   // Split: 2^-kQLoShift as the low SGPR of a pair (the high one 0), broadcast by a packed fma.
   lo_inv2 = split ? ra.sgpr(2, "c_lo_inv_scale", 2) : SReg{};
   if (split) {
     b.s_mov_b32(lo_inv2[0], Imm(int64_t(kQLoInvBits)));
     b.s_mov_b32(lo_inv2[1], Imm(0));
   }
-  for (uint32_t v : consts) {
-    if (k_.consts.count(v)) continue;
+  for (uint32_t v : k_.wanted) {
     SReg r = ra.sgpr(1, fmt::format("c_const_{:x}", v));
     b.s_mov_b32(r, Imm(v));
     k_.consts[v] = r;

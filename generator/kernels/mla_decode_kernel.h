@@ -39,7 +39,13 @@ struct Kernel {
 
   SReg args, unit, ntiles, nslots, wave, iter;
   VReg lane;
-  std::map<uint32_t, SReg> consts;  // SGPRs holding VOP3 constants (see Consumer::constants)
+  // SGPR constants (VOP3 operands take no literal on gfx9), requested where they are used with
+  // K(). The kernel is emitted twice (build_mla_decode): the first emission only learns which
+  // constants the consumer asks for, in first-use order (`wanted`); the second sets them once
+  // at the consumer's start, where they stay live for the whole wave.
+  bool learning_constants = false;
+  std::vector<uint32_t> wanted;
+  std::map<uint32_t, SReg> consts;
 
   SReg ptr(uint32_t offset) const { return args.sub(int(offset / 4), 2); }
   SReg argf(uint32_t offset) const { return args[int(offset / 4)]; }
@@ -54,11 +60,13 @@ struct Kernel {
 
   int slot_bytes() const { return g.slot_tokens * g.lds_row_bytes; }
 
-  // An SGPR holding `v` (set up at the consumer's start).
-  SReg K(uint32_t v) const {
+  // An SGPR holding `v` from the consumer's start on.
+  SReg K(uint32_t v) {
     auto it = consts.find(v);
-    if (it == consts.end()) throw std::logic_error(fmt::format("mla_decode: constant 0x{:x} not in an SGPR", v));
-    return it->second;
+    if (it != consts.end()) return it->second;
+    if (!learning_constants) throw std::logic_error(fmt::format("mla_decode: constant 0x{:x} was not learned", v));
+    wanted.push_back(v);
+    return consts[v] = b.regs().sgpr(1, fmt::format("c_const_{:x}", v));
   }
 
   // An LDS read of dst.count (1, 2 or 4) dwords.
