@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -47,6 +48,25 @@ std::string elf_gfx_target(const std::vector<uint8_t>& b, const std::string& pat
   return n ? n : fmt::format("unknown-mach-0x{:x}", mach);
 }
 
+// The argument list of a decode or reduce kernel is the contract's (abi/mla_abi.h), which the
+// generator declared it from and the packing below relies on.
+void check_contract_args(const CatalogKernel& k) {
+  std::span<const abi::KernargField> table;
+  if (k.kind == "mla_decode") table = abi::kDecodeArgs;
+  else if (k.kind == "mla_reduce") table = abi::kReduceArgs;
+  else return;
+  if (k.args.size() != table.size())
+    throw RtError(MLA_ERROR_KERNARG_MISMATCH, fmt::format("{}: kernel {} has {} arguments, the contract (abi/mla_abi.h) {}",
+                                                          k.co_path, k.name, k.args.size(), table.size()));
+  for (size_t i = 0; i < table.size(); ++i)
+    if (k.args[i].name != table[i].name || k.args[i].offset != table[i].offset || k.args[i].size != table[i].size)
+      throw RtError(MLA_ERROR_KERNARG_MISMATCH,
+                    fmt::format("{}: kernel {} argument {}: '{}' at {} ({} bytes), the contract (abi/mla_abi.h) says '{}' "
+                                "at {} ({} bytes)",
+                                k.co_path, k.name, i, k.args[i].name, k.args[i].offset, k.args[i].size, table[i].name,
+                                table[i].offset, table[i].size));
+}
+
 CheckedCode load_checked_code(const CatalogKernel& k, const std::string& dev) {
   if (k.target != dev)
     throw RtError(MLA_ERROR_TARGET_MISMATCH,
@@ -77,6 +97,7 @@ CheckedCode load_checked_code(const CatalogKernel& k, const std::string& dev) {
   } catch (const CatalogError& e) {
     throw RtError(MLA_ERROR_KERNARG_MISMATCH, e.what());
   }
+  check_contract_args(k);
   return c;
 }
 

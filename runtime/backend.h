@@ -40,6 +40,9 @@ struct CheckedCode {
   std::shared_ptr<const emu::CodeObject> co;
 };
 CheckedCode load_checked_code(const CatalogKernel& k, const std::string& device_target);
+// A decode or reduce kernel's argument list must be the contract's table (abi/mla_abi.h):
+// RtError(KERNARG_MISMATCH) naming the first argument that differs.
+void check_contract_args(const CatalogKernel& k);
 
 // One stream operation of a decode call.
 struct DecodeOp {

@@ -295,3 +295,20 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   const rt::Plan p = rt::plan_decode(rt::plan_inputs_for(k, {256 * 2 * 32 * 8}, 256, 0));
   CHECK(p.units.size() >= 2 * 256);
 }
+
+TEST_CASE("contract: a decode kernel's argument list must be the contract's table", "[runtime]") {
+  rt::CatalogKernel k;
+  k.name = "mla_decode_test", k.kind = "mla_decode", k.co_path = "x.co";
+  for (const auto& f : mla::abi::kDecodeArgs) k.args.push_back({std::string(f.name), f.offset, f.size, ""});
+  CHECK_NOTHROW(rt::check_contract_args(k));
+  k.args[9].offset += 4;  // kv_scale
+  try {
+    rt::check_contract_args(k);
+    FAIL("no error");
+  } catch (const rt::RtError& e) {
+    CHECK(e.status == MLA_ERROR_KERNARG_MISMATCH);
+    CHECK_THAT(e.what(), Catch::Contains("'kv_scale' at 72") && Catch::Contains("says 'kv_scale' at 68"));
+  }
+  k.args.pop_back();
+  CHECK_THROWS_WITH(rt::check_contract_args(k), Catch::Contains("11 arguments, the contract (abi/mla_abi.h) 12"));
+}
