@@ -130,8 +130,11 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   DecodeResult r;
   r.decode_kernel = sel.decode.name;
   r.reduce_kernel = sel.reduce.name;
-  r.plan = plan_decode(
-      plan_inputs_for(k, kv_lens_of(p), opts.num_cus ? opts.num_cus : be.num_cus(), opts.workgroups_per_cu));
+  PlanInputs in = plan_inputs_for(k, kv_lens_of(p), opts.num_cus ? opts.num_cus : be.num_cus(), opts.workgroups_per_cu);
+  // Shared prefixes, from the problem's page table (docs/shared-prefix.md).
+  in.prefix_groups = detect_prefix_groups(in.kv_lens, p.page_size, p.qseqlen, in.tile_tokens,
+                                          [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; });
+  r.plan = plan_decode(in);
   const Plan& plan = r.plan;
 
   auto upload = [&](const void* data, size_t bytes, const char* name) {

@@ -40,6 +40,7 @@ struct mla_plan {
   int32_t bt_stride = 0;
   std::vector<int> kv_lens;
   int64_t table_entries = 0;  // page-table entries the plan reads: [0, table_entries)
+  std::string json;           // mla_plan_describe_json's text of the current plan (lazily)
 };
 
 static_assert(sizeof(mla_work_unit) == sizeof(WorkUnit), "mla_work_unit mirrors WorkUnit");
@@ -450,8 +451,13 @@ mla_status mla_plan_workspace_size(const mla_plan* plan, size_t* out) {
   });
 }
 
-mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride) {
-  return guard([&] {
+namespace {
+
+// The host-side planning of mla_plan_update(_shared). `groups` (caller-given, or nullptr) wins
+// over `host_pages` (a host page table to detect groups in, or nullptr).
+void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride,
+                 const int32_t* host_pages, const std::vector<PrefixGroup>* groups) {
+  {
     need(ctx, "ctx");
     need(plan, "plan");
     need(kv_lens, "kv_lens");
@@ -488,7 +494,19 @@ mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_l
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("the batch holds {} kv tokens, more than the plan's max_total_tokens "
                                                     "= {}",
                                                     tokens, plan->max_tokens));
-    Plan p = plan_decode(plan_inputs_for(k, lens, plan->num_cus, plan->wpc));
+    PlanInputs in = plan_inputs_for(k, lens, plan->num_cus, plan->wpc);
+    if (groups) {
+      in.prefix_groups = *groups;
+    } else if (host_pages) {
+      std::vector<int64_t> base(static_cast<size_t>(batch));
+      for (int b = 0, at = 0; b < batch; ++b) {
+        base[size_t(b)] = stride > 0 ? int64_t(b) * stride : at;
+        at += (lens[size_t(b)] + k.page_size - 1) / k.page_size;
+      }
+      in.prefix_groups = detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens,
+                                              [&](int b, int i) { return host_pages[base[size_t(b)] + i]; });
+    }
+    Plan p = plan_decode(in);
     if (stride > 0)
       for (auto& u : p.units) u.page_base = u.batch * stride;
     if (p.units.size() > plan->ws.max_units || size_t(p.num_partials) > plan->ws.max_partials ||
@@ -501,7 +519,41 @@ mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_l
     plan->bt_stride = stride;
     plan->kv_lens = std::move(lens);
     plan->table_entries = entries;
+    plan->json.clear();
+  }
+}
+
+}  // namespace
+
+mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride) {
+  return guard([&] { update_plan(ctx, plan, kv_lens, batch, stride, nullptr, nullptr); });
+}
+
+mla_status mla_plan_update_shared(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride,
+                                  const int32_t* host_kv_indices, const mla_prefix_group* groups, int num_groups) {
+  return guard([&] {
+    if (num_groups < 0 || (num_groups > 0 && !groups))
+      bad(fmt::format("num_groups = {} with groups {} (allowed: groups NULL and 0, or num_groups >= 0 entries)", num_groups,
+                      groups ? "set" : "NULL"));
+    if (groups) {
+      std::vector<PrefixGroup> g;
+      for (int i = 0; i < num_groups; ++i) g.push_back({groups[i].first, groups[i].count, groups[i].shared_tokens});
+      update_plan(ctx, plan, kv_lens, batch, stride, nullptr, &g);
+    } else {
+      update_plan(ctx, plan, kv_lens, batch, stride, host_kv_indices, nullptr);
+    }
   });
+}
+
+const char* mla_plan_describe_json(const mla_plan* plan) {
+  const char* out = nullptr;
+  mla_status st = guard([&] {
+    need(plan, "plan");
+    auto* p = const_cast<mla_plan*>(plan);
+    if (p->json.empty()) p->json = p->plan.to_json().dump();
+    out = p->json.c_str();
+  });
+  return st == MLA_SUCCESS ? out : nullptr;
 }
 
 mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out) {

@@ -201,6 +201,21 @@ mla_status mla_plan_workspace_size(const mla_plan* plan, size_t* out_bytes);
 mla_status mla_plan_update(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch,
                            int32_t block_table_stride);
 
+/* Requests first .. first+count-1 (consecutive in the batch) share their first shared_tokens
+ * tokens: the same page ids (docs/shared-prefix.md). */
+typedef struct mla_prefix_group {
+  int32_t first, count, shared_tokens;
+} mla_prefix_group;
+/* mla_plan_update, plus the batch's shared prefixes: the caller's `groups` (num_groups of them,
+ * as a serving stack knows them: vLLM's common_prefix_len, SGLang's radix tree), checked against
+ * the batch; or, with groups NULL, groups detected from `host_kv_indices`, a host copy of the
+ * page table in the layout block_table_stride names (NULL too: no groups). The plan's cost model
+ * decides per group whether to read the prefix once for the group; mla_plan_describe_json tells
+ * its decision. (Until the catalog has prefix work units, every request reads its prefix.) */
+mla_status mla_plan_update_shared(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch,
+                                  int32_t block_table_stride, const int32_t* host_kv_indices,
+                                  const mla_prefix_group* groups, int num_groups);
+
 typedef struct mla_plan_info {
   int batch;               /* requests of the current batch (0 before mla_plan_update) */
   int max_batch;
@@ -213,6 +228,9 @@ typedef struct mla_plan_info {
   size_t workspace_bytes;
 } mla_plan_info;
 mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out);
+/* The plan as JSON text (units, splits, balance, prefix groups and the cost model's decision on
+ * each), valid until the plan's next update or destruction; NULL on error (mla_last_error). */
+const char* mla_plan_describe_json(const mla_plan* plan);
 
 /* The binary tables the kernels read (layouts of runtime/planner.h / docs/planner.md). */
 typedef struct mla_work_unit {

@@ -29,6 +29,11 @@ void check_inputs(const PlanInputs& in) {
   for (size_t b = 0; b < in.kv_lens.size(); ++b)
     if (in.kv_lens[b] < in.qseqlen)
       fail(fmt::format("kv_lens[{}] = {} < qseqlen = {} (allowed: kv_len >= qseqlen)", b, in.kv_lens[b], in.qseqlen));
+  try {
+    check_prefix_groups(in.prefix_groups, in.kv_lens, in.page_size, in.qseqlen);
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
 }
 
 // Everything a candidate plan is built from.
@@ -208,6 +213,11 @@ nlohmann::json Plan::to_json() const {
       {"cu_units_max", max_units},
       {"balance", balance},
       {"predicted_cost_tokens", predicted_cost},
+      {"prefix_groups", [&] {
+         nlohmann::json g = nlohmann::json::array();
+         for (const CascadeDecision& d : prefix_groups) g.push_back(d.to_json());
+         return g;
+       }()},
   };
 }
 
@@ -277,6 +287,16 @@ Plan plan_decode(const PlanInputs& in) {
     p.cus_used += p.cu_units[cu] > 0;
   }
   p.balance = sum > 0 ? double(mx) * in.num_cus / double(sum) : 1.0;
+  CascadeInputs ci{.heads = in.heads,
+                   .qseqlen = in.qseqlen,
+                   .kv_bytes_per_token = in.kv_bytes_per_token,
+                   .num_cus = in.num_cus,
+                   .prefix_units_available = in.prefix_units_available};
+  for (const PrefixGroup& g : in.prefix_groups) {
+    p.prefix_groups.push_back(decide_cascade(g, ci));
+    if (p.prefix_groups.back().cascade)
+      throw std::logic_error("plan_decode: prefix work units are not built yet (docs/shared-prefix.md)");
+  }
   return p;
 }
 

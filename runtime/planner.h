@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "abi/mla_abi.h"
+#include "runtime/prefix.h"
 
 namespace mla::rt {
 
@@ -44,6 +45,10 @@ struct PlanInputs {
                                  // needed to give every CU work)
   int kv_bytes_per_token = 576;  // 576 (fp8) or 1152 (bf16): prices partial traffic in tokens
   int max_rounds = 16;           // largest number of units per CU the search considers
+  // Requests sharing a prefix (detected from the page table, or given by the caller), and
+  // whether the catalog could read each prefix once per group (docs/shared-prefix.md).
+  std::vector<PrefixGroup> prefix_groups;
+  bool prefix_units_available = false;
 };
 
 struct Plan {
@@ -61,6 +66,7 @@ struct Plan {
   double balance = 1.0;               // max / mean of cu_tokens (over all CUs)
   int cus_used = 0;                   // CUs with at least one unit
   double predicted_cost = 0.0;        // model cost in token-equivalents (docs/planner.md)
+  std::vector<CascadeDecision> prefix_groups;  // the cost model's word on each shared prefix
 
   int64_t total_tokens() const;       // sum of units' token counts (row groups counted each)
   // Partial buffer sizes in bytes: partial_o = num_partials * M * 512 * 4, partial_lse = num_partials * M * 4.

@@ -505,6 +505,22 @@ Problem make_random_problem(const ProblemParams& prm) {
   for (int64_t i = 0; i < num_pages; ++i) perm[i] = int32_t(i);
   for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.eng() % uint64_t(i + 1)]);  // Fisher-Yates
   p.kv_indices.assign(perm.begin(), perm.begin() + used);
+  for (size_t k = 0; k < prm.shared.size(); ++k) {
+    const ProblemParams::Shared& sh = prm.shared[k];
+    auto bad = [&](const std::string& what) {
+      throw ProblemError(fmt::format("{}: shared[{}] (first {}, count {}, tokens {}): {}", where, k, sh.first, sh.count,
+                                     sh.tokens, what));
+    };
+    if (sh.first < 0 || sh.count < 2 || sh.first + sh.count > batch)
+      bad(fmt::format("requests outside the batch (allowed: first >= 0, count >= 2, first + count <= {})", batch));
+    if (sh.tokens < prm.page_size || sh.tokens % prm.page_size)
+      bad(fmt::format("tokens must be a positive multiple of page_size = {}", prm.page_size));
+    const int pages = sh.tokens / prm.page_size;
+    for (int b = sh.first; b < sh.first + sh.count; ++b) {
+      if (sh.tokens > prm.kv_lens[b]) bad(fmt::format("kv_lens[{}] = {} is shorter than the prefix", b, prm.kv_lens[b]));
+      for (int i = 0; i < pages; ++i) p.kv_indices[size_t(p.kv_indptr[b] + i)] = p.kv_indices[size_t(p.kv_indptr[sh.first] + i)];
+    }
+  }
 
   p.q.shape = {size_t(batch) * prm.qseqlen, size_t(prm.heads), size_t(kQkDim)};
   p.kv.shape = {size_t(num_pages), size_t(prm.page_size), size_t(kQkDim)};

@@ -121,6 +121,12 @@ struct ProblemParams {
   double logit_cap = 0.0;
   bool return_lse = false;
   int extra_pages = 0;  // unused pages, so page ids are not simply 0..used-1
+  // Shared prefixes: requests first .. first+count-1 hold the same first `tokens / page_size`
+  // pages (tokens a multiple of page_size, within every member's whole pages).
+  struct Shared {
+    int first = 0, count = 0, tokens = 0;
+  };
+  std::vector<Shared> shared;
 };
 
 // Q and KV ~ N(0,1) encoded into the target's fp8 / bf16 (round to nearest even, saturating),

@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   mk->add_option("--kv-lens", lens, "Comma-separated kv lengths, one per request")->required();
   mk->add_option("--seed", seed, "Random seed")->capture_default_str();
   mk->add_flag("--lse", lse, "Ask for lse output");
+  std::vector<std::string> shares;
+  mk->add_option("--share", shares,
+                 "FIRST:COUNT:TOKENS: requests FIRST..FIRST+COUNT-1 share their first TOKENS tokens (whole pages; "
+                 "repeatable)");
   mk->add_option("--logit-cap", cap, "Soft-cap value (0 = off)")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
@@ -79,6 +83,14 @@ int main(int argc, char** argv) {
       p.seed = seed;
       p.return_lse = lse;
       p.logit_cap = cap;
+      for (const std::string& s : shares) {
+        ProblemParams::Shared sh;
+        char c1 = 0, c2 = 0, rest = 0;
+        std::istringstream in(s);
+        if (!(in >> sh.first >> c1 >> sh.count >> c2 >> sh.tokens) || c1 != ':' || c2 != ':' || (in >> rest))
+          throw std::invalid_argument(fmt::format("--share '{}' (allowed: FIRST:COUNT:TOKENS, e.g. 0:16:2048)", s));
+        p.shared.push_back(sh);
+      }
       Problem prob = make_random_problem(p);
       validate_problem(prob, "make-problem");
       save_problem(mk_dir, prob);

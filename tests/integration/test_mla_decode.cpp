@@ -194,3 +194,27 @@ TEST_CASE("mla e2e: bf16 q over a wide dynamic range stays exact through the fp8
     CHECK(e.cmp.lse_max_abs_err <= 2e-5);
   }
 }
+
+// Shared prefixes (issue #13): the planner finds the groups in the page table and reports the
+// cost model's word in the plan; until prefix work units exist every request reads the prefix,
+// and the outputs stay exact whichever pages requests share.
+TEST_CASE("mla e2e: shared-prefix batches are detected, reported and correct") {
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950})
+    for (int page : {1, 64, 128}) {
+      // Two groups (3 and 2 requests sharing 1,152 and 384 tokens) and a lone request between them.
+      std::vector<int> lens{1300, 1411, 1200, 777, 600, 513};
+      auto p = params(t, rt::DType::fp8, rt::DType::fp8, 12, 1, page, lens, 40 + uint64_t(page));
+      p.shared = {{0, 3, 1152}, {4, 2, 384}};
+      auto e = test::run_e2e(p);
+      INFO(rt::shape_of(e.problem).describe());
+      check(e);
+      const auto& g = e.result.plan.prefix_groups;
+      REQUIRE(g.size() == 2);
+      CHECK(g[0].group == rt::PrefixGroup{0, 3, 1152});
+      CHECK(g[1].group == rt::PrefixGroup{4, 2, 384});
+      for (const auto& d : g) CHECK_FALSE(d.cascade);
+      // Today each member reads the prefix: the kernel reads more than the distinct KV bytes.
+      const auto j = e.result.traffic.to_json();
+      CHECK(j["kv"]["read"].get<double>() > 1.3 * j["kv"]["read_distinct"].get<double>());
+    }
+}

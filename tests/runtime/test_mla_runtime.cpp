@@ -293,6 +293,41 @@ TEST_CASE("C API: the kernarg bytes a HIP launch sends are the bytes the emulato
   CHECK(at("work") == s.ws);  // the work-unit table is the workspace's first region
 }
 
+TEST_CASE("C API: shared prefixes are detected from a host page table, or taken from the caller", "[runtime][capi]") {
+  Session s;
+  s.prepare({300, 320, 290, 100});  // page 16: give requests 0-2 the same first 16 pages (256 tokens)
+  for (int b = 1; b < 3; ++b)
+    for (int i = 0; i < 16; ++i) s.prob.kv_indices[size_t(s.prob.kv_indptr[b] + i)] = s.prob.kv_indices[size_t(i)];
+  OK(mla_memcpy_h2d(s.dev, s.args.kv_indices, s.prob.kv_indices.data(), s.prob.kv_indices.size() * 4));
+  std::vector<int32_t> lens{300, 320, 290, 100};
+  OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, s.prob.kv_indices.data(), nullptr, 0));
+  const char* text = mla_plan_describe_json(s.plan);
+  REQUIRE(text);
+  auto j = nlohmann::json::parse(text);
+  REQUIRE(j["prefix_groups"].size() == 1);
+  CHECK(j["prefix_groups"][0]["first"] == 0);
+  CHECK(j["prefix_groups"][0]["count"] == 3);
+  CHECK(j["prefix_groups"][0]["shared_tokens"] == 256);
+  CHECK(j["prefix_groups"][0]["cascade"] == false);
+  // The decode still runs every request against its own pages.
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  s.check_against_reference();
+  // Caller-given groups win; bad ones are an error naming the group and field.
+  mla_prefix_group g{1, 2, 128};
+  OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, &g, 1));
+  j = nlohmann::json::parse(mla_plan_describe_json(s.plan));
+  CHECK(j["prefix_groups"][0]["first"] == 1);
+  g = {3, 2, 128};
+  FAILS(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, &g, 1), MLA_ERROR_INVALID_ARGUMENT,
+        "prefix group 0 (first 3, count 2, shared_tokens 128): count = 2 (allowed: 2..batch - first = 1)");
+  FAILS(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, nullptr, 2), MLA_ERROR_INVALID_ARGUMENT,
+        "num_groups = 2 with groups NULL");
+  // No page table, no groups: an empty list.
+  OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, nullptr, 0));
+  CHECK(nlohmann::json::parse(mla_plan_describe_json(s.plan))["prefix_groups"].empty());
+  CHECK(mla_plan_describe_json(nullptr) == nullptr);
+}
+
 TEST_CASE("C API: padded fallback only when allowed, reported, and correct", "[runtime][capi]") {
   Session s;
   mla_shape sh = shape16(12);

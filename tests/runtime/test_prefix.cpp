@@ -1,0 +1,124 @@
+// Shared-prefix groups: detection from the page table, caller-given groups, the cost model.
+#include <catch2/catch.hpp>
+
+#include "runtime/planner.h"
+#include "runtime/prefix.h"
+#include "runtime/problem.h"
+
+using namespace mla;
+using Catch::Contains;
+
+namespace {
+
+// A packed page table: request b's page i is table[b][i].
+struct Table {
+  std::vector<std::vector<int32_t>> pages;
+  rt::PageIdOf id() const {
+    return [this](int b, int i) { return pages[size_t(b)][size_t(i)]; };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("prefix groups: consecutive requests with the same leading whole pages", "[prefix]") {
+  // page_size 4, tile 4: requests 0-2 share pages {7, 8} (8 tokens); 1 and 2 also share 9;
+  // request 3 is alone; 4-5 share page 3 only.
+  Table t{{{7, 8, 1}, {7, 8, 9, 2}, {7, 8, 9, 4}, {5, 6}, {3, 10}, {3, 11, 12}}};
+  const std::vector<int> lens{12, 16, 15, 8, 8, 9};
+  auto g = rt::detect_prefix_groups(lens, 4, 1, 4, t.id());
+  REQUIRE(g.size() == 2);
+  CHECK(g[0] == rt::PrefixGroup{0, 3, 8});  // the smallest adjacent common prefix: 2 pages
+  CHECK(g[1] == rt::PrefixGroup{4, 2, 4});
+}
+
+TEST_CASE("prefix groups: a partially held page is not shared; the tile, and the causal limit, cut", "[prefix]") {
+  // page_size 16, tile 32. Requests 0 and 1 point at the same 3 pages, but request 1 holds only
+  // 40 tokens: its third page is partial, so 2 whole pages (32 tokens) are shared.
+  Table t{{{1, 2, 3, 4}, {1, 2, 3}}};
+  CHECK(rt::detect_prefix_groups({64, 40}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
+  // Three whole pages (48 tokens) shared, cut to one 32-token tile.
+  CHECK(rt::detect_prefix_groups({64, 48}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
+  // qseqlen 4 at 34 tokens: every row sees tokens < 34 - 4 + 1 = 31 only: less than a tile.
+  Table u{{{1, 2, 3}, {1, 2, 3}}};
+  CHECK(rt::detect_prefix_groups({48, 34}, 16, 4, 16, u.id()) == std::vector<rt::PrefixGroup>{{0, 2, 16}});
+  CHECK(rt::detect_prefix_groups({48, 34}, 16, 4, 32, u.id()).empty());
+  // Different first pages: no group.
+  Table v{{{1, 2}, {2, 1}}};
+  CHECK(rt::detect_prefix_groups({32, 32}, 16, 1, 16, v.id()).empty());
+}
+
+TEST_CASE("prefix groups: a generated problem's shared pages are found", "[prefix]") {
+  rt::ProblemParams prm;
+  prm.target = rt::Target::gfx950;
+  prm.heads = 12;
+  prm.page_size = 64;
+  prm.kv_lens = {700, 1000, 900, 500, 640, 800, 333};
+  prm.shared = {{0, 3, 640}, {4, 2, 576}};  // two groups; request 3 and 6 alone
+  prm.extra_pages = 2;
+  const rt::Problem p = rt::make_random_problem(prm);
+  auto id = [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; };
+  CHECK(rt::detect_prefix_groups(rt::kv_lens_of(p), 64, 1, 32, id) ==
+        std::vector<rt::PrefixGroup>{{0, 3, 640}, {4, 2, 576}});
+}
+
+TEST_CASE("prefix groups: caller-given groups are checked against the batch", "[prefix]") {
+  const std::vector<int> lens{100, 200, 300, 64};
+  CHECK_NOTHROW(rt::check_prefix_groups({{0, 3, 96}}, lens, 16, 1));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 3, 32}}, lens, 16, 1), Contains("count = 3 (allowed: 2..batch - first = 2)"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 1, 32}}, lens, 16, 1), Contains("count = 1"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 40}}, lens, 16, 1), Contains("multiple of page_size = 16"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 32}, {1, 2, 32}}, lens, 16, 1), Contains("overlaps the previous group"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 2, 64}}, lens, 16, 2),
+                    Contains("shared_tokens = 64 > kv_lens[3] - qseqlen + 1 = 63"));
+  // The planner checks them up front.
+  rt::PlanInputs in;
+  in.kv_lens = lens;
+  in.page_size = 16;
+  in.prefix_groups = {{3, 2, 32}};
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("plan_decode: prefix group 0") && Contains("count = 2"));
+}
+
+TEST_CASE("prefix groups: the cost model keeps short prefixes and small groups per request", "[prefix]") {
+  rt::CascadeInputs ci{.heads = 12, .qseqlen = 1, .kv_bytes_per_token = 576, .num_cus = 256};
+  auto d = rt::decide_cascade({0, 16, 128}, ci);
+  CHECK_FALSE(d.cascade);
+  CHECK_THAT(d.reason, Contains("128 shared tokens (fewer than 256)"));
+  // K3 c16: 63,911 shared tokens (whole 128-token pages: 63,872) for 16 requests would pay.
+  d = rt::decide_cascade({0, 16, 63872}, ci);
+  CHECK(d.kv_bytes_saved == int64_t(15) * 63872 * 576);
+  CHECK(d.kv_bytes_saved > d.extra_bytes);
+  CHECK_FALSE(d.cascade);  // no prefix work units in the catalog yet
+  CHECK_THAT(d.reason, Contains("no prefix work units"));
+  ci.prefix_units_available = true;
+  CHECK(rt::decide_cascade({0, 16, 63872}, ci).cascade);
+  // Two requests sharing 512 tokens at 128 heads: the partials outweigh the saving.
+  rt::CascadeInputs wide{.heads = 128, .qseqlen = 4, .kv_bytes_per_token = 576, .num_cus = 256,
+                         .prefix_units_available = true};
+  d = rt::decide_cascade({0, 2, 512}, wide);
+  CHECK_FALSE(d.cascade);
+  CHECK_THAT(d.reason, Contains("costs less than the prefix partials"));
+}
+
+TEST_CASE("prefix groups: reported by the plan, which is otherwise unchanged", "[prefix]") {
+  rt::PlanInputs in;
+  in.kv_lens = {4096, 4200, 4300, 1000};
+  in.heads = 12;
+  in.page_size = 128;
+  in.tile_tokens = 32;
+  in.num_cus = 256;
+  const rt::Plan plain = rt::plan_decode(in);
+  in.prefix_groups = {{0, 3, 3968}};
+  const rt::Plan with = rt::plan_decode(in);
+  REQUIRE(with.units.size() == plain.units.size());
+  for (size_t u = 0; u < plain.units.size(); ++u) {
+    CHECK(with.units[u].kv_start == plain.units[u].kv_start);
+    CHECK(with.units[u].kv_end == plain.units[u].kv_end);
+    CHECK(with.units[u].batch == plain.units[u].batch);
+  }
+  const auto j = with.to_json();
+  REQUIRE(j["prefix_groups"].size() == 1);
+  CHECK(j["prefix_groups"][0]["count"] == 3);
+  CHECK(j["prefix_groups"][0]["shared_tokens"] == 3968);
+  CHECK(j["prefix_groups"][0]["cascade"] == false);
+  CHECK(plain.to_json()["prefix_groups"].empty());
+}
