@@ -4,30 +4,21 @@
 #include <numeric>
 
 #include "kernels/mla_decode_plan.h"
+#include "decode_spec.h"
 #include "target/target.h"
 
 using namespace mla::gen;
+using mla::gen::test::decode_spec;
 
 namespace {
 
-KernelSpec spec(Arch arch, DType q, DType kv, int heads, int qseqlen = 1) {
-  KernelSpec s;
-  s.kind = KernelKind::MlaDecode;
-  s.arch = arch;
-  s.q_dtype = q;
-  s.kv_dtype = kv;
-  s.heads = heads;
-  s.qseqlen = qseqlen;
-  s.page_size = 1;
-  return s;
-}
 
 MlaDecodePlan plan_of(const KernelSpec& s) { return mla_decode_plan(s, mla_geometry(s)); }
 
 }  // namespace
 
 TEST_CASE("decode plan: Kimi-K3 on gfx950 (fp8/fp8, 12 heads) transposes V in LDS, Q in AGPRs") {
-  auto p = plan_of(spec(Arch::gfx950, DType::fp8, DType::fp8, 12));
+  auto p = plan_of(decode_spec(Arch::gfx950, DType::fp8, DType::fp8, 12));
   CHECK(p.qk_path == "fp8");
   CHECK(p.v_path == "ds_read_b64_tr_b8");
   CHECK(p.token_order_rotated);  // h = (x + st) % 4: the transposing reads' rows stay conflict-free
@@ -41,11 +32,11 @@ TEST_CASE("decode plan: Kimi-K3 on gfx950 (fp8/fp8, 12 heads) transposes V in LD
 }
 
 TEST_CASE("decode plan: gfx950 bf16 V uses the 16-bit transposing read, fp8 K is widened for bf16 q") {
-  auto bb = plan_of(spec(Arch::gfx950, DType::bf16, DType::bf16, 16));
+  auto bb = plan_of(decode_spec(Arch::gfx950, DType::bf16, DType::bf16, 16));
   CHECK(bb.v_path == "ds_read_b64_tr_b16");
   CHECK(bb.transpose_regs == 4);  // 8 tokens x 2 bytes per lane
   CHECK_FALSE(bb.widen_k);
-  auto bf = plan_of(spec(Arch::gfx950, DType::bf16, DType::fp8, 16));
+  auto bf = plan_of(decode_spec(Arch::gfx950, DType::bf16, DType::fp8, 16));
   CHECK(bf.qk_path == "bf16, fp8 K widened");  // gfx950 converts fp8 -> bf16: no Q split
   CHECK(bf.widen_k);
   CHECK(bf.widen_v);
@@ -53,7 +44,7 @@ TEST_CASE("decode plan: gfx950 bf16 V uses the 16-bit transposing read, fp8 K is
 }
 
 TEST_CASE("decode plan: gfx942 bf16/fp8 (seed 001) splits Q, releases the slot early and reads ahead") {
-  auto p = plan_of(spec(Arch::gfx942, DType::bf16, DType::fp8, 16));
+  auto p = plan_of(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 16));
   CHECK(p.qk_path == "fp8, bf16 Q split hi + lo");
   CHECK(p.q_operand_bytes == 1);
   CHECK(p.q_agprs == 0);               // Q read from LDS every tile
@@ -68,7 +59,7 @@ TEST_CASE("decode plan: gfx942 bf16/fp8 (seed 001) splits Q, releases the slot e
 }
 
 TEST_CASE("decode plan: gfx942 fp8/fp8 keeps one raw V set (64 VGPRs would not fit the early release)") {
-  auto p = plan_of(spec(Arch::gfx942, DType::fp8, DType::fp8, 16));
+  auto p = plan_of(decode_spec(Arch::gfx942, DType::fp8, DType::fp8, 16));
   CHECK(p.v_blocks * p.v_block_regs > 32);
   CHECK_FALSE(p.early_release);
   CHECK_FALSE(p.prefetch);
@@ -80,7 +71,7 @@ TEST_CASE("decode plan: QK batches cover every block once, in order, within the 
   for (Arch a : {Arch::gfx942, Arch::gfx950})
     for (auto [q, kv] : {std::pair{DType::fp8, DType::fp8}, {DType::bf16, DType::fp8}, {DType::bf16, DType::bf16}})
       for (int heads : {8, 12, 16, 32, 64, 128}) {
-        const KernelSpec s = spec(a, q, kv, heads, heads >= 64 ? 2 : 1);
+        const KernelSpec s = decode_spec(a, q, kv, heads, heads >= 64 ? 2 : 1);
         const MlaGeometry g = mla_geometry(s);
         const MlaDecodePlan p = mla_decode_plan(s, g);
         INFO(s.name());
@@ -129,7 +120,7 @@ TEST_CASE("decode plan: QK batches cover every block once, in order, within the 
 }
 
 TEST_CASE("decode plan: recorded as JSON with every decision named") {
-  auto j = plan_of(spec(Arch::gfx942, DType::bf16, DType::fp8, 16)).to_json();
+  auto j = plan_of(decode_spec(Arch::gfx942, DType::bf16, DType::fp8, 16)).to_json();
   for (const char* k : {"qk_path", "v_path", "token_order", "early_release", "prewiden", "fixed_addresses", "prefetch",
                         "tail_groups", "qk_batches", "vgpr_budget", "q_agprs"})
     CHECK(j.contains(k));

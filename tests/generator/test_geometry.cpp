@@ -2,25 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include "kernels/mla_geometry.h"
+#include "decode_spec.h"
 #include "target/target.h"
 
 using namespace mla::gen;
+using mla::gen::test::decode_spec;
 
-namespace {
-
-KernelSpec decode_spec(Arch arch, DType q, DType kv, int heads, int qseqlen) {
-  KernelSpec s;
-  s.kind = KernelKind::MlaDecode;
-  s.arch = arch;
-  s.q_dtype = q;
-  s.kv_dtype = kv;
-  s.heads = heads;
-  s.qseqlen = qseqlen;
-  s.page_size = 1;
-  return s;
-}
-
-}  // namespace
 
 TEST_CASE("occupancy: registers, LDS and wave slots each limit the workgroups a CU holds") {
   const Target& t942 = target(Arch::gfx942);  // 64 KiB LDS
