@@ -64,6 +64,12 @@ nlohmann::json Counters::to_json() const {
     }
     j["per_workgroup"] = arr;
   }
+  if (!findings.empty()) {
+    auto arr = nlohmann::json::array();
+    for (auto& f : findings)
+      arr.push_back({{"rule", f.rule}, {"pc", f.pc}, {"text", f.text}, {"count", f.count}, {"message", f.message}});
+    j["findings"] = arr;
+  }
   return j;
 }
 

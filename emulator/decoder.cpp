@@ -290,6 +290,7 @@ bool parse_modifier(std::string_view t, Inst& in) {
   else if (key == "wave_rol") in.dpp_ctrl = 0x134;
   else if (key == "wave_shr") in.dpp_ctrl = 0x138;
   else if (key == "wave_ror") in.dpp_ctrl = 0x13c;
+  else if (key == "row_newbcast") { if (!parse_int(val, v) || v < 0 || v > 15) return false; in.dpp_ctrl = uint16_t(0x150 + v); }
   else if (key == "row_bcast") { if (!parse_int(val, v)) return false; in.dpp_ctrl = v == 15 ? 0x142 : 0x143; }
   else if (key == "row_mask") { if (!parse_int(val, v)) return false; in.row_mask = uint8_t(v); }
   else if (key == "bank_mask") { if (!parse_int(val, v)) return false; in.bank_mask = uint8_t(v); }
@@ -469,13 +470,13 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
           }
           if (dst && (in.flags & F_LDS) && (info->kind & K_VMEM)) continue;  // LDS-DMA: vdata not written
           if (dst) in.writes.push_back(r); else in.reads.push_back(r);
-          if (dst && ((info->kind & (K_READS_DST | K_PERMLANE)) || (in.flags & F_SDWA && in.dst_unused == 2) ||
+          if (dst && ((info->kind & (K_READS_DST | K_PERMLANE | K_SWAP)) || (in.flags & F_SDWA && in.dst_unused == 2) ||
                       (info->kind & K_DST_OPSEL))) {
             RegRange rr = r;
             rr.role = RegRange::Src;
             in.reads.push_back(rr);
           }
-          if (!dst && (info->kind & K_PERMLANE)) {  // both operands are written
+          if (!dst && (info->kind & (K_PERMLANE | K_SWAP))) {  // both operands are written
             RegRange rw = r;
             rw.role = RegRange::Dst;
             in.writes.push_back(rw);

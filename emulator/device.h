@@ -35,8 +35,21 @@ struct DispatchOptions {
   // (default 1); with `random_seed` != 0 each turn goes to a uniformly random runnable wave.
   unsigned quantum = 1;
   uint64_t random_seed = 0;
-  // Strictness switches (all on by default).
-  bool check_waitcnt = true, check_hazards = true, check_lds_race = true;
+  // Strictness switches (all on by default), one per timing/race rule:
+  //   check_waitcnt   a load's destination read or overwritten before an s_waitcnt covers it
+  //   check_hazards   manually inserted wait states (hazards.cpp)
+  //   check_lds_race  two waves touch the same LDS bytes with no barrier between
+  //   check_lds_dma   LDS bytes written by an outstanding LDS-DMA load touched before its vmcnt
+  bool check_waitcnt = true, check_hazards = true, check_lds_race = true, check_lds_dma = true;
+  // Relaxed mode: a violation of one of the four rules above is recorded in
+  // Counters::findings, printed once per (rule, pc) as a warning on `warnings` (std::cerr when
+  // null) and execution goes on (docs/emulator.md, "Relaxed mode", says what the registers
+  // hold). Out-of-bounds accesses, unsupported instructions etc. stay errors.
+  bool relaxed = false;
+  std::ostream* warnings = nullptr;
+  // When set, per decoded instruction index, how often a wave executed it (resized to the
+  // program's instruction count; accumulates over dispatches of the same program).
+  std::vector<uint64_t>* exec_counts = nullptr;
   bool per_workgroup = false;       // fill Counters::per_workgroup
   bool count_distinct = true;       // distinct global bytes (costs a bitmap per allocation)
   uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard (whole dispatch)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <ostream>
 
 #include "emulator/exec_common.h"
@@ -80,6 +81,31 @@ void Wave::fail(const char* rule, const std::string& msg) const {
   throw Error(rule, fmt::format("{}, `{}`: {}: {}{}", where, in ? in->text : "<end of code>", rule, msg, ctx));
 }
 
+void Wave::violation(const char* rule, const std::string& msg, const char* relaxed_value) {
+  DispatchState& d = *ds;
+  if (!d.opts.relaxed) fail(rule, msg);
+  // One occurrence per executed instruction and rule (a hazard may name several registers).
+  if (d.last_violation_wave == this && d.last_violation_inst == ninst_in_wave && d.last_violation_rule == rule) return;
+  d.last_violation_wave = this;
+  d.last_violation_inst = ninst_in_wave;
+  d.last_violation_rule = rule;
+  auto key = std::make_pair(std::string(rule), pc);
+  auto it = d.finding_index.find(key);
+  if (it != d.finding_index.end()) { d.findings[it->second].count++; return; }
+  const Inst& in = prog->insts[pc];
+  Finding f;
+  f.rule = rule;
+  f.pc = in.pc - prog->kernel->entry_address;
+  f.text = in.text;
+  f.message = fmt::format("kernel {}, workgroup ({},{},{}), wave {}, pc 0x{:x} (+0x{:x}), `{}`: {}: {}", prog->kernel->name, wg->id[0],
+                          wg->id[1], wg->id[2], id, in.pc, f.pc, in.text, rule, msg);
+  f.count = 1;
+  d.finding_index.emplace(key, d.findings.size());
+  std::ostream& os = d.opts.warnings ? *d.opts.warnings : std::cerr;
+  os << fmt::format("mlaemu: warning [{}] (relaxed, reported once per rule and pc): {}; relaxed: {}\n", rule, f.message, relaxed_value);
+  d.findings.push_back(std::move(f));
+}
+
 void exec_unsupported(Wave& w, const Inst& in) {
   if (!in.bad_reg_msg.empty()) w.fail("unsupported", "the emulator cannot parse this instruction (" + in.bad_reg_msg + ")");
   auto sp = in.text.find(' ');
@@ -153,22 +179,30 @@ struct DmaRange {
 };
 static thread_local std::vector<DmaRange> g_dma;
 
+static constexpr const char* kRaceRelaxed =
+    "the accesses take effect in the order the emulator's scheduler issued them (one ordering the hardware may also pick)";
+
 static void lds_race_record(Wave& w, uint32_t addr, unsigned n, bool write, uint32_t epoch) {
   auto& sh = w.ds->shadow;
   uint8_t me = uint8_t(w.id);
+  bool reported = false;  // one finding per access, not per byte
   for (unsigned i = 0; i < n; ++i) {
     LdsShadow& e = sh[addr + i];
     if (write) {
-      if ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))
-        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
+      if (!reported && ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))) {
+        reported = true;
+        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
                                        addr + i, w.id, e.wepoch == epoch && e.wwave != me ? "written" : "read",
-                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave));
+                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave), kRaceRelaxed);
+      }
       e.wepoch = epoch;
       e.wwave = me;
     } else {
-      if (e.wepoch == epoch && e.wwave != me)
-        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
-                                       w.id, e.wwave));
+      if (!reported && e.wepoch == epoch && e.wwave != me) {
+        reported = true;
+        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
+                                            w.id, e.wwave), kRaceRelaxed);
+      }
       if (e.repoch == epoch && e.rwave != me) e.rwave = 0xff;
       else { e.repoch = epoch; e.rwave = me; }
     }
@@ -180,11 +214,14 @@ uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
   if (uint64_t(addr) + n > ds.lds_size)
     w.fail("out_of_bounds", fmt::format("LDS {} of {} bytes at 0x{:x} is beyond the {} bytes the kernel allocates (group_segment_fixed_size)",
                                         write ? "write" : "read", n, addr, ds.lds_size));
-  if (!g_dma.empty())
+  if (!g_dma.empty() && ds.opts.check_lds_dma)
     for (auto& d : g_dma)
-      if (addr < d.hi && addr + n > d.lo)
-        w.fail("waitcnt", fmt::format("LDS bytes [0x{:x},0x{:x}) are still being written by an outstanding LDS-DMA load of wave {} "
-                                      "(not yet covered by s_waitcnt vmcnt)", std::max(addr, d.lo), std::min(addr + n, d.hi), d.wave->id));
+      if (addr < d.hi && addr + n > d.lo) {
+        w.violation("lds_dma", fmt::format("LDS bytes [0x{:x},0x{:x}) are still being written by an outstanding LDS-DMA load of wave {} "
+                                           "(not yet covered by s_waitcnt vmcnt)", std::max(addr, d.lo), std::min(addr + n, d.hi), d.wave->id),
+                    "the DMA's bytes are already in LDS (the emulator writes them when the load issues), as if it had completed");
+        break;
+      }
   if (write) w.ctr->lds_write_bytes += n; else w.ctr->lds_read_bytes += n;
   if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, write, ds.epoch);
   return ds.wg->lds.data() + addr;
@@ -252,18 +289,20 @@ static const PendingOp* find_pending(const Wave& w, unsigned reg, bool* in_vm) {
   return nullptr;
 }
 
-static void pending_fail(Wave& w, unsigned reg, const char* what) {
+static void pending_fail(Wave& w, unsigned reg, const char* what, bool read) {
   bool vm = false;
   const PendingOp* op = find_pending(w, reg, &vm);
   std::string src = op ? fmt::format("`{}` at pc 0x{:x}", w.prog->insts[op->inst_index].text, w.prog->insts[op->inst_index].pc) : "a load";
-  w.fail("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
-                                vm ? "vmcnt" : "lgkmcnt"));
+  w.violation("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
+                                     vm ? "vmcnt" : "lgkmcnt"),
+              read ? "the register already holds the load's result (the emulator completes loads at issue), as on hardware whose timing worked out"
+                   : "the load's result landed before this write; the register holds what this instruction writes");
 }
 
 static void check_pending(Wave& w, const Inst& in) {
   for (auto& r : in.reads)
     for (unsigned i = 0; i < r.count; ++i)
-      if (w.pend[r.first + i]) pending_fail(w, r.first + i, "reads");
+      if (w.pend[r.first + i]) { pending_fail(w, r.first + i, "reads", true); return; }
   if (in.writes.empty()) return;
   uint32_t k = in.info ? in.info->kind : 0;
   for (auto& r : in.writes)
@@ -274,7 +313,7 @@ static void check_pending(Wave& w, const Inst& in) {
       const PendingOp* op = find_pending(w, reg, &vm);
       // In-order returns of the same counter may overwrite each other (VMEM after VMEM, LDS after LDS).
       bool ok = op && ((vm && (k & K_VMEM) && (k & K_LOAD)) || (!vm && !op->smem && (k & K_LDS) && (k & K_LOAD)));
-      if (!ok) pending_fail(w, reg, "overwrites");
+      if (!ok) { pending_fail(w, reg, "overwrites", false); return; }
     }
 }
 
@@ -301,6 +340,7 @@ static void step(Wave& w) {
     *ds.opts.trace << fmt::format("wg {},{},{} wave {} +0x{:x}: {}\n", w.wg->id[0], w.wg->id[1], w.wg->id[2], w.id,
                                   in.pc - w.prog->kernel->entry_address, in.text);
   in.fn(w, in);
+  if (ds.exec_counts) ds.exec_counts[here]++;
   w.recent[w.nrecent++ % 8] = here;
   if (in.info && ds.opts.check_hazards) record_hazards(w, in);
   w.pc = w.next_pc;
@@ -363,6 +403,10 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   ds.grid = grid;
   ds.block = block;
   ds.rng.seed(opts.random_seed);
+  if (opts.exec_counts) {
+    if (opts.exec_counts->size() < prog.insts.size()) opts.exec_counts->resize(prog.insts.size(), 0);
+    ds.exec_counts = opts.exec_counts->data();
+  }
   ds.lds_size = k.kd.group_segment_fixed_size + opts.dynamic_lds;
   unsigned max_lds = ds.gfx == Gfx::gfx950 ? 160 * 1024 : 64 * 1024;
   if (ds.lds_size > max_lds) throw Error("dispatch", fmt::format("kernel {} needs {} bytes of LDS; {} has {}", k.name, ds.lds_size, gfx_name(ds.gfx), max_lds));
@@ -534,6 +578,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
     a->read_map.clear(); a->read_map.shrink_to_fit();
     a->write_map.clear(); a->write_map.shrink_to_fit();
   }
+  out.findings = std::move(ds.findings);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

@@ -88,6 +88,9 @@ struct Wave {
   const Inst& cur() const;
   // Throws Error(rule, "...kernel, workgroup, wave, pc, instruction: rule: msg").
   [[noreturn]] void fail(const char* rule, const std::string& msg) const;
+  // A timing/race rule violated: fail() in strict mode; in relaxed mode a finding (warned once
+  // per rule and pc) and execution goes on. `relaxed_value` says what the emulator does then.
+  void violation(const char* rule, const std::string& msg, const char* relaxed_value);
 };
 
 // LDS shadow entry (race detection), one per byte.
