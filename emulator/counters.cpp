@@ -67,7 +67,11 @@ nlohmann::json Counters::to_json() const {
   if (!findings.empty()) {
     auto arr = nlohmann::json::array();
     for (auto& f : findings)
-      arr.push_back({{"rule", f.rule}, {"pc", f.pc}, {"text", f.text}, {"count", f.count}, {"message", f.message}});
+    {
+      nlohmann::json e = {{"rule", f.rule}, {"pc", f.pc}, {"text", f.text}, {"count", f.count}, {"message", f.message}};
+      if (f.min_distance >= 0) e["wait_states_since_issue"] = {f.min_distance, f.max_distance};
+      arr.push_back(e);
+    }
     j["findings"] = arr;
   }
   return j;

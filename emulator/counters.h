@@ -44,6 +44,8 @@ struct Finding {
   std::string text;     // instruction text
   std::string message;  // the first occurrence's full message
   uint64_t count = 0;   // occurrences (all waves, all workgroups)
+  // waitcnt reads: the fewest / most wait states between the load's issue and the read.
+  int64_t min_distance = -1, max_distance = -1;
 };
 
 struct Counters {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <ostream>
@@ -81,7 +82,7 @@ void Wave::fail(const char* rule, const std::string& msg) const {
   throw Error(rule, fmt::format("{}, `{}`: {}: {}{}", where, in ? in->text : "<end of code>", rule, msg, ctx));
 }
 
-void Wave::violation(const char* rule, const std::string& msg, const char* relaxed_value) {
+void Wave::violation(const char* rule, const std::string& msg, const char* relaxed_value, int64_t distance) {
   DispatchState& d = *ds;
   if (!d.opts.relaxed) fail(rule, msg);
   // One occurrence per executed instruction and rule (a hazard may name several registers).
@@ -90,8 +91,13 @@ void Wave::violation(const char* rule, const std::string& msg, const char* relax
   d.last_violation_inst = ninst_in_wave;
   d.last_violation_rule = rule;
   auto key = std::make_pair(std::string(rule), pc);
+  auto note = [&](Finding& f) {
+    if (distance < 0) return;
+    f.min_distance = f.min_distance < 0 ? distance : std::min(f.min_distance, distance);
+    f.max_distance = std::max(f.max_distance, distance);
+  };
   auto it = d.finding_index.find(key);
-  if (it != d.finding_index.end()) { d.findings[it->second].count++; return; }
+  if (it != d.finding_index.end()) { d.findings[it->second].count++; note(d.findings[it->second]); return; }
   const Inst& in = prog->insts[pc];
   Finding f;
   f.rule = rule;
@@ -100,6 +106,7 @@ void Wave::violation(const char* rule, const std::string& msg, const char* relax
   f.message = fmt::format("kernel {}, workgroup ({},{},{}), wave {}, pc 0x{:x} (+0x{:x}), `{}`: {}: {}", prog->kernel->name, wg->id[0],
                           wg->id[1], wg->id[2], id, in.pc, f.pc, in.text, rule, msg);
   f.count = 1;
+  note(f);
   d.finding_index.emplace(key, d.findings.size());
   std::ostream& os = d.opts.warnings ? *d.opts.warnings : std::cerr;
   os << fmt::format("mlaemu: warning [{}] (relaxed, reported once per rule and pc): {}; relaxed: {}\n", rule, f.message, relaxed_value);
@@ -237,6 +244,7 @@ PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds) {
   PendingOp op;
   op.seq = w.next_seq++;
   op.inst_index = w.pc;
+  op.issue_clock = w.clock;
   op.smem = smem;
   op.lds = lds;
   for (auto& r : in.writes) {
@@ -289,20 +297,79 @@ static const PendingOp* find_pending(const Wave& w, unsigned reg, bool* in_vm) {
   return nullptr;
 }
 
+static bool landed(const Wave& w, const PendingOp& op, bool vm);
+
 static void pending_fail(Wave& w, unsigned reg, const char* what, bool read) {
   bool vm = false;
   const PendingOp* op = find_pending(w, reg, &vm);
   std::string src = op ? fmt::format("`{}` at pc 0x{:x}", w.prog->insts[op->inst_index].text, w.prog->insts[op->inst_index].pc) : "a load";
   w.violation("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
                                      vm ? "vmcnt" : "lgkmcnt"),
-              read ? "the register already holds the load's result (the emulator completes loads at issue), as on hardware whose timing worked out"
-                   : "the load's result landed before this write; the register holds what this instruction writes");
+              !read ? "the load's result landed before this write; the register holds what this instruction writes"
+              : !op || landed(w, *op, vm)
+                  ? "the read sees the load's data (the load landed before the read, as on hardware whose timing worked out)"
+                  : "the read sees the register's previous value (the load has not landed yet: the read issued within the load's "
+                    "latency); the load's data lands after this instruction",
+              read && op ? int64_t(w.clock - op->issue_clock) : -1);
 }
 
-static void check_pending(Wave& w, const Inst& in) {
+// A register's storage: 1 dword (SGPR) or 64 lanes (VGPR/AGPR) in the unified numbering.
+static uint32_t* reg_storage(Wave& w, unsigned id, unsigned& lanes) {
+  if (id < kVgprBase) { lanes = 1; return &w.s[id]; }
+  lanes = 64;
+  if (id < kAgprBase) return w.vreg(id - kVgprBase);
+  return w.areg(id - kAgprBase);
+}
+
+// The contents `reg` had before `op` (relaxed mode, EarlyRead::previous_value), or nullptr.
+static const uint32_t* old_value(Wave& w, const PendingOp& op, unsigned reg) {
+  size_t off = 0;
+  for (unsigned k = 0; k < op.nregs; ++k)
+    for (unsigned i = 0; i < op.regs[k].count; ++i) {
+      unsigned id = op.regs[k].first + i, lanes;
+      reg_storage(w, id, lanes);
+      if (id == reg) return off + lanes <= op.old_vals.size() ? &op.old_vals[off] : nullptr;
+      off += lanes;
+    }
+  return nullptr;
+}
+
+// Relaxed mode: has `op` landed by now (EarlyRead::latency), or never before its waitcnt (previous_value)?
+static bool landed(const Wave& w, const PendingOp& op, bool vm) {
+  const DispatchOptions& o = w.ds->opts;
+  if (o.early_read == DispatchOptions::EarlyRead::loaded_value) return true;
+  if (o.early_read == DispatchOptions::EarlyRead::previous_value) return false;
+  uint64_t lat = vm ? o.vmem_latency : op.smem ? o.smem_latency : o.lds_latency;
+  return w.clock - op.issue_clock >= lat;
+}
+
+// Registers whose load has not landed yet (relaxed, previous_value): swapped in for one instruction.
+struct EarlyReadSwap {
+  unsigned reg;
+  std::array<uint32_t, 64> loaded;
+};
+
+static void check_pending(Wave& w, const Inst& in, std::vector<EarlyReadSwap>* early) {
+  bool reported = false;
   for (auto& r : in.reads)
-    for (unsigned i = 0; i < r.count; ++i)
-      if (w.pend[r.first + i]) { pending_fail(w, r.first + i, "reads", true); return; }
+    for (unsigned i = 0; i < r.count; ++i) {
+      unsigned reg = r.first + i;
+      if (!w.pend[reg]) continue;
+      if (!reported) { pending_fail(w, reg, "reads", true); reported = true; }
+      if (!early) continue;  // loaded_value: the register already holds the load's data
+      bool vm = false;
+      const PendingOp* op = find_pending(w, reg, &vm);
+      if (op && landed(w, *op, vm)) continue;
+      const uint32_t* old = op ? old_value(w, *op, reg) : nullptr;
+      if (!old || std::any_of(early->begin(), early->end(), [&](const EarlyReadSwap& e) { return e.reg == reg; })) continue;
+      unsigned lanes;
+      uint32_t* p = reg_storage(w, reg, lanes);
+      EarlyReadSwap e;
+      e.reg = reg;
+      std::memcpy(e.loaded.data(), p, lanes * 4);
+      std::memcpy(p, old, lanes * 4);
+      early->push_back(e);
+    }
   if (in.writes.empty()) return;
   uint32_t k = in.info ? in.info->kind : 0;
   for (auto& r : in.writes)
@@ -332,7 +399,26 @@ static void step(Wave& w) {
   if (w.pc >= w.prog->insts.size()) w.fail("decode", "execution ran past the end of the kernel's code");
   const Inst& in = w.prog->insts[w.pc];
   if (in.bad_regs) w.fail("register_range", in.bad_reg_msg);
-  if (ds.opts.check_waitcnt) check_pending(w, in);
+  // Relaxed mode, EarlyRead::previous_value: loads keep the destination's previous contents so that
+  // a read before the covering s_waitcnt sees them (swapped in for that one instruction).
+  const bool prev_mode = ds.opts.relaxed && ds.opts.check_waitcnt && ds.opts.early_read != DispatchOptions::EarlyRead::loaded_value;
+  thread_local std::vector<EarlyReadSwap> early;
+  thread_local std::vector<uint32_t> snap;
+  early.clear();
+  if (ds.opts.check_waitcnt) check_pending(w, in, prev_mode ? &early : nullptr);
+  const bool snap_load = prev_mode && in.info && (in.info->kind & K_LOAD) && !in.writes.empty();
+  if (snap_load) {
+    snap.clear();
+    unsigned nr = 0;
+    for (auto& r : in.writes) {
+      if (nr++ >= 2) break;  // push_pending keeps the first two ranges
+      for (unsigned i = 0; i < r.count; ++i) {
+        unsigned lanes;
+        uint32_t* p = reg_storage(w, r.first + i, lanes);
+        snap.insert(snap.end(), p, p + lanes);
+      }
+    }
+  }
   if (ds.opts.check_hazards && in.info) check_hazards(w, in);
   uint32_t here = w.pc;
   w.next_pc = here + 1;
@@ -340,6 +426,15 @@ static void step(Wave& w) {
     *ds.opts.trace << fmt::format("wg {},{},{} wave {} +0x{:x}: {}\n", w.wg->id[0], w.wg->id[1], w.wg->id[2], w.id,
                                   in.pc - w.prog->kernel->entry_address, in.text);
   in.fn(w, in);
+  if (!early.empty())  // the load lands after this instruction
+    for (auto& e : early) {
+      unsigned lanes;
+      uint32_t* p = reg_storage(w, e.reg, lanes);
+      std::memcpy(p, e.loaded.data(), lanes * 4);
+    }
+  if (snap_load)
+    for (auto* q : {&w.vmq, &w.lgkmq})
+      if (!q->empty() && q->back().seq + 1 == w.next_seq && q->back().inst_index == here) q->back().old_vals = snap;
   if (ds.exec_counts) ds.exec_counts[here]++;
   w.recent[w.nrecent++ % 8] = here;
   if (in.info && ds.opts.check_hazards) record_hazards(w, in);

@@ -309,6 +309,9 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
 
   emu::DispatchOptions opt;
   opt.relaxed = cfg.relaxed;
+  opt.early_read = cfg.early_read;
+  opt.random_seed = cfg.sched_seed;
+  opt.quantum = cfg.quantum;
   std::ostringstream quiet;
   opt.warnings = cfg.show_warnings ? &std::cerr : &quiet;
   opt.count_distinct = false;
@@ -333,7 +336,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   res.seconds = c.seconds;
   for (auto& f : c.findings) {
     res.findings[f.rule] += f.count;
-    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}", f.rule, f.pc, f.text, f.count));
+    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}{}", f.rule, f.pc, f.text, f.count,
+                                            f.min_distance >= 0 ? fmt::format(" ({}..{} wait states after the load)", f.min_distance, f.max_distance) : ""));
   }
   auto prog = emu::build_program(co, *kern);
   for (size_t i = 0; i < counts.size() && i < prog->insts.size(); ++i)
@@ -395,6 +399,12 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   }
   ref::Reference r = ref::run_reference(p);
   ref::Compare cmp = ref::compare(r, o_bits, have_lse ? &final_lse : nullptr);
+  if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid: raw outputs and reference
+    fs::create_directories(dump);
+    std::string base = fmt::format("{}/{}_{}_s{}", dump, res.kernel, res.target, S);
+    std::ofstream(base + ".o_bf16.bin", std::ios::binary).write(reinterpret_cast<const char*>(o_bits.data()), o_bits.size() * 2);
+    std::ofstream(base + ".ref_f64.bin", std::ios::binary).write(reinterpret_cast<const char*>(r.o.data()), r.o.size() * 8);
+  }
   res.d = cmp.d;
   res.max_err_pct = cmp.max_abs_ref > 0 ? 100.0 * cmp.max_abs_err / cmp.max_abs_ref : 0.0;
   res.lse_err = have_lse ? cmp.lse_max_abs_err : -1.0;

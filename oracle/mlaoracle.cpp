@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   std::vector<int> kv_lens;
   uint64_t seed = 1;
   bool strict = false, relaxed = false, list = false, show_warnings = false;
+  std::string early_read = "loaded";
   app.add_option("--aiter-dir", aiter_dir, "checkout of ROCm/aiter (default: $AITER_DIR)");
   app.add_option("--kernel", kernels, "kernel to run: co name stem, symbol or glob (repeatable; default: every runnable kernel)");
   app.add_option("--target", targets, "gfx942 and/or gfx950 (repeatable; default both)")->check(CLI::IsMember({"gfx942", "gfx950"}));
@@ -77,6 +78,15 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "random problem seed (default 1)");
   app.add_flag("--relaxed", relaxed, "relaxed strict checks (the default for aiter's kernels; kept for symmetry with mlaemu)");
   app.add_flag("--strict", strict, "stop at the first waitcnt/hazard/LDS-race/LDS-DMA violation instead");
+  app.add_option("--early-read", early_read,
+                 "relaxed mode: what a register read before the s_waitcnt covering its load holds: 'loaded' (default: the "
+                 "load's data), 'previous' (its previous value) or 'latency' (the load's data once 16 wait states (LDS, SMEM) "
+                 "/ 64 (VMEM) passed since it issued, else the previous value); docs/emulator.md")
+      ->check(CLI::IsMember({"latency", "loaded", "previous"}));
+  uint64_t sched_seed = 0;
+  unsigned quantum = 1;
+  app.add_option("--sched-seed", sched_seed, "wave interleaving: 0 = round robin (default), else random with this seed");
+  app.add_option("--quantum", quantum, "instructions per wave turn (default 1)");
   app.add_flag("--show-warnings", show_warnings, "print the emulator's relaxed-mode warnings (once per rule and pc) on stderr");
   app.add_flag("--list", list, "list the catalog and what the oracle can run, then exit");
   app.add_option("--json", json_out, "write machine-readable results here");
@@ -120,6 +130,11 @@ int main(int argc, char** argv) {
     base.seed = seed;
     base.relaxed = !strict;
     base.show_warnings = show_warnings;
+    base.sched_seed = sched_seed;
+    base.quantum = quantum;
+    base.early_read = early_read == "previous" ? emu::DispatchOptions::EarlyRead::previous_value
+                      : early_read == "loaded" ? emu::DispatchOptions::EarlyRead::loaded_value
+                                               : emu::DispatchOptions::EarlyRead::latency;
     if (!kv_lens.empty()) base.kv_lens = kv_lens;
     std::cerr << fmt::format("mlaoracle: {} kernel(s) x kv_split {{{}}}, requests of {} tokens, seed {}, {} checks\n", todo.size(),
                              fmt::join(kv_splits, ","), fmt::join(base.kv_lens, "/"), seed, base.relaxed ? "relaxed" : "strict");
