@@ -49,14 +49,14 @@ struct DispatchOptions {
   std::ostream* warnings = nullptr;
   // Relaxed mode: what a register read while a load into it is still outstanding (no covering
   // s_waitcnt) holds (docs/emulator.md, "Relaxed mode"):
-  //   loaded_value    (default) the load's data: the load landed before the read, as on hardware
-  //                   whose timing worked out (the emulator completes loads at issue);
-  //   previous_value  the register's contents before the load (the load has not landed yet);
-  //   latency         the load's data once `*_latency` wait states (the wave's clock: 1 per
-  //                   instruction, N+1 per s_nop N) passed since it issued, else the previous value.
-  // previous_value and latency are experiments (a timing model, not a hardware fact).
-  enum class EarlyRead { loaded_value, previous_value, latency };
-  EarlyRead early_read = EarlyRead::loaded_value;
+  //   latency         (default) the load's data once `*_latency` wait states (the wave's clock:
+  //                   1 per instruction, N+1 per s_nop N) passed since it issued (the load
+  //                   landed before the read, as on hardware whose timing worked out), else the
+  //                   register's previous value (the read issued within the load's latency);
+  //   loaded_value    always the load's data;  previous_value  always the previous value.
+  // The latencies are a timing model calibrated on aiter's kernels, not a hardware fact.
+  enum class EarlyRead { latency, loaded_value, previous_value };
+  EarlyRead early_read = EarlyRead::latency;
   unsigned lds_latency = 16, smem_latency = 16, vmem_latency = 64;
   // When set, per decoded instruction index, how often a wave executed it (resized to the
   // program's instruction count; accumulates over dispatches of the same program).

@@ -404,6 +404,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     std::string base = fmt::format("{}/{}_{}_s{}", dump, res.kernel, res.target, S);
     std::ofstream(base + ".o_bf16.bin", std::ios::binary).write(reinterpret_cast<const char*>(o_bits.data()), o_bits.size() * 2);
     std::ofstream(base + ".ref_f64.bin", std::ios::binary).write(reinterpret_cast<const char*>(r.o.data()), r.o.size() * 8);
+    std::ofstream(base + ".raw_o.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_o.data()), raw_o.size() * 4);
+    std::ofstream(base + ".raw_lse.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_lse.data()), raw_lse.size() * 4);
   }
   res.d = cmp.d;
   res.max_err_pct = cmp.max_abs_ref > 0 ? 100.0 * cmp.max_abs_err / cmp.max_abs_ref : 0.0;

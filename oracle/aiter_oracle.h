@@ -91,7 +91,7 @@ struct RunConfig {
   bool relaxed = true;
   double q_scale = 1.0, kv_scale = 1.0;
   bool show_warnings = false;  // print the emulator's relaxed-mode warnings on stderr
-  emu::DispatchOptions::EarlyRead early_read = emu::DispatchOptions::EarlyRead::loaded_value;
+  emu::DispatchOptions::EarlyRead early_read = emu::DispatchOptions::EarlyRead::latency;
   uint64_t sched_seed = 0;  // wave interleaving: 0 round robin, else random with this seed
   unsigned quantum = 1;     // instructions per wave turn
 };

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   std::vector<int> kv_lens;
   uint64_t seed = 1;
   bool strict = false, relaxed = false, list = false, show_warnings = false;
-  std::string early_read = "loaded";
+  std::string early_read = "latency";
   app.add_option("--aiter-dir", aiter_dir, "checkout of ROCm/aiter (default: $AITER_DIR)");
   app.add_option("--kernel", kernels, "kernel to run: co name stem, symbol or glob (repeatable; default: every runnable kernel)");
   app.add_option("--target", targets, "gfx942 and/or gfx950 (repeatable; default both)")->check(CLI::IsMember({"gfx942", "gfx950"}));
@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
   app.add_flag("--relaxed", relaxed, "relaxed strict checks (the default for aiter's kernels; kept for symmetry with mlaemu)");
   app.add_flag("--strict", strict, "stop at the first waitcnt/hazard/LDS-race/LDS-DMA violation instead");
   app.add_option("--early-read", early_read,
-                 "relaxed mode: what a register read before the s_waitcnt covering its load holds: 'loaded' (default: the "
-                 "load's data), 'previous' (its previous value) or 'latency' (the load's data once 16 wait states (LDS, SMEM) "
-                 "/ 64 (VMEM) passed since it issued, else the previous value); docs/emulator.md")
+                 "relaxed mode: what a register read before the s_waitcnt covering its load holds: 'latency' (default: the "
+                 "load's data once 16 wait states (LDS, SMEM) / 64 (VMEM) passed since it issued, else its previous value), "
+                 "'loaded' (always the load's data) or 'previous' (always the previous value); docs/emulator.md")
       ->check(CLI::IsMember({"latency", "loaded", "previous"}));
   uint64_t sched_seed = 0;
   unsigned quantum = 1;
