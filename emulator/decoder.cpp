@@ -395,7 +395,13 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
   prog->gfx = co->gfx();
   const auto& kd = kernel.kd;
   prog->accum_offset = kd.accum_offset();
-  prog->nvgpr = std::min<unsigned>(prog->accum_offset, kd.vgpr_alloc());
+  // VGPR indices may run up to the whole allocation (at most 256), also at and beyond
+  // accum_offset: the unified register file is addressed at the VGPR's index, where AGPRs
+  // a(i - accum_offset) live (LLVM lets a kernel without AGPRs allocate the whole file to VGPRs,
+  // commit 9bbd96fd "Allow to use a whole register file on gfx90a for VGPRs"; gem5's MI200 model
+  // applies accum_offset to AGPR operands only). A kernel whose VGPRs and AGPRs overlap in the
+  // unified file is refused below (register_range: aliasing), as no source says what it means.
+  prog->nvgpr = std::min<unsigned>(256, kd.vgpr_alloc());
   prog->nagpr = kd.vgpr_alloc() > prog->accum_offset ? kd.vgpr_alloc() - prog->accum_offset : 0;
   prog->nsgpr = std::min<unsigned>(102, kd.sgpr_alloc());
 
@@ -486,8 +492,8 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
           if (o.kind == Operand::SGPR && !overlap_special_ok(o.index, o.width) && o.index + o.width > prog->nsgpr)
             bad = fmt::format("s{} (width {}) is beyond the {} SGPRs the descriptor allocates", o.index, o.width, prog->nsgpr);
           if (o.kind == Operand::VGPR && o.index + o.width > prog->nvgpr)
-            bad = fmt::format("v{} (width {}) is beyond the {} VGPRs the descriptor allocates (accum_offset {})", o.index, o.width,
-                              prog->nvgpr, prog->accum_offset);
+            bad = fmt::format("v{} (width {}) is beyond the {} vector registers the descriptor allocates (accum_offset {})", o.index,
+                              o.width, prog->nvgpr, prog->accum_offset);
           if (o.kind == Operand::AGPR && o.index + o.width > prog->nagpr)
             bad = fmt::format("a{} (width {}) is beyond the {} AGPRs the descriptor allocates (vgpr alloc {}, accum_offset {})",
                               o.index, o.width, prog->nagpr, kd.vgpr_alloc(), prog->accum_offset);
@@ -499,6 +505,28 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
     prog->index_of[pc] = uint32_t(prog->insts.size());
     prog->insts.push_back(std::move(in));
     pc += size;
+  }
+  // VGPRs at or beyond accum_offset alias AGPRs in the unified file: refused where an AGPR of
+  // the same unified index is used too.
+  {
+    std::vector<bool> agpr_used(prog->accum_offset + prog->nagpr + 32, false);
+    for (auto& in : prog->insts)
+      for (unsigned i = 0; i < in.nops; ++i)
+        if (in.ops[i].kind == Operand::AGPR)
+          for (unsigned k = 0; k < in.ops[i].width; ++k)
+            if (prog->accum_offset + in.ops[i].index + k < agpr_used.size()) agpr_used[prog->accum_offset + in.ops[i].index + k] = true;
+    for (auto& in : prog->insts)
+      for (unsigned i = 0; i < in.nops && !in.bad_regs; ++i)
+        if (in.ops[i].kind == Operand::VGPR && in.ops[i].index + in.ops[i].width > prog->accum_offset)
+          for (unsigned k = 0; k < in.ops[i].width; ++k) {
+            unsigned u = in.ops[i].index + k;
+            if (u >= prog->accum_offset && u < agpr_used.size() && agpr_used[u]) {
+              in.bad_regs = true;
+              in.bad_reg_msg = fmt::format("v{} is at or beyond accum_offset {} and aliases a{}, which the kernel also uses", u,
+                                           prog->accum_offset, u - prog->accum_offset);
+              break;
+            }
+          }
   }
   // Branch targets.
   for (auto& in : prog->insts) {

@@ -105,6 +105,9 @@ class Device {
   // The allocation containing [addr, addr+n), or nullptr.
   Allocation* find(uint64_t addr, size_t n);
   const Allocation* find(uint64_t addr, size_t n) const;
+  // The allocation starting at or below addr (nullptr if none): names the buffer an
+  // out-of-bounds access ran off.
+  const Allocation* nearest_below(uint64_t addr) const;
 
   // Runs `kernel` of `co`. `kernarg` shorter than the descriptor's kernarg size is zero-padded;
   // hidden arguments named in the metadata (block counts, group sizes, ...) are filled in.

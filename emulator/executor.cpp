@@ -53,6 +53,12 @@ Allocation* Device::find(uint64_t addr, size_t n) {
 }
 const Allocation* Device::find(uint64_t addr, size_t n) const { return const_cast<Device*>(this)->find(addr, n); }
 
+const Allocation* Device::nearest_below(uint64_t addr) const {
+  auto it = allocs_.upper_bound(addr);
+  if (it == allocs_.begin()) return nullptr;
+  return std::prev(it)->second.get();
+}
+
 void Device::write(uint64_t addr, const void* src, size_t n) {
   Allocation* a = find(addr, n);
   if (!a) throw Error("out_of_bounds", fmt::format("host write of {} bytes at 0x{:x} is outside every allocation", n, addr));
@@ -155,8 +161,12 @@ static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n)
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   Allocation* a = w.ds->dev->find(addr, n);
   if (!a) {
-    // Name the nearest allocation to help.
-    w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation", write ? "store" : "load", n, addr));
+    // Name the nearest allocation below to help.
+    const Allocation* near = w.ds->dev->nearest_below(addr);
+    std::string hint = near ? fmt::format(" (the nearest allocation below is '{}' [0x{:x}, 0x{:x}): {} bytes past its end)", near->name, near->base,
+                                          near->base + near->data.size(), addr + n - (near->base + near->data.size()))
+                            : "";
+    w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation{}", write ? "store" : "load", n, addr, hint));
   }
   size_t off = addr - a->base;
   if (a->internal) return a->data.data() + off;

@@ -267,7 +267,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
 
   emu::Device dev(k.gfx);
   auto upload = [&](const void* data, size_t n, const char* name) {
-    uint64_t a = dev.alloc(std::max<size_t>(n, 4), 256, name);
+    uint64_t a = dev.alloc(std::max<size_t>(n, 4) + cfg.input_slack, 256, name, 0xff);
     if (n) dev.write(a, data, n);
     return a;
   };
@@ -306,6 +306,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   a.ptr_QSCALE = q_scale;
   a.ptr_KVSCALE = kv_scale;
   a.out_16_nosplit = S == 1 ? 1 : 0;
+  if (cfg.fill_rp) a.ptr_RP = out;
 
   emu::DispatchOptions opt;
   opt.relaxed = cfg.relaxed;

@@ -92,6 +92,11 @@ struct RunConfig {
   double q_scale = 1.0, kv_scale = 1.0;
   bool show_warnings = false;  // print the emulator's relaxed-mode warnings on stderr
   emu::DispatchOptions::EarlyRead early_read = emu::DispatchOptions::EarlyRead::latency;
+  // Harness experiments (off by default): slot 0xF0 (ptr_RP) gets the output buffer too (asm_mla.cu
+  // leaves it null for non-persistent launches); inputs get this many bytes of 0xFF slack after
+  // their end (a kernel that reads past a tensor reads poison instead of faulting).
+  bool fill_rp = false;
+  size_t input_slack = 0;
   uint64_t sched_seed = 0;  // wave interleaving: 0 round robin, else random with this seed
   unsigned quantum = 1;     // instructions per wave turn
 };

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
   unsigned quantum = 1;
   app.add_option("--sched-seed", sched_seed, "wave interleaving: 0 = round robin (default), else random with this seed");
   app.add_option("--quantum", quantum, "instructions per wave turn (default 1)");
+  bool fill_rp = false;
+  size_t input_slack = 0;
+  app.add_flag("--fill-rp", fill_rp, "experiment: also pass the output buffer in slot 0xF0 (ptr_RP, null in aiter's non-persistent launch)");
+  app.add_option("--input-slack", input_slack, "experiment: bytes of 0xFF after every input buffer (default 0: reading past a tensor faults)");
   app.add_flag("--show-warnings", show_warnings, "print the emulator's relaxed-mode warnings (once per rule and pc) on stderr");
   app.add_flag("--list", list, "list the catalog and what the oracle can run, then exit");
   app.add_option("--json", json_out, "write machine-readable results here");
@@ -131,6 +135,8 @@ int main(int argc, char** argv) {
     base.relaxed = !strict;
     base.show_warnings = show_warnings;
     base.sched_seed = sched_seed;
+    base.fill_rp = fill_rp;
+    base.input_slack = input_slack;
     base.quantum = quantum;
     base.early_read = early_read == "previous" ? emu::DispatchOptions::EarlyRead::previous_value
                       : early_read == "loaded" ? emu::DispatchOptions::EarlyRead::loaded_value

@@ -125,3 +125,30 @@ TEST_CASE("semantics: VOP3 v_add_i32 / v_sub_i32", "[semantics][aiter]") {
     CHECK(saturated > 0);  // the inputs exercise saturation
   }
 }
+
+// accum_offset only places the AGPRs in the unified register file: a kernel without AGPRs may use
+// VGPR indices up to its whole allocation (LLVM commit 9bbd96fd lets such kernels allocate the
+// whole file to VGPRs; two of aiter's gfx950 prefill kernels use v128..v255 with accum_offset
+// 128 and no AGPRs). A VGPR that aliases an AGPR the kernel also uses is refused.
+TEST_CASE("loader: VGPRs beyond accum_offset without AGPRs; aliasing refused", "[semantics][aiter]") {
+  for (Gfx g : kTargets) {
+    INFO(gfx_name(g));
+    KernelOpts o;
+    o.vgprs = 128;
+    o.agprs = 128;
+    auto in = ramp_inputs(5);
+    auto r = run_wave(g, "vbeyond", "  v_add_u32 v200, 1, v10\n  v_mov_b32 v20, v200\n", in, std::vector<uint32_t>(256, 0), o);
+    for (int l = 0; l < 64; ++l) CHECK(r.at(l, 0) == in[l * 4] + 1);
+    try {
+      run_wave(g, "valias", "  v_add_u32 v200, 1, v10\n  v_accvgpr_write_b32 a72, v10\n  v_mov_b32 v20, v200\n", in,
+               std::vector<uint32_t>(256, 0), o);
+      FAIL("expected register_range");
+    } catch (const Error& e) {
+      CHECK(e.rule == "register_range");
+      CHECK(std::string(e.what()).find("aliases a72") != std::string::npos);
+    }
+    KernelOpts small;
+    small.vgprs = 64;
+    REQUIRE_THROWS_WITH(run_wave(g, "vpast", "  v_mov_b32 v70, 0\n", in, std::vector<uint32_t>(256, 0), small), Catch::Contains("v70"));
+  }
+}
