@@ -337,7 +337,13 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   res.seconds = c.seconds;
   for (auto& f : c.findings) {
     res.findings[f.rule] += f.count;
-    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}{}", f.rule, f.pc, f.text, f.count,
+    // The rule's own words: "... `text`: rule: <what> (<details>)".
+    std::string what;
+    if (auto at = f.message.find("`: " + f.rule + ": "); at != std::string::npos) {
+      what = f.message.substr(at + f.rule.size() + 5);
+      what = what.substr(0, std::min(what.find(" ("), what.find(": needs")));
+    }
+    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}: {}{}", f.rule, f.pc, f.text, f.count, what,
                                             f.min_distance >= 0 ? fmt::format(" ({}..{} wait states after the load)", f.min_distance, f.max_distance) : ""));
   }
   auto prog = emu::build_program(co, *kern);
