@@ -53,6 +53,8 @@ struct DispatchOptions {
   //                   1 per instruction, N+1 per s_nop N) passed since it issued (the load
   //                   landed before the read, as on hardware whose timing worked out), else the
   //                   register's previous value (the read issued within the load's latency);
+  //                   an s_waitcnt that retires a load not landed yet stalls the wave (its
+  //                   landing clock) until it lands, so the loads issued after it land sooner;
   //   loaded_value    always the load's data;  previous_value  always the previous value.
   // The latencies are a timing model calibrated on aiter's kernels, not a hardware fact.
   enum class EarlyRead { latency, loaded_value, previous_value };

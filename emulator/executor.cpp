@@ -254,7 +254,7 @@ PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds) {
   PendingOp op;
   op.seq = w.next_seq++;
   op.inst_index = w.pc;
-  op.issue_clock = w.clock;
+  op.issue_clock = w.clock + w.stall;
   op.smem = smem;
   op.lds = lds;
   for (auto& r : in.writes) {
@@ -274,12 +274,22 @@ static void retire(Wave& w, PendingOp& op) {
 
 void register_dma(Wave& w, PendingOp& op) { g_dma.push_back({&w, op.seq, op.lds_lo, op.lds_hi}); }
 
+// Relaxed mode, latency model: a wave waiting on a load that has not landed yet stalls until it
+// lands, so the loads issued after it are that much closer to landing at the next read.
+static void stall_until_landed(Wave& w, const PendingOp& op, bool vm) {
+  const DispatchOptions& o = w.ds->opts;
+  if (!o.relaxed || o.early_read != DispatchOptions::EarlyRead::latency) return;
+  uint64_t lat = vm ? o.vmem_latency : op.smem ? o.smem_latency : o.lds_latency;
+  uint64_t now = w.clock + w.stall;
+  if (op.issue_clock + lat > now) w.stall += op.issue_clock + lat - now;
+}
+
 void wait_counts(Wave& w, unsigned vm, unsigned lgkm) {
-  while (w.vmq.size() > vm) { retire(w, w.vmq.front()); w.vmq.pop_front(); }
+  while (w.vmq.size() > vm) { stall_until_landed(w, w.vmq.front(), true); retire(w, w.vmq.front()); w.vmq.pop_front(); }
   if (w.lgkmq.size() > lgkm) {
     bool has_smem = std::any_of(w.lgkmq.begin(), w.lgkmq.end(), [](const PendingOp& o) { return o.smem; });
     if (has_smem && lgkm > 0) return;  // out-of-order returns: only lgkmcnt(0) proves anything
-    while (w.lgkmq.size() > lgkm) { retire(w, w.lgkmq.front()); w.lgkmq.pop_front(); }
+    while (w.lgkmq.size() > lgkm) { stall_until_landed(w, w.lgkmq.front(), false); retire(w, w.lgkmq.front()); w.lgkmq.pop_front(); }
   }
 }
 
@@ -320,7 +330,7 @@ static void pending_fail(Wave& w, unsigned reg, const char* what, bool read) {
                   ? "the read sees the load's data (the load landed before the read, as on hardware whose timing worked out)"
                   : "the read sees the register's previous value (the load has not landed yet: the read issued within the load's "
                     "latency); the load's data lands after this instruction",
-              read && op ? int64_t(w.clock - op->issue_clock) : -1);
+              read && op ? int64_t(w.clock + w.stall - op->issue_clock) : -1);
 }
 
 // A register's storage: 1 dword (SGPR) or 64 lanes (VGPR/AGPR) in the unified numbering.
@@ -350,7 +360,7 @@ static bool landed(const Wave& w, const PendingOp& op, bool vm) {
   if (o.early_read == DispatchOptions::EarlyRead::loaded_value) return true;
   if (o.early_read == DispatchOptions::EarlyRead::previous_value) return false;
   uint64_t lat = vm ? o.vmem_latency : op.smem ? o.smem_latency : o.lds_latency;
-  return w.clock - op.issue_clock >= lat;
+  return w.clock + w.stall - op.issue_clock >= lat;
 }
 
 // Registers whose load has not landed yet (relaxed, previous_value): swapped in for one instruction.
@@ -588,6 +598,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;
             w.gpr_idx_on = false; w.gpr_idx_mode = 0;
             w.clock = 100;  // far from any writer
+            w.stall = 0;
             unsigned dm = kd.float_denorm_mode_32();
             w.denorm32 = dm != 0;
             w.denorm16 = kd.float_denorm_mode_16_64() != 0;

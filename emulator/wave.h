@@ -24,7 +24,7 @@ struct DispatchState;
 struct PendingOp {
   uint64_t seq = 0;
   uint32_t inst_index = 0;
-  uint64_t issue_clock = 0;             // the wave's wait-state clock when the load issued
+  uint64_t issue_clock = 0;             // the wave's clock + stall when the load issued
   bool smem = false, lds = false;       // kind (vm queue entries: lds = LDS-DMA)
   RegRange regs[2];                     // destination registers (unified ids)
   uint8_t nregs = 0;
@@ -72,6 +72,9 @@ struct Wave {
   bool denorm32 = true, denorm16 = true, ieee = true, dx10_clamp = true, fp16_ovfl = false;
   // Strictness state.
   uint64_t clock = 0;         // wait-state clock
+  // Relaxed mode, EarlyRead::latency: wait states spent stalled at s_waitcnt until the retired
+  // load landed (issue time + latency); the load-landing time is clock + stall.
+  uint64_t stall = 0;
   std::vector<RegHist> hist;  // kNumRegIds
   std::vector<uint8_t> pend;  // kNumRegIds: outstanding load writes
   std::deque<PendingOp> vmq, lgkmq;

@@ -17,6 +17,8 @@
 #include "emulator/error.h"
 #include "emulator/inst_form.h"
 #include "emulator/program.h"
+
+using mla::emu::Dim3;
 #include "runtime/problem.h"
 #include "tests/reference/mla_reference.h"
 
@@ -112,7 +114,6 @@ std::vector<AiterKernel> load_catalog(const std::string& aiter_dir, Gfx gfx) {
 
 std::string unsupported_reason(const AiterKernel& k) {
   if (k.prefill) return "prefill kernel (another launch ABI)";
-  if (k.ps) return "persistent (_ps): needs aiter's work metadata (work_indptr / work_info), not built by the oracle yet";
   if (k.kv_type != "fp8" && k.kv_type != "bf16") return "kv type '" + k.kv_type + "' (packed KV with scales) not modelled";
   if (k.q_type != "fp8" && k.q_type != "bf16") return "q type '" + k.q_type + "' not modelled";
   if (k.cprr) return "context-parallel round-robin variant";
@@ -224,6 +225,60 @@ std::string first_line(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+void compare_into(RunResult& res, const rt::Problem& p, const std::vector<uint16_t>& o_bits, const std::vector<float>* lse) {
+  ref::Reference r = ref::run_reference(p);
+  ref::Compare cmp = ref::compare(r, o_bits, lse);
+  res.d = cmp.d;
+  res.max_err_pct = cmp.max_abs_ref > 0 ? 100.0 * cmp.max_abs_err / cmp.max_abs_ref : 0.0;
+  res.lse_err = lse ? cmp.lse_max_abs_err : -1.0;
+  res.unwritten = cmp.unwritten;
+  res.nonfinite = cmp.nonfinite + cmp.lse_nonfinite;
+  res.pass = cmp.clean() && res.d <= 3e-4 && res.max_err_pct <= 2.5;
+}
+
+// Persistent kernels: requests with one work item wrote bf16 o through ptr_RP; the others wrote
+// partials [slot*qseqlen + r][1][heads][512] + LSE, merged here as mla_reduce_v1 would.
+RunResult finish_persistent(RunResult& res, const AiterKernel& k, const rt::Problem& p, emu::Device& dev, uint64_t final_o,
+                            uint64_t ps_out, uint64_t ps_lse, int num_partials, const std::vector<std::vector<int>>& partials_of,
+                            int qseqlen) {
+  const int H = p.heads, rows = p.rows();
+  std::vector<uint16_t> o_bits = dev.read_vector<uint16_t>(final_o, size_t(rows) * H * 512);
+  const size_t prow = size_t(std::max(1, num_partials)) * qseqlen;
+  std::vector<float> po = dev.read_vector<float>(ps_out, prow * H * 512), pl = dev.read_vector<float>(ps_lse, prow * H);
+  std::vector<float> lse(size_t(rows) * H, 0.f);
+  bool all_merged = true;
+  for (int b = 0; b < p.batch(); ++b) {
+    const auto& slots = partials_of[b];
+    if (slots.empty()) { all_merged = false; continue; }
+    for (int r = 0; r < qseqlen; ++r) {
+      // Gather this row's partials into [1][S][H] / [1][S][H][512] and merge.
+      const int S = int(slots.size()), row = p.qo_indptr[b] + r;
+      std::vector<float> o1(size_t(S) * H * 512), l1(size_t(S) * H);
+      for (int s = 0; s < S; ++s) {
+        size_t src = size_t(slots[s]) * qseqlen + r;
+        std::memcpy(&o1[size_t(s) * H * 512], &po[src * H * 512], size_t(H) * 512 * 4);
+        std::memcpy(&l1[size_t(s) * H], &pl[src * H], size_t(H) * 4);
+      }
+      Merged m = merge_splits(o1, l1, 1, S, H, {S});
+      for (int h = 0; h < H; ++h) {
+        lse[size_t(row) * H + h] = m.lse[h];
+        for (int d = 0; d < 512; ++d) {
+          float v = m.o[size_t(h) * 512 + d];
+          o_bits[(size_t(row) * H + h) * 512 + d] = std::isnan(v) ? ref::kUnwrittenBf16 : ref::bf16_bits(double(v));
+        }
+      }
+    }
+  }
+  res.output_layout = fmt::format("persistent: {} work items, {} partials merged as mla_reduce_v1, single-item requests bf16 o via ptr_RP",
+                                  num_partials ? "split" : "unsplit", num_partials);
+  compare_into(res, p, o_bits, all_merged ? &lse : nullptr);
+  return res;
+}
+
+}  // namespace
+
 RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   RunResult res;
   res.kernel = k.stem();
@@ -308,6 +363,47 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   a.out_16_nosplit = S == 1 ? 1 : 0;
   if (cfg.fill_rp) a.ptr_RP = out;
 
+  // Persistent (_ps) kernels: aiter's work metadata (csrc/include/mla.h MlaWorkInfo, filled as
+  // csrc/kernels/mla/metadata/v1_0_device.cuh does): per request up to kv_split work items over
+  // 128-token-aligned kv ranges [kv_start, kv_end) (absolute positions in kv_indices),
+  // kv_offset = request end - kv_end, partial_qo_loc = -1 (write the final o through ptr_RP) for
+  // a request with one item, else the item's row in the partial buffers; one item per workgroup.
+  struct WorkItem { int32_t batch_idx, partial_qo_loc, qo_start, qo_end, kv_start, kv_end, kv_offset, pad; };
+  std::vector<WorkItem> work;
+  std::vector<std::vector<int>> partials_of(batch);  // partial slots of each request
+  int num_partials = 0;
+  uint64_t final_o = 0, ps_out = 0, ps_lse = 0;
+  if (k.ps) {
+    for (int b = 0; b < batch; ++b) {
+      const int kv0 = p.kv_indptr[b], kv1 = p.kv_indptr[b + 1], len = kv1 - kv0;
+      const int payload = ((len + S - 1) / S + 127) / 128 * 128;
+      std::vector<WorkItem> items;
+      for (int st = kv0; st < kv1; st += payload)
+        items.push_back({b, 0, p.qo_indptr[b], p.qo_indptr[b + 1], st, std::min(st + payload, kv1), kv1 - std::min(st + payload, kv1), 0});
+      for (auto& it : items) {
+        if (items.size() == 1) it.partial_qo_loc = -1;
+        else { it.partial_qo_loc = num_partials * qseqlen; partials_of[b].push_back(num_partials++); }
+        work.push_back(it);
+      }
+    }
+    std::vector<int32_t> work_indptr(work.size() + 1);
+    for (size_t i = 0; i <= work.size(); ++i) work_indptr[i] = int32_t(i);
+    const uint64_t wi = upload(work_indptr.data(), work_indptr.size() * 4, "work_indptr");
+    const uint64_t ws = upload(work.data(), work.size() * sizeof(WorkItem), "work_info_set");
+    uint64_t meta[10] = {wi, ws};
+    a.ptr_STP = upload(meta, sizeof meta, "ps_meta");
+    const size_t prow = size_t(std::max(1, num_partials)) * qseqlen;
+    ps_out = dev.alloc(prow * H * 512 * 4, 256, "partial_o", 0xff);
+    ps_lse = dev.alloc(prow * H * 4, 256, "partial_lse", 0xff);
+    final_o = dev.alloc(size_t(rows) * H * 512 * 2, 256, "o", 0xff);
+    a.ptr_R = ps_out;
+    a.ptr_LSE = ps_lse;
+    a.ptr_RP = final_o;
+    a.s_kv_split = 1;       // splitData.size(1)
+    a.out_16_nosplit = 1;   // = kv_split in the persistent launch
+    if (k.lse) a.ptr_LSEP = dev.alloc(size_t(rows) * H * 4, 256, "final_lse", 0xff);
+  }
+
   emu::DispatchOptions opt;
   opt.relaxed = cfg.relaxed;
   opt.early_read = cfg.early_read;
@@ -320,7 +416,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   opt.exec_counts = &counts;
   emu::Counters c;
   try {
-    c = dev.dispatch(co, k.knl_name, {1, unsigned(batch), unsigned(S)}, {256, 1, 1}, pack_args(a), opt);
+    Dim3 grid = k.ps ? Dim3{unsigned(work.size()), 1, 1} : Dim3{1, unsigned(batch), unsigned(S)};
+    c = dev.dispatch(co, k.knl_name, grid, {256, 1, 1}, pack_args(a), opt);
   } catch (const emu::Error& e) {
     res.error = first_line(e.what());
     res.error_rule = e.rule;
@@ -349,6 +446,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   auto prog = emu::build_program(co, *kern);
   for (size_t i = 0; i < counts.size() && i < prog->insts.size(); ++i)
     if (counts[i]) res.forms[emu::inst_form(prog->insts[i])] += counts[i];
+
+  if (k.ps) return finish_persistent(res, k, p, dev, final_o, ps_out, ps_lse, num_partials, partials_of, qseqlen);
 
   // Outputs.
   std::vector<uint32_t> raw_o = dev.read_vector<uint32_t>(out, out_elems);

@@ -124,6 +124,38 @@ TEST_CASE("relaxed: EarlyRead::previous_value and ::latency give the register's 
   }
 }
 
+TEST_CASE("relaxed: latency model: a wave stalled at s_waitcnt lets the younger loads land", "[relaxed]") {
+  for (Gfx g : kTargets) {
+    KernelOpts o;
+    o.lds = 1024;
+    // Two LDS reads; lgkmcnt(1) waits for the first (the wave stalls until it lands, 16 wait
+    // states after its issue), so the second, issued one instruction later, has landed by the
+    // next instruction. Without the wait the same read is early and sees the old value.
+    std::string common = R"(
+  v_lshlrev_b32 v4, 2, v0
+  ds_write_b32 v4, v10
+  ds_write_b32 v4, v11 offset:256
+  s_waitcnt lgkmcnt(0)
+  v_mov_b32 v21, 7
+  ds_read_b32 v20, v4
+  ds_read_b32 v21, v4 offset:256
+)";
+    auto in = ramp_inputs();
+    DispatchOptions opt;
+    opt.relaxed = true;
+    std::ostringstream warn;
+    opt.warnings = &warn;
+    auto waited = run_wave(g, "lat_wait", common + "  s_waitcnt lgkmcnt(1)\n  v_mov_b32 v22, v21\n  s_waitcnt lgkmcnt(0)\n", in,
+                           std::vector<uint32_t>(256, 0), o, opt);
+    auto early = run_wave(g, "lat_early", common + "  v_mov_b32 v22, v21\n  s_waitcnt lgkmcnt(0)\n", in, std::vector<uint32_t>(256, 0), o, opt);
+    for (int l = 0; l < 64; ++l) {
+      CHECK(waited.at(l, 2) == in[l * 4 + 1]);
+      CHECK(early.at(l, 2) == 7u);
+      CHECK(early.at(l, 1) == in[l * 4 + 1]);  // the load lands afterwards
+    }
+  }
+}
+
 TEST_CASE("relaxed: hazard read sees the producer's result", "[relaxed]") {
   for (Gfx g : kTargets) {
     const MfmaInfo* mi = find_mfma("v_mfma_f32_16x16x16_f16", g);
