@@ -274,6 +274,13 @@ RunResult finish_persistent(RunResult& res, const AiterKernel& k, const rt::Prob
   res.output_layout = fmt::format("persistent: {} work items, {} partials merged as mla_reduce_v1, single-item requests bf16 o via ptr_RP",
                                   num_partials ? "split" : "unsplit", num_partials);
   compare_into(res, p, o_bits, all_merged ? &lse : nullptr);
+  if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid
+    fs::create_directories(dump);
+    std::string base = fmt::format("{}/{}_{}_ps{}", dump, res.kernel, res.target, res.kv_split);
+    ref::Reference r = ref::run_reference(p);
+    std::ofstream(base + ".o_bf16.bin", std::ios::binary).write(reinterpret_cast<const char*>(o_bits.data()), o_bits.size() * 2);
+    std::ofstream(base + ".ref_f64.bin", std::ios::binary).write(reinterpret_cast<const char*>(r.o.data()), r.o.size() * 8);
+  }
   return res;
 }
 
@@ -411,7 +418,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   opt.quantum = cfg.quantum;
   std::ostringstream quiet;
   opt.warnings = cfg.show_warnings ? &std::cerr : &quiet;
-  opt.count_distinct = false;
+  opt.count_distinct = false;  // per-allocation byte counts stay on
   std::vector<uint64_t> counts;
   opt.exec_counts = &counts;
   emu::Counters c;
@@ -430,6 +437,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     return res;
   }
   res.ran = true;
+  for (auto& b : c.buffers)
+    if (b.written) res.written[b.name] = b.written;
   res.wave_insts = c.total.wave_insts;
   res.seconds = c.seconds;
   for (auto& f : c.findings) {

@@ -118,6 +118,7 @@ struct RunResult {
   uint64_t wave_insts = 0;
   double seconds = 0;
   std::map<std::string, uint64_t> forms;     // inst_form -> wave-instructions executed
+  std::map<std::string, uint64_t> written;   // allocation name -> bytes the kernel stored there
 };
 
 // Runs `k` on a random problem (N(0,1) inputs quantised to the kernel's dtypes; page size 1)

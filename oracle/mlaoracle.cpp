@@ -50,6 +50,7 @@ nlohmann::json to_json(const RunResult& r) {
   j["unwritten"] = r.unwritten;
   j["nonfinite"] = r.nonfinite;
   j["findings"] = r.findings;
+  j["bytes_written"] = r.written;
   j["finding_sites"] = r.finding_lines;
   j["wave_instructions"] = r.wave_insts;
   j["seconds"] = r.seconds;
