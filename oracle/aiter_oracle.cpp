@@ -359,6 +359,16 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   a.scalar = float(p.sm_scale);
   a.s_MQA = uint32_t(k.gqa * qseqlen);
   if (k.gqa == 8 && qseqlen == 2 && k.q_type == "bf16") a.s_MQA = uint32_t(k.gqa);  // asm_mla.cu, gqa 8 bf16 qlen 2
+  // asm_mla.cu, gfx950 persistent launches that remap the kernel choice pass s_MQA = gqa_ratio.
+  if (k.ps && k.gfx == Gfx::gfx950) {
+    const int g = k.gqa, q = qseqlen;
+    bool remap = false;
+    if (k.q_type == "fp8" && k.kv_type == "fp8")
+      remap = (g == 32 && q >= 4) || (g == 64 && q >= 2) || g == 128 || (g == 16 && (q == 3 || q == 4)) ||
+              (g == 32 && (q == 2 || q == 3)) || (g == 64 && q == 1);
+    if (k.q_type == "bf16" && k.kv_type == "bf16") remap = ((g * q >= 128 || g > 64) && g != 48) || g * q >= 64 || g >= 16;
+    if (remap) a.s_MQA = uint32_t(g);
+  }
   a.s_kv_split = uint32_t(S);
   a.s_Q_Bs = uint32_t(H * rt::kQkDim * rt::elem_bytes(p.q_dtype) * qseqlen);
   a.s_Bs = uint32_t(p.page_size * rt::kQkDim * rt::elem_bytes(p.kv_dtype));
