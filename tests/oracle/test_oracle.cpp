@@ -79,7 +79,8 @@ std::string fake_aiter_dir() {
     fs::copy_file(co, mla / "stand_in_mla.co", fs::copy_options::overwrite_existing);
     std::ofstream(mla / "mla_asm.csv") << "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,knl_name,co_name\n"
                                        << "bf16,bf16,16,0,1,0,1,0,stand_in_mla,stand_in_mla.co\n"
-                                       << "fp8,fp8,16,1,1,0,1,0,some_ps_kernel,some_ps_kernel.co\n";
+                                       << "fp8,fp8,16,1,1,0,1,0,some_ps_kernel,some_ps_kernel.co\n"
+                                       << "bf16,bf16,16,0,0,1,0,0,some_prefill,some_prefill.co\n";
     return root.string();
   }();
   return dir;
@@ -158,14 +159,16 @@ TEST_CASE("oracle: split merge as aiter's reduce (running max, exp(lse - max) we
 
 TEST_CASE("oracle: catalog parsing and what the oracle can run", "[oracle]") {
   auto cat = load_catalog(fake_aiter_dir(), Gfx::gfx942);
-  REQUIRE(cat.size() == 2);
+  REQUIRE(cat.size() == 3);
   CHECK(cat[0].stem() == "stand_in_mla");
   CHECK(cat[0].q_type == "bf16");
   CHECK(cat[0].gqa == 16);
   CHECK(cat[0].qseqlen == 1);
   CHECK(cat[0].cprr == 0);  // gfx942 catalogs have no cprr column
   CHECK(unsupported_reason(cat[0]).empty());
-  CHECK(unsupported_reason(cat[1]).find("persistent") != std::string::npos);
+  CHECK(cat[1].ps == 1);
+  CHECK(unsupported_reason(cat[1]).empty());  // persistent kernels get aiter's work metadata
+  CHECK(unsupported_reason(cat[2]).find("prefill") != std::string::npos);
   REQUIRE_THROWS_WITH(load_catalog(fake_aiter_dir(), Gfx::gfx950), Catch::Contains("cannot open"));
 }
 
