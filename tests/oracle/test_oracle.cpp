@@ -69,7 +69,57 @@ __kernel void stand_in_mla(Args a) {
 }
 )";
 
-// A fake aiter checkout holding the stand-in as a gfx942 bf16/bf16 qh16 decode kernel.
+// The persistent variant: workgroup x runs work item x of aiter's metadata (ptr_STP -> {work_indptr,
+// work_info_set}; MlaWorkInfo = batch, partial_qo_loc, qo_start, qo_end, kv_start, kv_end, ...):
+// partial_qo_loc -1 writes bf16 o through ptr_RP, else fp32 partial rows + LSE at partial_qo_loc.
+const char* kStandInPs = R"(
+#pragma OPENCL FP_CONTRACT OFF
+typedef struct __attribute__((packed)) {
+  ulong ptr_R, p0; ulong ptr_LSE, p1; ulong ptr_Q, p2; ulong ptr_KV, p3; ulong ptr_LTP, p4;
+  ulong ptr_LTD, p5; ulong ptr_LTL, p6;
+  float scalar; uint p7[3]; uint s_MQA, p8[3]; uint s_kv_split, p9[3]; uint s_Q_Bs, p10[3];
+  uint s_Bs, p11[3]; uint s_log2_plen, p12[3];
+  ulong ptr_QTP, p13; ulong ptr_STP, p14; ulong ptr_RP, p15; ulong ptr_QSCALE, p16; ulong ptr_KVSCALE, p17;
+  uint out_16_nosplit, p18[3]; ulong ptr_LSEP, p19; ulong ptr_GKVTP, p20; uint cp_world, p21[3]; uint cp_rank, p22[3];
+} Args;
+
+static float bf(ushort b) { return as_float((uint)b << 16); }
+static ushort to_bf(float f) { uint u = as_uint(f); u += 0x7fff + ((u >> 16) & 1); return (ushort)(u >> 16); }
+
+__kernel void stand_in_mla_ps(Args a) {
+  uint t = __builtin_amdgcn_workitem_id_x(), wg = __builtin_amdgcn_workgroup_id_x();
+  __global const ulong* meta = (__global const ulong*)a.ptr_STP;
+  __global const int* work_indptr = (__global const int*)meta[0];
+  __global const int* item = (__global const int*)meta[1] + 8 * work_indptr[wg];
+  int partial = item[1], row = item[2], kv0 = item[4], kv1 = item[5];
+  uint h = t / 16, d0 = (t % 16) * 32;
+  __global const int* indices = (__global const int*)a.ptr_LTD;
+  __global const ushort* q = (__global const ushort*)(a.ptr_Q + (ulong)row * a.s_Q_Bs) + h * 576;
+  __global const uchar* kv = (__global const uchar*)a.ptr_KV;
+  float m = -__builtin_inff(), l = 0.0f, acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  for (int tok = kv0; tok < kv1; ++tok) {
+    __global const ushort* k = (__global const ushort*)(kv + (ulong)indices[tok] * a.s_Bs);
+    float dot = 0.0f;
+    for (int i = 0; i < 576; ++i) dot += bf(q[i]) * bf(k[i]);
+    float x = dot * a.scalar, mn = __builtin_fmaxf(m, x), c = __builtin_expf(m - mn), p = __builtin_expf(x - mn);
+    l = l * c + p;
+    for (int i = 0; i < 32; ++i) acc[i] = acc[i] * c + p * bf(k[d0 + i]);
+    m = mn;
+  }
+  float inv = __builtin_amdgcn_rcpf(l);
+  if (partial < 0) {
+    __global ushort* o = (__global ushort*)a.ptr_RP + ((ulong)row * 16 + h) * 512 + d0;
+    for (int i = 0; i < 32; ++i) o[i] = to_bf(acc[i] * inv);
+  } else {
+    __global float* o = (__global float*)a.ptr_R + ((ulong)partial * 16 + h) * 512 + d0;
+    for (int i = 0; i < 32; ++i) o[i] = acc[i] * inv;
+    if (t % 16 == 0) ((__global float*)a.ptr_LSE)[(ulong)partial * 16 + h] = m + __builtin_amdgcn_logf(l) * 0.693147180559945f;
+  }
+}
+)";
+
+// A fake aiter checkout holding the stand-ins as gfx942 bf16/bf16 qh16 decode kernels.
 std::string fake_aiter_dir() {
   static std::string dir = [] {
     fs::path root = tmp_root() / "fake_aiter";
@@ -77,9 +127,11 @@ std::string fake_aiter_dir() {
     fs::create_directories(mla);
     std::string co = compile_cl(kStandIn, Gfx::gfx942, "stand_in_mla");
     fs::copy_file(co, mla / "stand_in_mla.co", fs::copy_options::overwrite_existing);
+    std::string co_ps = compile_cl(kStandInPs, Gfx::gfx942, "stand_in_mla_ps");
+    fs::copy_file(co_ps, mla / "stand_in_mla_ps.co", fs::copy_options::overwrite_existing);
     std::ofstream(mla / "mla_asm.csv") << "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,knl_name,co_name\n"
                                        << "bf16,bf16,16,0,1,0,1,0,stand_in_mla,stand_in_mla.co\n"
-                                       << "fp8,fp8,16,1,1,0,1,0,some_ps_kernel,some_ps_kernel.co\n"
+                                       << "bf16,bf16,16,1,1,0,1,0,stand_in_mla_ps,stand_in_mla_ps.co\n"
                                        << "bf16,bf16,16,0,0,1,0,0,some_prefill,some_prefill.co\n";
     return root.string();
   }();
@@ -199,10 +251,28 @@ TEST_CASE("oracle: a stand-in kernel with aiter's ABI runs to the reference (kv_
   }
 }
 
+TEST_CASE("oracle: a persistent stand-in runs from aiter's work metadata (one item, four items per request)", "[oracle]") {
+  auto cat = load_catalog(fake_aiter_dir(), Gfx::gfx942);
+  REQUIRE(cat[1].stem() == "stand_in_mla_ps");
+  for (int split : {1, 4}) {
+    RunConfig cfg;
+    cfg.kv_split = split;
+    cfg.kv_lens = {130, 600};  // split 4: 1 and 4 items of 128-token-aligned ranges
+    RunResult r = run_kernel(cat[1], cfg);
+    INFO(r.error);
+    REQUIRE(r.ran);
+    CHECK(r.pass);
+    CHECK(r.d < 1e-5);
+    CHECK(r.unwritten == 0);
+    CHECK(r.output_layout.find("persistent") != std::string::npos);
+    CHECK(r.written.count(split == 1 ? "o" : "partial_o") == 1);
+  }
+}
+
 TEST_CASE("oracle: mlaoracle CLI table, --json and --forms-out on the stand-in", "[oracle]") {
   fs::path j = tmp_root() / "oracle.json", f = tmp_root() / "forms.json";
   std::string out;
-  REQUIRE(run_cmd(fmt::format("{} --aiter-dir {} --target gfx942 --kernel 'stand_in*' --kv-split 2 --kv-lens 70,130 --json {} "
+  REQUIRE(run_cmd(fmt::format("{} --aiter-dir {} --target gfx942 --kernel 'stand_in_ml?' --kv-split 2 --kv-lens 70,130 --json {} "
                               "--forms-out {}",
                               MLAORACLE_EXE, fake_aiter_dir(), j.string(), f.string()),
                   &out) == 0);
