@@ -227,6 +227,73 @@ std::string first_line(const std::string& s) {
 
 namespace {
 
+// s_MQA as asm_mla.cu sets it: gqa_ratio * max_seqlen_q, except gqa 8 bf16 qlen 2 and the gfx950
+// persistent launches whose kernel choice it remaps, which pass gqa_ratio.
+uint32_t s_mqa(const AiterKernel& k, int qseqlen) {
+  const int g = k.gqa, q = qseqlen;
+  const bool fp8 = k.q_type == "fp8" && k.kv_type == "fp8", bf16 = k.q_type == "bf16" && k.kv_type == "bf16";
+  if (g == 8 && q == 2 && k.q_type == "bf16") return uint32_t(g);
+  if (k.ps && k.gfx == Gfx::gfx950) {
+    bool remap = false;
+    if (fp8)
+      remap = (g == 32 && q >= 4) || (g == 64 && q >= 2) || g == 128 || (g == 16 && (q == 3 || q == 4)) ||
+              (g == 32 && (q == 2 || q == 3)) || (g == 64 && q == 1);
+    if (bf16) remap = ((g * q >= 128 || g > 64) && g != 48) || g * q >= 64 || g >= 16;
+    if (remap) return uint32_t(g);
+  }
+  return uint32_t(g * q);
+}
+
+// Persistent (_ps) kernels: aiter's work metadata (csrc/include/mla.h MlaWorkInfo, filled as
+// csrc/kernels/mla/metadata/v1_0_device.cuh does): per request up to kv_split work items over
+// 128-token-aligned kv ranges [kv_start, kv_end) (absolute positions in kv_indices),
+// kv_offset = request end - kv_end, partial_qo_loc = -1 (write the final o through ptr_RP) for
+// a request with one item, else the item's row in the partial buffers; one item per workgroup.
+struct WorkItem {
+  int32_t batch_idx, partial_qo_loc, qo_start, qo_end, kv_start, kv_end, kv_offset, pad;
+};
+struct WorkPlan {
+  std::vector<WorkItem> items;
+  std::vector<std::vector<int>> partials_of;  // partial slots of each request
+  int num_partials = 0;
+};
+WorkPlan plan_work(const rt::Problem& p, int S, int qseqlen) {
+  WorkPlan w;
+  w.partials_of.resize(p.batch());
+  for (int b = 0; b < p.batch(); ++b) {
+    const int kv0 = p.kv_indptr[b], kv1 = p.kv_indptr[b + 1], len = kv1 - kv0;
+    const int payload = ((len + S - 1) / S + 127) / 128 * 128;
+    std::vector<WorkItem> items;
+    for (int st = kv0; st < kv1; st += payload) {
+      const int end = std::min(st + payload, kv1);
+      items.push_back({b, 0, p.qo_indptr[b], p.qo_indptr[b + 1], st, end, kv1 - end, 0});
+    }
+    for (auto& it : items) {
+      if (items.size() == 1) it.partial_qo_loc = -1;
+      else {
+        it.partial_qo_loc = w.num_partials * qseqlen;
+        w.partials_of[b].push_back(w.num_partials++);
+      }
+      w.items.push_back(it);
+    }
+  }
+  return w;
+}
+
+// Findings per rule and one line per site: "rule +0xPC `text` xN: <the rule's words> (distance)".
+void record_findings(RunResult& res, const std::vector<emu::Finding>& findings) {
+  for (auto& f : findings) {
+    res.findings[f.rule] += f.count;
+    std::string what;  // "... `text`: rule: <what> (<details>)"
+    if (auto at = f.message.find("`: " + f.rule + ": "); at != std::string::npos) {
+      what = f.message.substr(at + f.rule.size() + 5);
+      what = what.substr(0, std::min(what.find(" ("), what.find(": needs")));
+    }
+    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}: {}{}", f.rule, f.pc, f.text, f.count, what,
+                                            f.min_distance >= 0 ? fmt::format(" ({}..{} wait states after the load)", f.min_distance, f.max_distance) : ""));
+  }
+}
+
 void compare_into(RunResult& res, const rt::Problem& p, const std::vector<uint16_t>& o_bits, const std::vector<float>* lse) {
   ref::Reference r = ref::run_reference(p);
   ref::Compare cmp = ref::compare(r, o_bits, lse);
@@ -357,18 +424,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   a.ptr_LTD = kv_indices;
   a.ptr_LTL = last;
   a.scalar = float(p.sm_scale);
-  a.s_MQA = uint32_t(k.gqa * qseqlen);
-  if (k.gqa == 8 && qseqlen == 2 && k.q_type == "bf16") a.s_MQA = uint32_t(k.gqa);  // asm_mla.cu, gqa 8 bf16 qlen 2
-  // asm_mla.cu, gfx950 persistent launches that remap the kernel choice pass s_MQA = gqa_ratio.
-  if (k.ps && k.gfx == Gfx::gfx950) {
-    const int g = k.gqa, q = qseqlen;
-    bool remap = false;
-    if (k.q_type == "fp8" && k.kv_type == "fp8")
-      remap = (g == 32 && q >= 4) || (g == 64 && q >= 2) || g == 128 || (g == 16 && (q == 3 || q == 4)) ||
-              (g == 32 && (q == 2 || q == 3)) || (g == 64 && q == 1);
-    if (k.q_type == "bf16" && k.kv_type == "bf16") remap = ((g * q >= 128 || g > 64) && g != 48) || g * q >= 64 || g >= 16;
-    if (remap) a.s_MQA = uint32_t(g);
-  }
+  a.s_MQA = s_mqa(k, qseqlen);
   a.s_kv_split = uint32_t(S);
   a.s_Q_Bs = uint32_t(H * rt::kQkDim * rt::elem_bytes(p.q_dtype) * qseqlen);
   a.s_Bs = uint32_t(p.page_size * rt::kQkDim * rt::elem_bytes(p.kv_dtype));
@@ -380,36 +436,18 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   a.out_16_nosplit = S == 1 ? 1 : 0;
   if (cfg.fill_rp) a.ptr_RP = out;
 
-  // Persistent (_ps) kernels: aiter's work metadata (csrc/include/mla.h MlaWorkInfo, filled as
-  // csrc/kernels/mla/metadata/v1_0_device.cuh does): per request up to kv_split work items over
-  // 128-token-aligned kv ranges [kv_start, kv_end) (absolute positions in kv_indices),
-  // kv_offset = request end - kv_end, partial_qo_loc = -1 (write the final o through ptr_RP) for
-  // a request with one item, else the item's row in the partial buffers; one item per workgroup.
-  struct WorkItem { int32_t batch_idx, partial_qo_loc, qo_start, qo_end, kv_start, kv_end, kv_offset, pad; };
-  std::vector<WorkItem> work;
-  std::vector<std::vector<int>> partials_of(batch);  // partial slots of each request
-  int num_partials = 0;
+  WorkPlan plan;
   uint64_t final_o = 0, ps_out = 0, ps_lse = 0;
   if (k.ps) {
-    for (int b = 0; b < batch; ++b) {
-      const int kv0 = p.kv_indptr[b], kv1 = p.kv_indptr[b + 1], len = kv1 - kv0;
-      const int payload = ((len + S - 1) / S + 127) / 128 * 128;
-      std::vector<WorkItem> items;
-      for (int st = kv0; st < kv1; st += payload)
-        items.push_back({b, 0, p.qo_indptr[b], p.qo_indptr[b + 1], st, std::min(st + payload, kv1), kv1 - std::min(st + payload, kv1), 0});
-      for (auto& it : items) {
-        if (items.size() == 1) it.partial_qo_loc = -1;
-        else { it.partial_qo_loc = num_partials * qseqlen; partials_of[b].push_back(num_partials++); }
-        work.push_back(it);
-      }
-    }
+    plan = plan_work(p, S, qseqlen);
+    const auto& work = plan.items;
     std::vector<int32_t> work_indptr(work.size() + 1);
     for (size_t i = 0; i <= work.size(); ++i) work_indptr[i] = int32_t(i);
     const uint64_t wi = upload(work_indptr.data(), work_indptr.size() * 4, "work_indptr");
     const uint64_t ws = upload(work.data(), work.size() * sizeof(WorkItem), "work_info_set");
     uint64_t meta[10] = {wi, ws};
     a.ptr_STP = upload(meta, sizeof meta, "ps_meta");
-    const size_t prow = size_t(std::max(1, num_partials)) * qseqlen;
+    const size_t prow = size_t(std::max(1, plan.num_partials)) * qseqlen;
     ps_out = dev.alloc(prow * H * 512 * 4, 256, "partial_o", 0xff);
     ps_lse = dev.alloc(prow * H * 4, 256, "partial_lse", 0xff);
     final_o = dev.alloc(size_t(rows) * H * 512 * 2, 256, "o", 0xff);
@@ -433,7 +471,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   opt.exec_counts = &counts;
   emu::Counters c;
   try {
-    Dim3 grid = k.ps ? Dim3{unsigned(work.size()), 1, 1} : Dim3{1, unsigned(batch), unsigned(S)};
+    Dim3 grid = k.ps ? Dim3{unsigned(plan.items.size()), 1, 1} : Dim3{1, unsigned(batch), unsigned(S)};
     c = dev.dispatch(co, k.knl_name, grid, {256, 1, 1}, pack_args(a), opt);
   } catch (const emu::Error& e) {
     res.error = first_line(e.what());
@@ -451,22 +489,12 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     if (b.written) res.written[b.name] = b.written;
   res.wave_insts = c.total.wave_insts;
   res.seconds = c.seconds;
-  for (auto& f : c.findings) {
-    res.findings[f.rule] += f.count;
-    // The rule's own words: "... `text`: rule: <what> (<details>)".
-    std::string what;
-    if (auto at = f.message.find("`: " + f.rule + ": "); at != std::string::npos) {
-      what = f.message.substr(at + f.rule.size() + 5);
-      what = what.substr(0, std::min(what.find(" ("), what.find(": needs")));
-    }
-    res.finding_lines.push_back(fmt::format("{} +0x{:x} `{}` x{}: {}{}", f.rule, f.pc, f.text, f.count, what,
-                                            f.min_distance >= 0 ? fmt::format(" ({}..{} wait states after the load)", f.min_distance, f.max_distance) : ""));
-  }
+  record_findings(res, c.findings);
   auto prog = emu::build_program(co, *kern);
   for (size_t i = 0; i < counts.size() && i < prog->insts.size(); ++i)
     if (counts[i]) res.forms[emu::inst_form(prog->insts[i])] += counts[i];
 
-  if (k.ps) return finish_persistent(res, k, p, dev, final_o, ps_out, ps_lse, num_partials, partials_of, qseqlen);
+  if (k.ps) return finish_persistent(res, k, p, dev, final_o, ps_out, ps_lse, plan.num_partials, plan.partials_of, qseqlen);
 
   // Outputs.
   std::vector<uint32_t> raw_o = dev.read_vector<uint32_t>(out, out_elems);
@@ -522,22 +550,14 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     final_lse = m.lse;
     have_lse = true;
   }
-  ref::Reference r = ref::run_reference(p);
-  ref::Compare cmp = ref::compare(r, o_bits, have_lse ? &final_lse : nullptr);
-  if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid: raw outputs and reference
+  compare_into(res, p, o_bits, have_lse ? &final_lse : nullptr);
+  if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid: raw outputs
     fs::create_directories(dump);
     std::string base = fmt::format("{}/{}_{}_s{}", dump, res.kernel, res.target, S);
     std::ofstream(base + ".o_bf16.bin", std::ios::binary).write(reinterpret_cast<const char*>(o_bits.data()), o_bits.size() * 2);
-    std::ofstream(base + ".ref_f64.bin", std::ios::binary).write(reinterpret_cast<const char*>(r.o.data()), r.o.size() * 8);
     std::ofstream(base + ".raw_o.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_o.data()), raw_o.size() * 4);
     std::ofstream(base + ".raw_lse.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_lse.data()), raw_lse.size() * 4);
   }
-  res.d = cmp.d;
-  res.max_err_pct = cmp.max_abs_ref > 0 ? 100.0 * cmp.max_abs_err / cmp.max_abs_ref : 0.0;
-  res.lse_err = have_lse ? cmp.lse_max_abs_err : -1.0;
-  res.unwritten = cmp.unwritten;
-  res.nonfinite = cmp.nonfinite + cmp.lse_nonfinite;
-  res.pass = cmp.clean() && res.d <= 3e-4 && res.max_err_pct <= 2.5;
   return res;
 }
 
