@@ -64,6 +64,16 @@ nlohmann::json Counters::to_json() const {
     }
     j["per_workgroup"] = arr;
   }
+  if (!findings.empty()) {
+    auto arr = nlohmann::json::array();
+    for (auto& f : findings)
+    {
+      nlohmann::json e = {{"rule", f.rule}, {"pc", f.pc}, {"text", f.text}, {"count", f.count}, {"message", f.message}};
+      if (f.min_distance >= 0) e["wait_states_since_issue"] = {f.min_distance, f.max_distance};
+      arr.push_back(e);
+    }
+    j["findings"] = arr;
+  }
   return j;
 }
 

@@ -37,6 +37,17 @@ struct BufferTraffic {
   uint64_t read = 0, read_distinct = 0, written = 0, written_distinct = 0;
 };
 
+// One relaxed-mode finding: a strict-check violation that was reported and passed over.
+struct Finding {
+  std::string rule;     // waitcnt, hazard, lds_race, lds_dma
+  uint64_t pc = 0;      // offset from the kernel entry
+  std::string text;     // instruction text
+  std::string message;  // the first occurrence's full message
+  uint64_t count = 0;   // occurrences (all waves, all workgroups)
+  // waitcnt reads: the fewest / most wait states between the load's issue and the read.
+  int64_t min_distance = -1, max_distance = -1;
+};
+
 struct Counters {
   WorkgroupCounters total;
   std::vector<BufferTraffic> buffers;  // per allocation touched (kernarg segment included)
@@ -44,6 +55,7 @@ struct Counters {
   unsigned workgroups = 0;
   double seconds = 0;  // host time of the dispatch
   std::vector<WorkgroupCounters> per_workgroup;  // filled when DispatchOptions::per_workgroup
+  std::vector<Finding> findings;                  // relaxed mode: one entry per (rule, pc)
   nlohmann::json to_json() const;
 };
 

@@ -290,6 +290,7 @@ bool parse_modifier(std::string_view t, Inst& in) {
   else if (key == "wave_rol") in.dpp_ctrl = 0x134;
   else if (key == "wave_shr") in.dpp_ctrl = 0x138;
   else if (key == "wave_ror") in.dpp_ctrl = 0x13c;
+  else if (key == "row_newbcast") { if (!parse_int(val, v) || v < 0 || v > 15) return false; in.dpp_ctrl = uint16_t(0x150 + v); }
   else if (key == "row_bcast") { if (!parse_int(val, v)) return false; in.dpp_ctrl = v == 15 ? 0x142 : 0x143; }
   else if (key == "row_mask") { if (!parse_int(val, v)) return false; in.row_mask = uint8_t(v); }
   else if (key == "bank_mask") { if (!parse_int(val, v)) return false; in.bank_mask = uint8_t(v); }
@@ -394,7 +395,13 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
   prog->gfx = co->gfx();
   const auto& kd = kernel.kd;
   prog->accum_offset = kd.accum_offset();
-  prog->nvgpr = std::min<unsigned>(prog->accum_offset, kd.vgpr_alloc());
+  // VGPR indices may run up to the whole allocation (at most 256), also at and beyond
+  // accum_offset: the unified register file is addressed at the VGPR's index, where AGPRs
+  // a(i - accum_offset) live (LLVM lets a kernel without AGPRs allocate the whole file to VGPRs,
+  // commit 9bbd96fd "Allow to use a whole register file on gfx90a for VGPRs"; gem5's MI200 model
+  // applies accum_offset to AGPR operands only). A kernel whose VGPRs and AGPRs overlap in the
+  // unified file is refused below (register_range: aliasing), as no source says what it means.
+  prog->nvgpr = std::min<unsigned>(256, kd.vgpr_alloc());
   prog->nagpr = kd.vgpr_alloc() > prog->accum_offset ? kd.vgpr_alloc() - prog->accum_offset : 0;
   prog->nsgpr = std::min<unsigned>(102, kd.sgpr_alloc());
 
@@ -469,13 +476,13 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
           }
           if (dst && (in.flags & F_LDS) && (info->kind & K_VMEM)) continue;  // LDS-DMA: vdata not written
           if (dst) in.writes.push_back(r); else in.reads.push_back(r);
-          if (dst && ((info->kind & (K_READS_DST | K_PERMLANE)) || (in.flags & F_SDWA && in.dst_unused == 2) ||
+          if (dst && ((info->kind & (K_READS_DST | K_PERMLANE | K_SWAP)) || (in.flags & F_SDWA && in.dst_unused == 2) ||
                       (info->kind & K_DST_OPSEL))) {
             RegRange rr = r;
             rr.role = RegRange::Src;
             in.reads.push_back(rr);
           }
-          if (!dst && (info->kind & K_PERMLANE)) {  // both operands are written
+          if (!dst && (info->kind & (K_PERMLANE | K_SWAP))) {  // both operands are written
             RegRange rw = r;
             rw.role = RegRange::Dst;
             in.writes.push_back(rw);
@@ -485,8 +492,8 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
           if (o.kind == Operand::SGPR && !overlap_special_ok(o.index, o.width) && o.index + o.width > prog->nsgpr)
             bad = fmt::format("s{} (width {}) is beyond the {} SGPRs the descriptor allocates", o.index, o.width, prog->nsgpr);
           if (o.kind == Operand::VGPR && o.index + o.width > prog->nvgpr)
-            bad = fmt::format("v{} (width {}) is beyond the {} VGPRs the descriptor allocates (accum_offset {})", o.index, o.width,
-                              prog->nvgpr, prog->accum_offset);
+            bad = fmt::format("v{} (width {}) is beyond the {} vector registers the descriptor allocates (accum_offset {})", o.index,
+                              o.width, prog->nvgpr, prog->accum_offset);
           if (o.kind == Operand::AGPR && o.index + o.width > prog->nagpr)
             bad = fmt::format("a{} (width {}) is beyond the {} AGPRs the descriptor allocates (vgpr alloc {}, accum_offset {})",
                               o.index, o.width, prog->nagpr, kd.vgpr_alloc(), prog->accum_offset);
@@ -498,6 +505,28 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
     prog->index_of[pc] = uint32_t(prog->insts.size());
     prog->insts.push_back(std::move(in));
     pc += size;
+  }
+  // VGPRs at or beyond accum_offset alias AGPRs in the unified file: refused where an AGPR of
+  // the same unified index is used too.
+  {
+    std::vector<bool> agpr_used(prog->accum_offset + prog->nagpr + 32, false);
+    for (auto& in : prog->insts)
+      for (unsigned i = 0; i < in.nops; ++i)
+        if (in.ops[i].kind == Operand::AGPR)
+          for (unsigned k = 0; k < in.ops[i].width; ++k)
+            if (prog->accum_offset + in.ops[i].index + k < agpr_used.size()) agpr_used[prog->accum_offset + in.ops[i].index + k] = true;
+    for (auto& in : prog->insts)
+      for (unsigned i = 0; i < in.nops && !in.bad_regs; ++i)
+        if (in.ops[i].kind == Operand::VGPR && in.ops[i].index + in.ops[i].width > prog->accum_offset)
+          for (unsigned k = 0; k < in.ops[i].width; ++k) {
+            unsigned u = in.ops[i].index + k;
+            if (u >= prog->accum_offset && u < agpr_used.size() && agpr_used[u]) {
+              in.bad_regs = true;
+              in.bad_reg_msg = fmt::format("v{} is at or beyond accum_offset {} and aliases a{}, which the kernel also uses", u,
+                                           prog->accum_offset, u - prog->accum_offset);
+              break;
+            }
+          }
   }
   // Branch targets.
   for (auto& in : prog->insts) {

@@ -35,8 +35,34 @@ struct DispatchOptions {
   // (default 1); with `random_seed` != 0 each turn goes to a uniformly random runnable wave.
   unsigned quantum = 1;
   uint64_t random_seed = 0;
-  // Strictness switches (all on by default).
-  bool check_waitcnt = true, check_hazards = true, check_lds_race = true;
+  // Strictness switches (all on by default), one per timing/race rule:
+  //   check_waitcnt   a load's destination read or overwritten before an s_waitcnt covers it
+  //   check_hazards   manually inserted wait states (hazards.cpp)
+  //   check_lds_race  two waves touch the same LDS bytes with no barrier between
+  //   check_lds_dma   LDS bytes written by an outstanding LDS-DMA load touched before its vmcnt
+  bool check_waitcnt = true, check_hazards = true, check_lds_race = true, check_lds_dma = true;
+  // Relaxed mode: a violation of one of the four rules above is recorded in
+  // Counters::findings, printed once per (rule, pc) as a warning on `warnings` (std::cerr when
+  // null) and execution goes on (docs/emulator.md, "Relaxed mode", says what the registers
+  // hold). Out-of-bounds accesses, unsupported instructions etc. stay errors.
+  bool relaxed = false;
+  std::ostream* warnings = nullptr;
+  // Relaxed mode: what a register read while a load into it is still outstanding (no covering
+  // s_waitcnt) holds (docs/emulator.md, "Relaxed mode"):
+  //   latency         (default) the load's data once `*_latency` wait states (the wave's clock:
+  //                   1 per instruction, N+1 per s_nop N) passed since it issued (the load
+  //                   landed before the read, as on hardware whose timing worked out), else the
+  //                   register's previous value (the read issued within the load's latency);
+  //                   an s_waitcnt that retires a load not landed yet stalls the wave (its
+  //                   landing clock) until it lands, so the loads issued after it land sooner;
+  //   loaded_value    always the load's data;  previous_value  always the previous value.
+  // The latencies are a timing model calibrated on aiter's kernels, not a hardware fact.
+  enum class EarlyRead { latency, loaded_value, previous_value };
+  EarlyRead early_read = EarlyRead::latency;
+  unsigned lds_latency = 16, smem_latency = 16, vmem_latency = 64;
+  // When set, per decoded instruction index, how often a wave executed it (resized to the
+  // program's instruction count; accumulates over dispatches of the same program).
+  std::vector<uint64_t>* exec_counts = nullptr;
   bool per_workgroup = false;       // fill Counters::per_workgroup
   bool count_distinct = true;       // distinct global bytes (costs a bitmap per allocation)
   uint64_t max_wave_instructions = 2'000'000'000ull;  // runaway guard (whole dispatch)
@@ -81,6 +107,9 @@ class Device {
   // The allocation containing [addr, addr+n), or nullptr.
   Allocation* find(uint64_t addr, size_t n);
   const Allocation* find(uint64_t addr, size_t n) const;
+  // The allocation starting at or below addr (nullptr if none): names the buffer an
+  // out-of-bounds access ran off.
+  const Allocation* nearest_below(uint64_t addr) const;
 
   // Runs `kernel` of `co`. `kernarg` shorter than the descriptor's kernarg size is zero-padded;
   // hidden arguments named in the metadata (block counts, group sizes, ...) are filled in.

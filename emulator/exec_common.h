@@ -1,6 +1,7 @@
 // Shared helpers for instruction handlers (exec_*.cpp) and the executor.
 #pragma once
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 
@@ -25,6 +26,13 @@ struct DispatchState {
   unsigned lds_size = 0;
   uint64_t wave_insts = 0;
   std::mt19937_64 rng;
+  // Relaxed mode: (rule, instruction index) -> index into `findings`.
+  std::map<std::pair<std::string, uint32_t>, size_t> finding_index;
+  uint64_t* exec_counts = nullptr;
+  const Wave* last_violation_wave = nullptr;
+  uint32_t last_violation_inst = 0;
+  std::string last_violation_rule;  // DispatchOptions::exec_counts, sized to the program
+  std::vector<Finding> findings;
 };
 
 inline Gfx Wave::gfx() const { return ds->gfx; }

@@ -2,6 +2,8 @@
 // modifiers, packed f32 (VOP3P), cross-lane operations, AccVGPR moves.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "emulator/exec_common.h"
@@ -40,6 +42,13 @@ inline int dpp_src_lane(uint16_t c, int lane) {
     case 0x142: return lane >= 16 ? row - 1 : -1;           // row_bcast:15
     case 0x143: return lane >= 32 ? 31 : -1;                // row_bcast:31
   }
+  // row_newbcast:N (gfx90a+, dpp_ctrl 0x150-0x15f; LLVM SIDefines.h DppCtrl ROW_NEWBCAST_FIRST
+  // = 0x150 .. ROW_NEWBCAST_LAST = 0x15f, the encoding GFX10+ calls row_share): every lane of a
+  // 16-lane row reads lane N of its own row (LLVM docs/AMDGPU/AMDGPUAsmGFX90a.rst, dpp_ctrl:
+  // "row_newbcast:{0..15}  Broadcast a thread within a row to the whole row"). Confirmed by
+  // aiter's hardware-validated gfx942/gfx950 MLA kernels running to the reference
+  // (docs/aiter-oracle.md), which compute their per-row LDS addresses with it.
+  if (c >= 0x150 && c <= 0x15f) return row + (c & 15);
   return -1;
 }
 
@@ -179,6 +188,11 @@ inline uint32_t quiet(uint32_t b) { return ((b & 0x7f800000u) == 0x7f800000u && 
 
 OP(MovB32, { return a; })
 OP(AddU32, { return a + b; })
+// v_add_i32 (gfx9 VOP3-only, opcode 0x29c): D.i = S0.i + S1.i, two's-complement wrap; with
+// clamp the sum saturates to the signed 32-bit range (AMD Vega/CDNA3 ISA, V_ADD_I32:
+// "Supports saturation (signed 32-bit integer domain)"). Clamp is applied in v_add_i32 below.
+OP(AddI32, { return a + b; })
+OP(SubI32, { return a - b; })
 OP(SubU32, { return a - b; })
 OP(SubrevU32, { return b - a; })
 OP(Add3U32, { return a + b + c; })
@@ -292,6 +306,22 @@ OP(RndneF32, { return b32(std::nearbyint(f32(a))); })
 OP(LdexpF32, { return b32(std::ldexp(f32(a), int32_t(b))); })
 
 // v_fmac_f32 / v_mac_f32: d = s0 * s1 + d
+template <bool SUB>
+void v_addsub_i32(Wave& w, const Inst& in) {
+  Srcs S;
+  uint64_t mask = w.exec();
+  fetch(w, in, in.info->ndst, 2, false, S, mask);
+  alignas(64) uint32_t res[64];
+  bool clamp = in.flags & F_CLAMP;
+  for (int l = 0; l < 64; ++l) {
+    int64_t a = int32_t(S.p[0][l]), b = int32_t(S.p[1][l]);
+    int64_t r = SUB ? a - b : a + b;
+    if (clamp) r = std::clamp<int64_t>(r, INT32_MIN, INT32_MAX);
+    res[l] = uint32_t(r);
+  }
+  writeback(w, in, 0, res, mask, false);
+}
+
 void v_fmac_f32(Wave& w, const Inst& in) {
   Srcs S;
   uint64_t mask = w.exec();
@@ -551,6 +581,19 @@ void v_permlane16_swap_b32(Wave& w, const Inst& in) {
   for (int pass = 0; pass < 64; pass += 32)
     for (int l = 0; l < 16; ++l) std::swap(d[pass + 16 + l], s[pass + l]);
 }
+// v_swap_b32 vdst, vsrc (VOP1): per active lane tmp = vdst; vdst = vsrc; vsrc = tmp
+// (AMD CDNA3 ISA, VOP1 opcode 81 V_SWAP_B32: "Swap operands", no modifiers; LLVM
+// VOP1Instructions.td defines it for GFX9+ with both operands tied as outputs).
+void v_swap_b32(Wave& w, const Inst& in) {
+  if (in.ops[0].kind != Operand::VGPR || in.ops[1].kind != Operand::VGPR)
+    w.fail("unsupported", "v_swap_b32 needs two VGPR operands");
+  uint32_t* d = vdst(w, in, 0);
+  uint32_t* s = vdst(w, in, 1);
+  uint64_t e = w.exec();
+  for (int l = 0; l < 64; ++l)
+    if ((e >> l) & 1) std::swap(d[l], s[l]);
+}
+
 void v_permlane32_swap_b32(Wave& w, const Inst& in) {
   uint32_t* d = vdst(w, in, 0);
   uint32_t* s = vdst(w, in, 1);
@@ -781,6 +824,9 @@ void register_valu_ops() {
   add("v_mov_b32", valu<MovB32, 1, false>, 1);
   add("v_add_u32", valu<AddU32, 2, false>, 1);
   add("v_sub_u32", valu<SubU32, 2, false>, 1);
+  add("v_add_i32", v_addsub_i32<false>, 1);
+  add("v_sub_i32", v_addsub_i32<true>, 1);
+  add("v_swap_b32", v_swap_b32, 1, K_SWAP);
   add("v_subrev_u32", valu<SubrevU32, 2, false>, 1);
   add("v_add3_u32", valu<Add3U32, 3, false>, 1);
   add("v_and_b32", valu<AndB32, 2, false>, 1);

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <iostream>
 #include <ostream>
 
 #include "emulator/exec_common.h"
@@ -51,6 +53,12 @@ Allocation* Device::find(uint64_t addr, size_t n) {
 }
 const Allocation* Device::find(uint64_t addr, size_t n) const { return const_cast<Device*>(this)->find(addr, n); }
 
+const Allocation* Device::nearest_below(uint64_t addr) const {
+  auto it = allocs_.upper_bound(addr);
+  if (it == allocs_.begin()) return nullptr;
+  return std::prev(it)->second.get();
+}
+
 void Device::write(uint64_t addr, const void* src, size_t n) {
   Allocation* a = find(addr, n);
   if (!a) throw Error("out_of_bounds", fmt::format("host write of {} bytes at 0x{:x} is outside every allocation", n, addr));
@@ -78,6 +86,37 @@ void Wave::fail(const char* rule, const std::string& msg) const {
   }
   if (!ctx.empty()) ctx = "\n  previous instructions of this wave:" + ctx;
   throw Error(rule, fmt::format("{}, `{}`: {}: {}{}", where, in ? in->text : "<end of code>", rule, msg, ctx));
+}
+
+void Wave::violation(const char* rule, const std::string& msg, const char* relaxed_value, int64_t distance) {
+  DispatchState& d = *ds;
+  if (!d.opts.relaxed) fail(rule, msg);
+  // One occurrence per executed instruction and rule (a hazard may name several registers).
+  if (d.last_violation_wave == this && d.last_violation_inst == ninst_in_wave && d.last_violation_rule == rule) return;
+  d.last_violation_wave = this;
+  d.last_violation_inst = ninst_in_wave;
+  d.last_violation_rule = rule;
+  auto key = std::make_pair(std::string(rule), pc);
+  auto note = [&](Finding& f) {
+    if (distance < 0) return;
+    f.min_distance = f.min_distance < 0 ? distance : std::min(f.min_distance, distance);
+    f.max_distance = std::max(f.max_distance, distance);
+  };
+  auto it = d.finding_index.find(key);
+  if (it != d.finding_index.end()) { d.findings[it->second].count++; note(d.findings[it->second]); return; }
+  const Inst& in = prog->insts[pc];
+  Finding f;
+  f.rule = rule;
+  f.pc = in.pc - prog->kernel->entry_address;
+  f.text = in.text;
+  f.message = fmt::format("kernel {}, workgroup ({},{},{}), wave {}, pc 0x{:x} (+0x{:x}), `{}`: {}: {}", prog->kernel->name, wg->id[0],
+                          wg->id[1], wg->id[2], id, in.pc, f.pc, in.text, rule, msg);
+  f.count = 1;
+  note(f);
+  d.finding_index.emplace(key, d.findings.size());
+  std::ostream& os = d.opts.warnings ? *d.opts.warnings : std::cerr;
+  os << fmt::format("mlaemu: warning [{}] (relaxed, reported once per rule and pc): {}; relaxed: {}\n", rule, f.message, relaxed_value);
+  d.findings.push_back(std::move(f));
 }
 
 void exec_unsupported(Wave& w, const Inst& in) {
@@ -122,8 +161,12 @@ static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n)
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   Allocation* a = w.ds->dev->find(addr, n);
   if (!a) {
-    // Name the nearest allocation to help.
-    w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation", write ? "store" : "load", n, addr));
+    // Name the nearest allocation below to help.
+    const Allocation* near = w.ds->dev->nearest_below(addr);
+    std::string hint = near ? fmt::format(" (the nearest allocation below is '{}' [0x{:x}, 0x{:x}): {} bytes past its end)", near->name, near->base,
+                                          near->base + near->data.size(), addr + n - (near->base + near->data.size()))
+                            : "";
+    w.fail("out_of_bounds", fmt::format("{} of {} bytes at 0x{:x} is outside every allocation{}", write ? "store" : "load", n, addr, hint));
   }
   size_t off = addr - a->base;
   if (a->internal) return a->data.data() + off;
@@ -153,22 +196,30 @@ struct DmaRange {
 };
 static thread_local std::vector<DmaRange> g_dma;
 
+static constexpr const char* kRaceRelaxed =
+    "the accesses take effect in the order the emulator's scheduler issued them (one ordering the hardware may also pick)";
+
 static void lds_race_record(Wave& w, uint32_t addr, unsigned n, bool write, uint32_t epoch) {
   auto& sh = w.ds->shadow;
   uint8_t me = uint8_t(w.id);
+  bool reported = false;  // one finding per access, not per byte
   for (unsigned i = 0; i < n; ++i) {
     LdsShadow& e = sh[addr + i];
     if (write) {
-      if ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))
-        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
+      if (!reported && ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))) {
+        reported = true;
+        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
                                        addr + i, w.id, e.wepoch == epoch && e.wwave != me ? "written" : "read",
-                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave));
+                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave), kRaceRelaxed);
+      }
       e.wepoch = epoch;
       e.wwave = me;
     } else {
-      if (e.wepoch == epoch && e.wwave != me)
-        w.fail("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
-                                       w.id, e.wwave));
+      if (!reported && e.wepoch == epoch && e.wwave != me) {
+        reported = true;
+        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
+                                            w.id, e.wwave), kRaceRelaxed);
+      }
       if (e.repoch == epoch && e.rwave != me) e.rwave = 0xff;
       else { e.repoch = epoch; e.rwave = me; }
     }
@@ -180,11 +231,14 @@ uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
   if (uint64_t(addr) + n > ds.lds_size)
     w.fail("out_of_bounds", fmt::format("LDS {} of {} bytes at 0x{:x} is beyond the {} bytes the kernel allocates (group_segment_fixed_size)",
                                         write ? "write" : "read", n, addr, ds.lds_size));
-  if (!g_dma.empty())
+  if (!g_dma.empty() && ds.opts.check_lds_dma)
     for (auto& d : g_dma)
-      if (addr < d.hi && addr + n > d.lo)
-        w.fail("waitcnt", fmt::format("LDS bytes [0x{:x},0x{:x}) are still being written by an outstanding LDS-DMA load of wave {} "
-                                      "(not yet covered by s_waitcnt vmcnt)", std::max(addr, d.lo), std::min(addr + n, d.hi), d.wave->id));
+      if (addr < d.hi && addr + n > d.lo) {
+        w.violation("lds_dma", fmt::format("LDS bytes [0x{:x},0x{:x}) are still being written by an outstanding LDS-DMA load of wave {} "
+                                           "(not yet covered by s_waitcnt vmcnt)", std::max(addr, d.lo), std::min(addr + n, d.hi), d.wave->id),
+                    "the DMA's bytes are already in LDS (the emulator writes them when the load issues), as if it had completed");
+        break;
+      }
   if (write) w.ctr->lds_write_bytes += n; else w.ctr->lds_read_bytes += n;
   if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, write, ds.epoch);
   return ds.wg->lds.data() + addr;
@@ -200,6 +254,7 @@ PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds) {
   PendingOp op;
   op.seq = w.next_seq++;
   op.inst_index = w.pc;
+  op.issue_clock = w.clock + w.stall;
   op.smem = smem;
   op.lds = lds;
   for (auto& r : in.writes) {
@@ -219,12 +274,22 @@ static void retire(Wave& w, PendingOp& op) {
 
 void register_dma(Wave& w, PendingOp& op) { g_dma.push_back({&w, op.seq, op.lds_lo, op.lds_hi}); }
 
+// Relaxed mode, latency model: a wave waiting on a load that has not landed yet stalls until it
+// lands, so the loads issued after it are that much closer to landing at the next read.
+static void stall_until_landed(Wave& w, const PendingOp& op, bool vm) {
+  const DispatchOptions& o = w.ds->opts;
+  if (!o.relaxed || o.early_read != DispatchOptions::EarlyRead::latency) return;
+  uint64_t lat = vm ? o.vmem_latency : op.smem ? o.smem_latency : o.lds_latency;
+  uint64_t now = w.clock + w.stall;
+  if (op.issue_clock + lat > now) w.stall += op.issue_clock + lat - now;
+}
+
 void wait_counts(Wave& w, unsigned vm, unsigned lgkm) {
-  while (w.vmq.size() > vm) { retire(w, w.vmq.front()); w.vmq.pop_front(); }
+  while (w.vmq.size() > vm) { stall_until_landed(w, w.vmq.front(), true); retire(w, w.vmq.front()); w.vmq.pop_front(); }
   if (w.lgkmq.size() > lgkm) {
     bool has_smem = std::any_of(w.lgkmq.begin(), w.lgkmq.end(), [](const PendingOp& o) { return o.smem; });
     if (has_smem && lgkm > 0) return;  // out-of-order returns: only lgkmcnt(0) proves anything
-    while (w.lgkmq.size() > lgkm) { retire(w, w.lgkmq.front()); w.lgkmq.pop_front(); }
+    while (w.lgkmq.size() > lgkm) { stall_until_landed(w, w.lgkmq.front(), false); retire(w, w.lgkmq.front()); w.lgkmq.pop_front(); }
   }
 }
 
@@ -252,18 +317,79 @@ static const PendingOp* find_pending(const Wave& w, unsigned reg, bool* in_vm) {
   return nullptr;
 }
 
-static void pending_fail(Wave& w, unsigned reg, const char* what) {
+static bool landed(const Wave& w, const PendingOp& op, bool vm);
+
+static void pending_fail(Wave& w, unsigned reg, const char* what, bool read) {
   bool vm = false;
   const PendingOp* op = find_pending(w, reg, &vm);
   std::string src = op ? fmt::format("`{}` at pc 0x{:x}", w.prog->insts[op->inst_index].text, w.prog->insts[op->inst_index].pc) : "a load";
-  w.fail("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
-                                vm ? "vmcnt" : "lgkmcnt"));
+  w.violation("waitcnt", fmt::format("{} {} while {} still has it outstanding (no s_waitcnt {} covers it yet)", what, reg_name(reg), src,
+                                     vm ? "vmcnt" : "lgkmcnt"),
+              !read ? "the load's result landed before this write; the register holds what this instruction writes"
+              : !op || landed(w, *op, vm)
+                  ? "the read sees the load's data (the load landed before the read, as on hardware whose timing worked out)"
+                  : "the read sees the register's previous value (the load has not landed yet: the read issued within the load's "
+                    "latency); the load's data lands after this instruction",
+              read && op ? int64_t(w.clock + w.stall - op->issue_clock) : -1);
 }
 
-static void check_pending(Wave& w, const Inst& in) {
+// A register's storage: 1 dword (SGPR) or 64 lanes (VGPR/AGPR) in the unified numbering.
+static uint32_t* reg_storage(Wave& w, unsigned id, unsigned& lanes) {
+  if (id < kVgprBase) { lanes = 1; return &w.s[id]; }
+  lanes = 64;
+  if (id < kAgprBase) return w.vreg(id - kVgprBase);
+  return w.areg(id - kAgprBase);
+}
+
+// The contents `reg` had before `op` (relaxed mode, EarlyRead::previous_value), or nullptr.
+static const uint32_t* old_value(Wave& w, const PendingOp& op, unsigned reg) {
+  size_t off = 0;
+  for (unsigned k = 0; k < op.nregs; ++k)
+    for (unsigned i = 0; i < op.regs[k].count; ++i) {
+      unsigned id = op.regs[k].first + i, lanes;
+      reg_storage(w, id, lanes);
+      if (id == reg) return off + lanes <= op.old_vals.size() ? &op.old_vals[off] : nullptr;
+      off += lanes;
+    }
+  return nullptr;
+}
+
+// Relaxed mode: has `op` landed by now (EarlyRead::latency), or never before its waitcnt (previous_value)?
+static bool landed(const Wave& w, const PendingOp& op, bool vm) {
+  const DispatchOptions& o = w.ds->opts;
+  if (o.early_read == DispatchOptions::EarlyRead::loaded_value) return true;
+  if (o.early_read == DispatchOptions::EarlyRead::previous_value) return false;
+  uint64_t lat = vm ? o.vmem_latency : op.smem ? o.smem_latency : o.lds_latency;
+  return w.clock + w.stall - op.issue_clock >= lat;
+}
+
+// Registers whose load has not landed yet (relaxed, previous_value): swapped in for one instruction.
+struct EarlyReadSwap {
+  unsigned reg;
+  std::array<uint32_t, 64> loaded;
+};
+
+static void check_pending(Wave& w, const Inst& in, std::vector<EarlyReadSwap>* early) {
+  bool reported = false;
   for (auto& r : in.reads)
-    for (unsigned i = 0; i < r.count; ++i)
-      if (w.pend[r.first + i]) pending_fail(w, r.first + i, "reads");
+    for (unsigned i = 0; i < r.count; ++i) {
+      unsigned reg = r.first + i;
+      if (!w.pend[reg]) continue;
+      if (!reported) { pending_fail(w, reg, "reads", true); reported = true; }
+      if (!early) continue;  // loaded_value: the register already holds the load's data
+      bool vm = false;
+      const PendingOp* op = find_pending(w, reg, &vm);
+      if (op && landed(w, *op, vm)) continue;
+      const uint32_t* old = op ? old_value(w, *op, reg) : nullptr;
+      if (!old || std::any_of(early->begin(), early->end(), [&](const EarlyReadSwap& e) { return e.reg == reg; })) continue;
+      unsigned lanes;
+      uint32_t* p = reg_storage(w, reg, lanes);
+      EarlyReadSwap e;
+      e.reg = reg;
+      std::memcpy(e.loaded.data(), p, lanes * 4);
+      std::memcpy(p, old, lanes * 4);
+      early->push_back(e);
+    }
   if (in.writes.empty()) return;
   uint32_t k = in.info ? in.info->kind : 0;
   for (auto& r : in.writes)
@@ -274,7 +400,7 @@ static void check_pending(Wave& w, const Inst& in) {
       const PendingOp* op = find_pending(w, reg, &vm);
       // In-order returns of the same counter may overwrite each other (VMEM after VMEM, LDS after LDS).
       bool ok = op && ((vm && (k & K_VMEM) && (k & K_LOAD)) || (!vm && !op->smem && (k & K_LDS) && (k & K_LOAD)));
-      if (!ok) pending_fail(w, reg, "overwrites");
+      if (!ok) { pending_fail(w, reg, "overwrites", false); return; }
     }
 }
 
@@ -293,7 +419,26 @@ static void step(Wave& w) {
   if (w.pc >= w.prog->insts.size()) w.fail("decode", "execution ran past the end of the kernel's code");
   const Inst& in = w.prog->insts[w.pc];
   if (in.bad_regs) w.fail("register_range", in.bad_reg_msg);
-  if (ds.opts.check_waitcnt) check_pending(w, in);
+  // Relaxed mode, EarlyRead::previous_value: loads keep the destination's previous contents so that
+  // a read before the covering s_waitcnt sees them (swapped in for that one instruction).
+  const bool prev_mode = ds.opts.relaxed && ds.opts.check_waitcnt && ds.opts.early_read != DispatchOptions::EarlyRead::loaded_value;
+  thread_local std::vector<EarlyReadSwap> early;
+  thread_local std::vector<uint32_t> snap;
+  early.clear();
+  if (ds.opts.check_waitcnt) check_pending(w, in, prev_mode ? &early : nullptr);
+  const bool snap_load = prev_mode && in.info && (in.info->kind & K_LOAD) && !in.writes.empty();
+  if (snap_load) {
+    snap.clear();
+    unsigned nr = 0;
+    for (auto& r : in.writes) {
+      if (nr++ >= 2) break;  // push_pending keeps the first two ranges
+      for (unsigned i = 0; i < r.count; ++i) {
+        unsigned lanes;
+        uint32_t* p = reg_storage(w, r.first + i, lanes);
+        snap.insert(snap.end(), p, p + lanes);
+      }
+    }
+  }
   if (ds.opts.check_hazards && in.info) check_hazards(w, in);
   uint32_t here = w.pc;
   w.next_pc = here + 1;
@@ -301,6 +446,16 @@ static void step(Wave& w) {
     *ds.opts.trace << fmt::format("wg {},{},{} wave {} +0x{:x}: {}\n", w.wg->id[0], w.wg->id[1], w.wg->id[2], w.id,
                                   in.pc - w.prog->kernel->entry_address, in.text);
   in.fn(w, in);
+  if (!early.empty())  // the load lands after this instruction
+    for (auto& e : early) {
+      unsigned lanes;
+      uint32_t* p = reg_storage(w, e.reg, lanes);
+      std::memcpy(p, e.loaded.data(), lanes * 4);
+    }
+  if (snap_load)
+    for (auto* q : {&w.vmq, &w.lgkmq})
+      if (!q->empty() && q->back().seq + 1 == w.next_seq && q->back().inst_index == here) q->back().old_vals = snap;
+  if (ds.exec_counts) ds.exec_counts[here]++;
   w.recent[w.nrecent++ % 8] = here;
   if (in.info && ds.opts.check_hazards) record_hazards(w, in);
   w.pc = w.next_pc;
@@ -363,6 +518,10 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   ds.grid = grid;
   ds.block = block;
   ds.rng.seed(opts.random_seed);
+  if (opts.exec_counts) {
+    if (opts.exec_counts->size() < prog.insts.size()) opts.exec_counts->resize(prog.insts.size(), 0);
+    ds.exec_counts = opts.exec_counts->data();
+  }
   ds.lds_size = k.kd.group_segment_fixed_size + opts.dynamic_lds;
   unsigned max_lds = ds.gfx == Gfx::gfx950 ? 160 * 1024 : 64 * 1024;
   if (ds.lds_size > max_lds) throw Error("dispatch", fmt::format("kernel {} needs {} bytes of LDS; {} has {}", k.name, ds.lds_size, gfx_name(ds.gfx), max_lds));
@@ -439,6 +598,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;
             w.gpr_idx_on = false; w.gpr_idx_mode = 0;
             w.clock = 100;  // far from any writer
+            w.stall = 0;
             unsigned dm = kd.float_denorm_mode_32();
             w.denorm32 = dm != 0;
             w.denorm16 = kd.float_denorm_mode_16_64() != 0;
@@ -534,6 +694,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
     a->read_map.clear(); a->read_map.shrink_to_fit();
     a->write_map.clear(); a->write_map.shrink_to_fit();
   }
+  out.findings = std::move(ds.findings);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

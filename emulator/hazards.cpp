@@ -55,10 +55,13 @@ std::string rname(unsigned id) {
   return fmt::format("a{}", id - kAgprBase);
 }
 
-[[noreturn]] void hz(Wave& w, unsigned reg, const RegHist& h, int need, int have, const char* what) {
+constexpr const char* kHazardRelaxed =
+    "the read sees the producer's result (the emulator writes results at issue), as if the wait states had elapsed";
+
+void hz(Wave& w, unsigned reg, const RegHist& h, int need, int have, const char* what) {
   const Inst& wr = w.prog->insts[h.wpc_index];
-  w.fail("hazard", fmt::format("{} ({} written by `{}` at pc 0x{:x}): needs {} wait states, has {}", what, rname(reg), wr.text, wr.pc,
-                               need, have));
+  w.violation("hazard", fmt::format("{} ({} written by `{}` at pc 0x{:x}): needs {} wait states, has {}", what, rname(reg), wr.text, wr.pc,
+                                    need, have), kHazardRelaxed);
 }
 
 int mfma_read_need(const RegHist& h, bool gfx950) {  // VALU/VMEM/LDS read or WAW after MFMA
@@ -159,20 +162,23 @@ void check_hazards(Wave& w, const Inst& in) {
           int64_t ws = since(h.srcc_clock);
           int need = srcc_war_need(h.srcc_passes);
           if (ws < need)
-            w.fail("hazard", fmt::format("XDL MFMA reads {} as SrcC, then it is overwritten: needs {} wait states, has {}", rname(reg), need, ws));
+            w.violation("hazard", fmt::format("XDL MFMA reads {} as SrcC, then it is overwritten: needs {} wait states, has {}", rname(reg), need, ws),
+                        "the MFMA read its SrcC before this write (the emulator reads operands at issue)");
         }
         if (is_valu && h.store_clock) {
           int64_t ws = since(h.store_clock);
           if (ws < 2)
-            w.fail("hazard", fmt::format("a >64-bit store reads {} as data, then a VALU overwrites it: needs 2 wait states, has {}", rname(reg), ws));
+            w.violation("hazard", fmt::format("a >64-bit store reads {} as data, then a VALU overwrites it: needs 2 wait states, has {}", rname(reg), ws),
+                        "the store read its data before this write (the emulator stores at issue)");
         }
       }
   }
   if (k & (K_SETREG | K_GETREG)) {
     unsigned id = unsigned(in.simm) & 0x3f;
     if (w.mode_clock_setreg[id] && since(w.mode_clock_setreg[id]) < 2)
-      w.fail("hazard", fmt::format("s_setreg of hwreg {} then s_getreg/s_setreg of it: needs 2 wait states, has {}", id,
-                                   since(w.mode_clock_setreg[id])));
+      w.violation("hazard", fmt::format("s_setreg of hwreg {} then s_getreg/s_setreg of it: needs 2 wait states, has {}", id,
+                                        since(w.mode_clock_setreg[id])),
+                  "the hwreg holds the value s_setreg wrote (applied at issue)");
   }
 }
 

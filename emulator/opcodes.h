@@ -34,6 +34,7 @@ enum : uint32_t {
   K_READS_DST = 1u << 25, // destination is also a source (v_fmac, v_mac, tied forms)
   K_BRANCH = 1u << 26,
   K_DST_OPSEL = 1u << 27, // op_sel's destination bit selects the written half (tied destination)
+  K_SWAP = 1u << 28,      // v_swap_b32: both operands are read and written
 };
 
 struct OpInfo {

@@ -24,6 +24,7 @@ struct DispatchState;
 struct PendingOp {
   uint64_t seq = 0;
   uint32_t inst_index = 0;
+  uint64_t issue_clock = 0;             // the wave's clock + stall when the load issued
   bool smem = false, lds = false;       // kind (vm queue entries: lds = LDS-DMA)
   RegRange regs[2];                     // destination registers (unified ids)
   uint8_t nregs = 0;
@@ -32,6 +33,9 @@ struct PendingOp {
   uint32_t lds_lo = 0, lds_hi = 0;      // DMA: contiguous range written at completion
   std::vector<uint32_t> lds_addrs;      // DS: per active lane byte address
   uint8_t lds_bytes = 0;                // DS: bytes per lane
+  // Relaxed mode with EarlyRead::previous_value: the destination registers' contents before
+  // the load (regs[0..nregs) in order; 1 dword per SGPR, 64 per VGPR/AGPR).
+  std::vector<uint32_t> old_vals;
 };
 
 // Per-register hazard history.
@@ -68,6 +72,9 @@ struct Wave {
   bool denorm32 = true, denorm16 = true, ieee = true, dx10_clamp = true, fp16_ovfl = false;
   // Strictness state.
   uint64_t clock = 0;         // wait-state clock
+  // Relaxed mode, EarlyRead::latency: wait states spent stalled at s_waitcnt until the retired
+  // load landed (issue time + latency); the load-landing time is clock + stall.
+  uint64_t stall = 0;
   std::vector<RegHist> hist;  // kNumRegIds
   std::vector<uint8_t> pend;  // kNumRegIds: outstanding load writes
   std::deque<PendingOp> vmq, lgkmq;
@@ -88,6 +95,10 @@ struct Wave {
   const Inst& cur() const;
   // Throws Error(rule, "...kernel, workgroup, wave, pc, instruction: rule: msg").
   [[noreturn]] void fail(const char* rule, const std::string& msg) const;
+  // A timing/race rule violated: fail() in strict mode; in relaxed mode a finding (warned once
+  // per rule and pc) and execution goes on. `relaxed_value` says what the emulator does then.
+  // `distance`: for waitcnt reads, wait states since the load issued (else -1).
+  void violation(const char* rule, const std::string& msg, const char* relaxed_value, int64_t distance = -1);
 };
 
 // LDS shadow entry (race detection), one per byte.

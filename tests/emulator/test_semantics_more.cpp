@@ -30,9 +30,9 @@ TEST_CASE("semantics: LDS DMA and its vmcnt visibility rule", "[semantics]") {
   bad.replace(bad.find("  s_waitcnt vmcnt(0)\n"), 20, "");
   try {
     run_wave(Gfx::gfx950, "gl_lds_bad", bad, ramp_inputs(), extra, o);
-    FAIL("expected a waitcnt error");
+    FAIL("expected an lds_dma error");
   } catch (const Error& e) {
-    CHECK(e.rule == "waitcnt");
+    CHECK(e.rule == "lds_dma");
     CHECK(std::string(e.what()).find("LDS-DMA") != std::string::npos);
   }
   for (Gfx g : {Gfx::gfx942, Gfx::gfx950}) {  // buffer_load_dword ... lds
