@@ -4,6 +4,7 @@
 // the one source of truth; a missing table, row, target or evidence kind is a failure.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
 #include "config/config.h"
@@ -207,4 +209,48 @@ TEST_CASE("provenance: every form of every catalog kernel (configs/*.json, both 
   std::string summary = fmt::format("{} kernels, {} forms;", kernels, used.size());
   for (const auto& [k, n] : per_kind) summary += fmt::format(" {} {}", k, n);
   WARN(summary);
+}
+
+// An `aiter` claim (sources: "aiter: gfx950 <kernel> (+N more), gfx942 <kernel>; ...") must be
+// backed by docs/aiter-oracle-forms.json: a passing run of the named kernel on that target
+// executed the form. The file is measured data (mlaoracle --forms-out), committed beside the table.
+TEST_CASE("provenance: every aiter claim names a passing aiter run that executed the form") {
+  std::ifstream in(provenance_path());
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Table t = parse_table(ss.str());
+  REQUIRE(t.errors.empty());
+  std::ifstream jf(std::string(mla::build::kSourceDir) + "/docs/aiter-oracle-forms.json");
+  REQUIRE(jf.good());
+  nlohmann::json j;
+  jf >> j;
+  // (target, kernel) -> forms executed by its passing runs
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> executed;
+  for (const auto& r : j.at("runs")) {
+    REQUIRE(r.at("pass").get<bool>());
+    auto& s = executed[{r.at("target").get<std::string>(), r.at("kernel").get<std::string>()}];
+    for (const auto& [form, count] : r.at("forms").items()) s.insert(form);
+  }
+  int claims = 0;
+  static const std::regex claim(R"((gfx94[2]|gfx950) ([A-Za-z0-9_]+))");
+  for (const auto& [form, row] : t.rows) {
+    const bool kind = std::find(row.kinds.begin(), row.kinds.end(), "aiter") != row.kinds.end();
+    const auto at = row.sources.find("aiter:");
+    CHECK(kind == (at != std::string::npos));  // the kind and its source come together
+    if (!kind || at == std::string::npos) continue;
+    const std::string list = row.sources.substr(at + 6, row.sources.find(';', at) - at - 6);
+    int named = 0;
+    for (std::sregex_iterator m(list.begin(), list.end(), claim), end; m != end; ++m) {
+      ++named, ++claims;
+      const std::string target = (*m)[1], kernel = (*m)[2];
+      INFO("line " << row.line << ": `" << form << "` claims " << target << " " << kernel);
+      CHECK(row.targets.count(target));
+      auto e = executed.find({target, kernel});
+      REQUIRE(e != executed.end());
+      CHECK(e->second.count(form));
+    }
+    CHECK(named > 0);
+  }
+  CHECK(claims >= 70);
 }
