@@ -425,6 +425,11 @@ void Consumer::softmax() {
     if (cap) b.v_sub_f32(sacc[e], sacc[e], tmax);
     b.v_exp_f32(sacc[e], sacc[e]);
   }
+  if (!pl.sum_rounded_p) row_sum();  // bf16 P: the packing below uses tsum as scratch
+}
+
+// l += the lane's P of this tile (its 4 lane groups are summed once, at the end).
+void Consumer::row_sum() {
   b.v_add_f32(tsum, sacc[0], sacc[1]);
   for (int e = 2; e < 4 * sub_tiles; ++e) b.v_add_f32(tsum, tsum, sacc[e]);
   b.v_add_f32(lrun, lrun, tsum);
@@ -436,6 +441,13 @@ void Consumer::pack_p() {
     for (int st = 0; st < sub_tiles; ++st) {
       b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 0], sacc[4 * st + 1], 0);
       b.v_cvt_pk_fp8_f32(pop[st], sacc[4 * st + 2], sacc[4 * st + 3], 1);
+    }
+    if (pl.sum_rounded_p) {  // back to f32, exactly (every fp8 value is an f32), for l
+      for (int st = 0; st < sub_tiles; ++st) {
+        b.v_cvt_pk_f32_fp8(sacc.sub(4 * st, 2), pop[st], 0);
+        b.v_cvt_pk_f32_fp8(sacc.sub(4 * st + 2, 2), pop[st], 1);
+      }
+      row_sum();
     }
   } else {
     for (int e = 0; e < 4 * sub_tiles; e += 2) pack_bf16(pop[e / 2], sacc[e], sacc[e + 1], tt, tsum);

@@ -77,6 +77,7 @@ class Consumer {
   void scores();
   void softmax();
   void pack_p();
+  void row_sum();
   void pv_transposed();
   VReg pv_operands(int nb, int half);
   void pv_mfmas(int nb, int half, VReg x);

@@ -85,6 +85,7 @@ MlaDecodePlan mla_decode_plan(const KernelSpec& s, const MlaGeometry& g) {
   p.v_blocks = tr ? 0 : kMlaVDim / (16 * g.v_read_columns);
   p.v_block_regs = p.pv_tokens_per_lane * kvb * p.v_halves;
   p.v_group_regs = 4 * p.v_operand_regs;
+  p.sum_rounded_p = g.p_bytes == 1;
 
   // Slot hand-over and read-ahead.
   p.early_release = g.ring == 1 && !tr && p.v_blocks * p.v_block_regs <= kEarlyReleaseVRegs;
@@ -128,6 +129,7 @@ nlohmann::json MlaDecodePlan::to_json() const {
           {"fixed_addresses", fixed_addresses},
           {"prefetch", prefetch},
           {"tail_groups", tail_groups},
+          {"sum_rounded_p", sum_rounded_p},
           {"vgpr_budget",
            {{"o", o_regs},
             {"scores", score_regs},

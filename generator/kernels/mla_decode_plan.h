@@ -50,6 +50,9 @@ struct MlaDecodePlan {
   int v_block_regs = 0;          // raw registers of one such read for the lane's tokens
   int v_raw_sets = 1;            // raw V register sets held at once
   int v_group_regs = 0;          // A operands of one 4-column group (four 16-column blocks)
+  // The row sum l adds the P that PV uses: with fp8 P, the rounded values (converted back), so
+  // that O / l and the split merge's weights exp(lse) = l describe the same P.
+  bool sum_rounded_p = false;
 
   // Slot hand-over and read-ahead (one-slot ring).
   bool early_release = false;    // the slot is released before PV (raw V fits 32 VGPRs)
