@@ -83,9 +83,15 @@ bool decode_one(McContext& mc, const uint8_t* p, size_t n, uint64_t addr, unsign
   uint64_t sz = 0;
   std::string dummy;
   llvm::raw_string_ostream cs(dummy);
+  // LLVM's AMDGPU disassembler reads a literal past the end of what it is given (a section that
+  // ends in a truncated literal crashed it: issue #15), so it gets a zero-padded copy of the next
+  // 16 bytes (the longest gfx9 instruction is 12) and an instruction longer than what is left
+  // is invalid.
+  uint8_t buf[32] = {};
+  std::memcpy(buf, p, std::min<size_t>(n, 16));
   std::lock_guard<std::mutex> lock(mc.mu);
-  auto st = mc.dis->getInstruction(mi, sz, llvm::ArrayRef<uint8_t>(p, n), addr, cs);
-  if (st != llvm::MCDisassembler::Success || sz == 0) {
+  auto st = mc.dis->getInstruction(mi, sz, llvm::ArrayRef<uint8_t>(buf, sizeof buf), addr, cs);
+  if (st != llvm::MCDisassembler::Success || sz == 0 || sz > n) {
     size = 4;
     return false;
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -30,14 +31,45 @@ static std::string resolve(const std::string& base, const std::string& p) {
   return (fs::path(base) / p).string();
 }
 
-static Dim3 dim3(const nlohmann::json& j, const char* what) {
+// An integer field in [lo, hi], checked before narrowing: a value outside is an error naming
+// the field, never a wrapped or truncated one.
+static uint64_t int_field(const nlohmann::json& j, const std::string& what, uint64_t lo, uint64_t hi) {
+  if (!j.is_number_integer() || (j.is_number_integer() && !j.is_number_unsigned() && j.get<int64_t>() < 0) ||
+      j.get<uint64_t>() < lo || j.get<uint64_t>() > hi)
+    throw Error("dispatch", fmt::format("'{}' = {} (allowed: an integer in {}..{})", what, j.dump(), lo, hi));
+  return j.get<uint64_t>();
+}
+static int64_t signed_field(const nlohmann::json& j, const std::string& what, int64_t lo, int64_t hi) {
+  if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      j.get<int64_t>() < lo || j.get<int64_t>() > hi)
+    throw Error("dispatch", fmt::format("'{}' = {} (allowed: an integer in {}..{})", what, j.dump(), lo, hi));
+  return j.get<int64_t>();
+}
+
+// Launch limits: a workgroup holds at most 1024 work-items (AMDGPUUsage, max_flat_workgroup_size);
+// the grid at most 2^24 workgroups here (an emulator run, not a hardware limit).
+constexpr uint64_t kMaxGridWorkgroups = uint64_t(1) << 24, kMaxWorkgroupSize = 1024;
+constexpr uint64_t kMaxKernargBytes = 64 * 1024, kMaxBufferBytes = uint64_t(4) << 30;
+
+static Dim3 dim3(const nlohmann::json& j, const char* what, uint64_t max_product) {
   Dim3 d;
-  if (j.is_number()) { d.x = j.get<unsigned>(); return d; }
-  if (!j.is_array() || j.empty() || j.size() > 3) throw Error("dispatch", fmt::format("'{}' must be a number or [x, y, z]", what));
-  d.x = j[0].get<unsigned>();
-  if (j.size() > 1) d.y = j[1].get<unsigned>();
-  if (j.size() > 2) d.z = j[2].get<unsigned>();
+  if (!j.is_number() && (!j.is_array() || j.empty() || j.size() > 3))
+    throw Error("dispatch", fmt::format("'{}' must be a number or [x, y, z]", what));
+  const nlohmann::json a = j.is_number() ? nlohmann::json::array({j}) : j;
+  unsigned* dims[3] = {&d.x, &d.y, &d.z};
+  for (size_t i = 0; i < a.size(); ++i) *dims[i] = unsigned(int_field(a[i], fmt::format("{}[{}]", what, i), 1, max_product));
+  if (uint64_t(d.x) * d.y * d.z > max_product)
+    throw Error("dispatch", fmt::format("'{}' = {} has {} items (allowed: at most {})", what, j.dump(),
+                                        uint64_t(d.x) * d.y * d.z, max_product));
   return d;
+}
+
+// A buffer's name names its output file: letters, digits, '_', '-' and '.', not starting with '.'.
+static void check_buffer_name(const std::string& n) {
+  if (n.empty() || n[0] == '.' || n.size() > 128 ||
+      n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos)
+    throw Error("dispatch", fmt::format("buffer name '{}' (allowed: 1-128 letters, digits, '_', '-', '.', not "
+                                        "starting with '.': it names the output file in out_dir)", n));
 }
 
 nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base, const RunOverrides& ov) {
@@ -48,21 +80,31 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     };
     auto co = CodeObject::load_file(resolve(base, need("code_object").get<std::string>()));
     std::string kname = need("kernel").get<std::string>();
-    Dim3 grid = dim3(need("grid"), "grid"), block = dim3(need("block"), "block");
+    Dim3 grid = dim3(need("grid"), "grid", kMaxGridWorkgroups), block = dim3(need("block"), "block", kMaxWorkgroupSize);
     Device dev(co->gfx());
     struct Buf { std::string name; uint64_t addr; size_t size; std::string dtype; std::vector<size_t> shape; };
     std::vector<Buf> bufs;
     for (auto& b : spec.value("buffers", nlohmann::json::array())) {
       Buf x;
       x.name = b.at("name").get<std::string>();
-      size_t align = b.value("align", 256);
-      uint8_t fill = uint8_t(b.value("fill", 0));
+      check_buffer_name(x.name);
+      const std::string w = "buffers." + x.name;
+      const size_t align = b.contains("align") ? size_t(int_field(b.at("align"), w + ".align", 4, 1 << 20)) : 256;
+      if (align & (align - 1)) throw Error("dispatch", fmt::format("'{}.align' = {} (allowed: a power of two)", w, align));
+      const uint8_t fill = b.contains("fill") ? uint8_t(int_field(b.at("fill"), w + ".fill", 0, 255)) : 0;
       std::optional<npy::Array> init;
       if (b.contains("init")) init = npy::load(resolve(base, b.at("init").get<std::string>()));
-      x.size = b.contains("size") ? b.at("size").get<size_t>() : init ? init->data.size() : 0;
+      x.size = b.contains("size") ? size_t(int_field(b.at("size"), w + ".size", 0, kMaxBufferBytes)) : init ? init->data.size() : 0;
       if (init && init->data.size() > x.size)
         throw Error("dispatch", fmt::format("buffer {}: init data ({} bytes) is larger than size {}", x.name, init->data.size(), x.size));
       x.dtype = b.value("dtype", init ? init->dtype : std::string("|u1"));
+      try {
+        npy::Array probe;
+        probe.dtype = x.dtype;
+        probe.item_size();
+      } catch (const std::exception& e) {
+        throw Error("dispatch", fmt::format("'{}.dtype': {}", w, e.what()));
+      }
       if (b.contains("shape")) x.shape = b.at("shape").get<std::vector<size_t>>();
       else if (init && init->data.size() == x.size) x.shape = init->shape;
       x.addr = dev.alloc(x.size, align, x.name, fill);
@@ -75,20 +117,25 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     };
     KernargBuilder kb;
     const auto& ka = spec.value("kernarg", nlohmann::json::object());
-    if (ka.contains("size")) kb.bytes.resize(ka.at("size").get<size_t>(), 0);
-    for (auto& fld : ka.value("fields", nlohmann::json::array())) {
-      size_t off = fld.at("offset").get<size_t>();
+    if (ka.contains("size")) kb.bytes.resize(size_t(int_field(ka.at("size"), "kernarg.size", 0, kMaxKernargBytes)), 0);
+    for (size_t i = 0; i < ka.value("fields", nlohmann::json::array()).size(); ++i) {
+      const auto& fld = ka.at("fields")[i];
+      const std::string w = fmt::format("kernarg.fields[{}]", i);
       std::string type = fld.value("type", "u32");
+      const size_t width = fld.contains("buffer") ? 8 : type == "u8" ? 1 : type == "u16" ? 2 : type == "u64" || type == "i64" ? 8 : 4;
+      const size_t off = size_t(int_field(fld.at("offset"), w + ".offset", 0, kMaxKernargBytes - width));
+      auto value = [&](uint64_t hi) { return int_field(fld.at("value"), w + ".value", 0, hi); };
+      auto svalue = [&](int64_t lo, int64_t hi) { return signed_field(fld.at("value"), w + ".value", lo, hi); };
       if (fld.contains("buffer")) {
-        uint64_t a = addr_of(fld.at("buffer").get<std::string>()) + fld.value("byte_offset", 0ull);
-        kb.put<uint64_t>(off, a);
-      } else if (type == "u32") kb.put<uint32_t>(off, fld.at("value").get<uint32_t>());
-      else if (type == "i32") kb.put<int32_t>(off, fld.at("value").get<int32_t>());
+        const uint64_t byte_offset = fld.contains("byte_offset") ? int_field(fld.at("byte_offset"), w + ".byte_offset", 0, kMaxBufferBytes) : 0;
+        kb.put<uint64_t>(off, addr_of(fld.at("buffer").get<std::string>()) + byte_offset);
+      } else if (type == "u32") kb.put<uint32_t>(off, uint32_t(value(UINT32_MAX)));
+      else if (type == "i32") kb.put<int32_t>(off, int32_t(svalue(INT32_MIN, INT32_MAX)));
       else if (type == "f32") kb.put<float>(off, fld.at("value").get<float>());
-      else if (type == "u64") kb.put<uint64_t>(off, fld.at("value").get<uint64_t>());
-      else if (type == "i64") kb.put<int64_t>(off, fld.at("value").get<int64_t>());
-      else if (type == "u16") kb.put<uint16_t>(off, fld.at("value").get<uint16_t>());
-      else if (type == "u8") kb.put<uint8_t>(off, fld.at("value").get<uint8_t>());
+      else if (type == "u64") kb.put<uint64_t>(off, value(UINT64_MAX));
+      else if (type == "i64") kb.put<int64_t>(off, svalue(INT64_MIN, INT64_MAX));
+      else if (type == "u16") kb.put<uint16_t>(off, uint16_t(value(UINT16_MAX)));
+      else if (type == "u8") kb.put<uint8_t>(off, uint8_t(value(UINT8_MAX)));
       else throw Error("dispatch", "unknown kernarg field type '" + type + "' (u8/u16/u32/i32/f32/u64/i64, or buffer)");
     }
     DispatchOptions opts;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -9,34 +10,52 @@
 namespace mla::npy {
 
 size_t Array::item_size() const {
-  if (dtype.size() < 3) throw std::runtime_error(fmt::format("npy: bad dtype '{}'", dtype));
-  return std::stoul(dtype.substr(2));
+  // '<u4', '|u1', '<f4', ...: a byte order, a kind letter, and 1, 2, 4 or 8 bytes.
+  if (dtype.size() != 3 || !std::strchr("1248", dtype[2]))
+    throw std::runtime_error(fmt::format("npy: dtype '{}' (allowed: 1, 2, 4 or 8-byte items, e.g. '<u4')", dtype));
+  return size_t(dtype[2] - '0');
 }
 
 size_t Array::count() const {
   size_t n = 1;
-  for (size_t d : shape) n *= d;
+  for (size_t d : shape) {
+    if (d && n > SIZE_MAX / d) throw std::runtime_error("npy: element count overflows");
+    n *= d;
+  }
   return n;
 }
 
 namespace {
+
+[[noreturn]] void bad_header(const std::string& path, const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: malformed .npy header: {}", path, what));
+}
 
 // Value of key `key` in the header dict, e.g. 'descr': '<u4' -> <u4.
 std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
   auto k = header.find("'" + key + "'");
   if (k == std::string::npos) throw std::runtime_error(fmt::format("{}: npy header lacks '{}'", path, key));
   auto colon = header.find(':', k);
+  if (colon == std::string::npos) bad_header(path, fmt::format("no ':' after '{}'", key));
   auto start = header.find_first_not_of(" ", colon + 1);
-  if (header[start] == '\'') {
-    auto end = header.find('\'', start + 1);
-    return header.substr(start + 1, end - start - 1);
-  }
-  if (header[start] == '(') {
-    auto end = header.find(')', start);
-    return header.substr(start + 1, end - start - 1);
-  }
+  if (start == std::string::npos) bad_header(path, fmt::format("no value for '{}'", key));
+  auto until = [&](char close, size_t from) {
+    auto end = header.find(close, from);
+    if (end == std::string::npos) bad_header(path, fmt::format("value of '{}' is not closed by '{}'", key, close));
+    return header.substr(from, end - from);
+  };
+  if (header[start] == '\'') return until('\'', start + 1);
+  if (header[start] == '(') return until(')', start + 1);
   auto end = header.find_first_of(",}", start);
+  if (end == std::string::npos) bad_header(path, fmt::format("value of '{}' is not followed by ',' or '}}'", key));
   return header.substr(start, end - start);
+}
+
+// A non-negative decimal shape entry.
+size_t shape_entry(const std::string& tok, const std::string& path) {
+  if (tok.empty() || tok.size() > 18 || tok.find_first_not_of("0123456789") != std::string::npos)
+    bad_header(path, fmt::format("shape entry '{}' (allowed: decimal numbers below 10^18)", tok));
+  return size_t(std::stoull(tok));
 }
 
 }  // namespace
@@ -75,11 +94,19 @@ Array load(const std::string& path) {
     auto end = shape.find(',', pos);
     std::string tok = shape.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
     tok.erase(0, tok.find_first_not_of(' '));
-    if (!tok.empty()) a.shape.push_back(std::stoull(tok));
+    tok.erase(tok.find_last_not_of(' ') + 1);
+    if (!tok.empty()) a.shape.push_back(shape_entry(tok, path));
     if (end == std::string::npos) break;
     pos = end + 1;
   }
-  size_t payload = a.count() * a.item_size();
+  size_t payload = 0;
+  try {
+    const size_t n = a.count(), item = a.item_size();
+    if (n > SIZE_MAX / item) throw std::runtime_error("npy: payload size overflows");
+    payload = n * item;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
+  }
   size_t data_start = header_start + header_len;
   if (bytes.size() - data_start < payload)
     throw std::runtime_error(fmt::format("{}: truncated .npy payload: {} bytes, shape needs {}", path,

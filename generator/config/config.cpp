@@ -33,6 +33,10 @@ std::vector<json> as_list(const json& v, const std::string& path, const std::str
 int as_int(const json& v, const std::string& path, const std::string& field, const std::vector<int>& allowed) {
   if (!v.is_number_integer())
     fail(path, field, fmt::format("{} is not an integer (allowed: {})", show(v), fmt::join(allowed, ", ")));
+  // Range first: narrowing 4294967304 to int would give 8 (a wrong kernel, no error).
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                               : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+  if (!in_range) fail(path, field, fmt::format("{} is not supported (allowed: {})", show(v), fmt::join(allowed, ", ")));
   int x = v.get<int>();
   if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())
     fail(path, field, fmt::format("{} is not supported (allowed: {})", x, fmt::join(allowed, ", ")));
@@ -131,7 +135,7 @@ Config parse_config(const std::string& text, const std::string& path) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e400)
     throw ConfigError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   if (!root.is_object()) fail(path, "(top level)", "must be a JSON object");

@@ -75,3 +75,21 @@ TEST_CASE("disasm: mlaemu disasm runs", "[disasm]") {
   for (auto& l : lines) found_end |= l.text == "s_endpgm";
   CHECK(found_end);
 }
+
+// Fuzzing found it (issue #15): a text section ending in a VOP1 word that announces a 32-bit
+// literal which is not there made LLVM's disassembler read past the section (a crash). The
+// decoder now gives LLVM a padded copy and calls an instruction longer than what is left invalid.
+TEST_CASE("disasm: a text section that ends in a truncated literal decodes without reading past it") {
+  // v_mov_b32 v0, <literal> = 0x7e0002ff, then nothing.
+  const std::string body = "  s_endpgm\n  .long 0x7e0002ff";
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950}) {
+    auto co = assemble(kernel_src("trunc", g, body), g, "trunc");
+    std::vector<DisasmLine> lines;
+    REQUIRE_NOTHROW(lines = disassemble(*co));
+    REQUIRE(lines.size() >= 2);
+    CHECK_THAT(lines[0].text, Catch::Contains("s_endpgm"));
+    bool flagged = false;
+    for (const auto& l : lines) flagged |= l.text.find("v_mov_b32") == std::string::npos && l.address >= lines[1].address;
+    CHECK(flagged);  // the last word is not decoded as a v_mov_b32 with a literal from beyond the section
+  }
+}

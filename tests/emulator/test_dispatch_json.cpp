@@ -75,6 +75,47 @@ TEST_CASE("dispatch json: errors name the problem", "[json]") {
   REQUIRE_THROWS_WITH(run_dispatch_json(dir + "/bad2.json"), Catch::Contains("invalid JSON"));
 }
 
+// Fuzzing found these (issue #15): values that wrapped or were truncated, a kernarg offset that
+// corrupted the heap, a buffer name that wrote outside out_dir. Each is now an error naming the
+// field, checked before anything runs.
+TEST_CASE("dispatch json: out-of-range values and unsafe names are errors naming the field", "[json]") {
+  std::string dir = (tmp_root() / "json_ranges").string();
+  const std::string good = write_case(dir);
+  auto with = [&](auto&& edit) {
+    nlohmann::json j;
+    {
+      std::ifstream f(good);
+      f >> j;
+    }
+    edit(j);
+    std::ofstream(dir + "/edited.json") << j.dump(2);
+    try {
+      run_dispatch_json(dir + "/edited.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using Catch::Contains;
+  CHECK_THAT(with([](auto& j) { j["kernarg"]["fields"][0]["offset"] = 4294967290ull; }),
+             Contains("'kernarg.fields[0].offset' = 4294967290 (allowed: an integer in 0..65528)"));
+  CHECK_THAT(with([](auto& j) { j["kernarg"]["fields"][0]["offset"] = 18446744073709551615ull; }),
+             Contains("kernarg.fields[0].offset"));
+  CHECK_THAT(with([](auto& j) { j["grid"] = {-1}; }), Contains("'grid[0]' = -1"));
+  CHECK_THAT(with([](auto& j) { j["block"] = {1, 641, 6700417}; }), Contains("'block[2]' = 6700417 (allowed: an integer in 1..1024)"));
+  CHECK_THAT(with([](auto& j) { j["block"] = {64, 32}; }), Contains("has 2048 items (allowed: at most 1024)"));
+  CHECK_THAT(with([](auto& j) { j["buffers"][0]["name"] = "../../x"; }), Contains("buffer name '../../x'"));
+  CHECK_THAT(with([](auto& j) { j["buffers"][0]["fill"] = 256; }), Contains("'buffers.x.fill' = 256"));
+  CHECK_THAT(with([](auto& j) { j["buffers"][0]["dtype"] = "<u0"; }), Contains("'buffers.x.dtype'"));
+  CHECK_THAT(with([](auto& j) { j["kernarg"]["fields"][3]["value"] = 4294967296ull; }),
+             Contains("'kernarg.fields[3].value' = 4294967296"));
+  CHECK_THAT(with([](auto& j) {
+               j["kernarg"]["fields"].push_back({{"offset", 24}, {"type", "u8"}, {"value", 300}});
+             }),
+             Contains("'kernarg.fields[4].value' = 300 (allowed: an integer in 0..255)"));
+  CHECK(with([](auto&) {}) == "no error");
+}
+
 TEST_CASE("dispatch json: mlaemu CLI (run, disasm, info, --help)", "[json]") {
   fs::path exe = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "emulator" / "mlaemu";
   if (!fs::exists(exe)) {

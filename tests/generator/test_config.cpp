@@ -103,6 +103,19 @@ TEST_CASE("qseqlen outside 1..4, wrong types, missing fields and bad JSON are na
   CHECK_THAT(error_of(R"({"deployment": "t", "kernels": []})"), Catch::Contains("kernels: missing or empty"));
 }
 
+// Fuzzing found these (issue #15): a value that narrows to an allowed one, and a number that
+// overflows the parser, each named with file and field instead of a wrong kernel or an escape.
+TEST_CASE("integers out of range are rejected before narrowing; overflowing numbers name the file") {
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 4294967304, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("configs/bad.json: kernels[0].heads: 4294967304 is not supported (allowed: 8, 12"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": -4294967284, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: -4294967284 is not supported"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 18446744073709551617)")),
+             Catch::Contains("kernels[0].page_size"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 1e400, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("configs/bad.json: not valid JSON") && Catch::Contains("1e400"));
+}
+
 TEST_CASE("two entries of one config producing the same kernel are rejected") {
   std::string text = R"({"deployment": "t", "kernels": [{ )" + kGood + "}, {" + kGood + "}]}";
   std::string e = error_of(text);

@@ -356,3 +356,38 @@ TEST_CASE("encoders: round to nearest even, saturate, NaN codes", "[problem][num
   CHECK(rt::encode_bf16(-2.0) == 0xc000);
   CHECK(rt::encode_bf16(1e300) == 0x7f7f);  // saturating
 }
+
+// Fuzzing found these (issue #15): headers that read before a buffer, and element counts that
+// overflow; each is an error naming the file.
+TEST_CASE("npy: malformed headers and overflowing shapes are errors naming the file", "[problem]") {
+  TempDir dir;
+  auto write = [&](const std::string& header) {
+    std::string h = header;
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes.push_back(char(h.size() & 0xff));
+    bytes.push_back(char(h.size() >> 8));
+    bytes += h;
+    std::ofstream(dir.file("x.npy"), std::ios::binary) << bytes << std::string(16, '\0');
+    return dir.file("x.npy");
+  };
+  auto error_of = [&](const std::string& header) {
+    try {
+      npy::load(write(header));
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string f = dir.file("x.npy");
+  CHECK_THAT(error_of("{'descr'"), Contains(f) && Contains("no ':' after 'descr'"));
+  CHECK_THAT(error_of("{'descr':"), Contains(f) && Contains("no value for 'descr'"));
+  CHECK_THAT(error_of("{'descr': '<u4"), Contains(f) && Contains("not closed"));
+  CHECK_THAT(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (4,"), Contains("not closed by ')'"));
+  CHECK_THAT(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (x4,), }"), Contains("shape entry 'x4'"));
+  CHECK_THAT(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296), }"),
+             Contains(f) && Contains("overflows"));
+  CHECK_THAT(error_of("{'descr': '<u0', 'fortran_order': False, 'shape': (4,), }"), Contains("dtype '<u0'"));
+  CHECK_THAT(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (400000000000000000,), }"),
+             Contains(f) && Contains("truncated .npy payload"));
+  CHECK(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (4,), }") == "no error");
+}
