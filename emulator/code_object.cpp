@@ -22,6 +22,54 @@ unsigned KernelDescriptor::user_sgpr_count() const { return (rsrc2 >> 1) & 0x1f;
 
 namespace {
 
+// LLVM's msgpack reader trusts its input (a map key that is itself a map or array crashed it
+// in DocNode::toString: issue #15), so the note is checked first: every object complete within
+// the blob, map keys scalars (integers, strings, booleans, nil), nesting at most 64 deep.
+bool msgpack_object(const uint8_t* p, size_t n, size_t& at, int depth, bool as_key, std::string& why) {
+  auto need = [&](size_t k) {
+    if (n - at < k) return why = fmt::format("object at byte {} runs past the note's {} bytes", at, n), false;
+    return true;
+  };
+  auto be = [&](size_t k) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < k; ++i) v = v << 8 | p[at + i];
+    at += k;
+    return v;
+  };
+  if (depth > 64) return why = "nesting deeper than 64", false;
+  if (!need(1)) return false;
+  const uint8_t t = p[at++];
+  uint64_t len = 0;
+  bool container = false, map = false;
+  if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) return true;  // fixint, nil, bool
+  if (t >= 0xa0 && t <= 0xbf) len = t & 0x1f;                                      // fixstr
+  else if (t >= 0x80 && t <= 0x8f) container = map = true, len = t & 0x0f;         // fixmap
+  else if (t >= 0x90 && t <= 0x9f) container = true, len = t & 0x0f;               // fixarray
+  else if (t == 0xca || t == 0xcb) return need(t == 0xca ? 4 : 8) && (at += t == 0xca ? 4 : 8, true);
+  else if (t >= 0xcc && t <= 0xcf) return need(size_t(1) << (t - 0xcc)) && (at += size_t(1) << (t - 0xcc), true);
+  else if (t >= 0xd0 && t <= 0xd3) return need(size_t(1) << (t - 0xd0)) && (at += size_t(1) << (t - 0xd0), true);
+  else if (t == 0xd9 || t == 0xc4) { if (!need(1)) return false; len = be(1); }      // str8, bin8
+  else if (t == 0xda || t == 0xc5) { if (!need(2)) return false; len = be(2); }      // str16, bin16
+  else if (t == 0xdb || t == 0xc6) { if (!need(4)) return false; len = be(4); }      // str32, bin32
+  else if (t == 0xdc || t == 0xde) { if (!need(2)) return false; container = true, map = t == 0xde, len = be(2); }
+  else if (t == 0xdd || t == 0xdf) { if (!need(4)) return false; container = true, map = t == 0xdf, len = be(4); }
+  else return why = fmt::format("msgpack type 0x{:02x} at byte {} (extension types are not metadata)", t, at - 1), false;
+  if (container && as_key) return why = fmt::format("a {} as a map key at byte {}", map ? "map" : "array", at - 1), false;
+  if (!container) return need(len) && (at += len, true);
+  if (len > n - at) return why = fmt::format("{} entries at byte {} cannot fit the note", len, at), false;
+  for (uint64_t i = 0; i < len; ++i) {
+    if (map && !msgpack_object(p, n, at, depth + 1, true, why)) return false;
+    if (!msgpack_object(p, n, at, depth + 1, false, why)) return false;
+  }
+  return true;
+}
+
+bool msgpack_well_formed(const uint8_t* p, size_t n, std::string& why) {
+  size_t at = 0;
+  return msgpack_object(p, n, at, 0, false, why);
+}
+
+
 [[noreturn]] void fail(const std::string& file, const std::string& what) {
   throw Error("loader", fmt::format("code object {}: {}", file, what));
 }
@@ -90,6 +138,7 @@ std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> by
     auto nm = elf.getSectionName(sh);
     if (nm) s.name = nm->str(); else consumeError(nm.takeError());
     s.address = sh.sh_addr;
+    s.file_offset = sh.sh_offset;
     s.bytes.assign(contents->begin(), contents->end());
     s.executable = sh.sh_flags & ELF::SHF_EXECINSTR;
     co->sections_.push_back(std::move(s));
@@ -131,6 +180,19 @@ std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> by
     k.entry_address = kdaddr + k.kd.entry_offset;
     if (!co->at(k.entry_address, 4)) fail(name, fmt::format("kernel {} entry 0x{:x} is outside the loaded sections", kname, k.entry_address));
     if (k.kd.code_properties & (1u << 10)) fail(name, fmt::format("kernel {} is wave32; gfx942/gfx950 run wave64 only", kname));
+    {
+      // User SGPRs the dispatch fills (segment buffer 4, dispatch ptr 2, queue ptr 2, kernarg
+      // ptr 2, dispatch id 2, flat scratch 2, private segment size 1) plus preloaded kernarg
+      // dwords: at most 16 on gfx9 (AMDGPUUsage, "Initial Kernel Execution State"). A larger
+      // count would run the initial SGPR writes off the register file.
+      static const unsigned kWidth[7] = {4, 2, 2, 2, 2, 2, 1};
+      unsigned user = k.kd.preload_length();
+      for (int bit = 0; bit < 7; ++bit) user += k.kd.user_sgpr(bit) ? kWidth[bit] : 0;
+      if (user > 16 || k.kd.user_sgpr_count() > 16)
+        fail(name, fmt::format("kernel {} asks for {} user SGPRs ({} preloaded kernarg dwords; USER_SGPR_COUNT {}): "
+                               "at most 16 on gfx9",
+                               kname, user, k.kd.preload_length(), k.kd.user_sgpr_count()));
+    }
     if (auto it = funcs.find(kname); it != funcs.end()) k.code_size = it->second.size;
     co->kernels_.push_back(std::move(k));
   }
@@ -140,10 +202,16 @@ std::shared_ptr<const CodeObject> CodeObject::load_bytes(std::vector<uint8_t> by
   if (!phdrs) fail(name, "malformed program headers: " + toString(phdrs.takeError()));
   for (const auto& ph : *phdrs) {
     if (ph.p_type != ELF::PT_NOTE) continue;
+    // LLVM's note iterator asserts on an alignment that is not 4 or 8 (ELF gABI: notes are
+    // 4- or 8-byte aligned): refuse it here.
+    if (ph.p_align != 4 && ph.p_align != 8)
+      fail(name, fmt::format("note segment alignment {} (allowed: 4 or 8)", uint64_t(ph.p_align)));
     llvm::Error err = llvm::Error::success();
     for (const auto& note : elf.notes(ph, err)) {
       if (note.getName() != "AMDGPU" || note.getType() != ELF::NT_AMDGPU_METADATA) continue;
       auto desc = note.getDesc(ph.p_align);
+      if (std::string why; !msgpack_well_formed(desc.data(), desc.size(), why))
+        fail(name, "malformed msgpack metadata note: " + why);
       msgpack::Document doc;
       StringRef blob(reinterpret_cast<const char*>(desc.data()), desc.size());
       if (!doc.readFromBlob(blob, false)) fail(name, "unreadable msgpack metadata note");

@@ -64,6 +64,7 @@ struct Kernel {
 struct Section {
   std::string name;
   uint64_t address = 0;
+  uint64_t file_offset = 0;  // where the bytes sit in the ELF file
   std::vector<uint8_t> bytes;
   bool executable = false;
 };

@@ -1,6 +1,7 @@
 // Loader: descriptors and metadata of real code objects; clear errors for bad inputs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "emu_test_util.h"
@@ -120,4 +121,49 @@ TEST_CASE("loader: errors are exceptions with clear messages", "[loader]") {
     }
     SUCCEED();
   }
+}
+
+// Fuzzing found these (issue #15): metadata msgpack with a map or array as a map key crashed
+// LLVM's reader, 127 preloaded kernarg SGPRs ran the initial SGPR writes off the register file.
+// Every byte of a real metadata note, replaced by a map, array or long-string header, must give
+// a loaded code object or a loader error, never a crash.
+TEST_CASE("loader: mutated metadata notes and oversized user SGPR counts are loader errors", "[loader]") {
+  const std::string path =
+      compile_cl("__kernel void notek(__global int* x) { x[__builtin_amdgcn_workitem_id_x()] = 1; }", Gfx::gfx950, "notek");
+  const std::vector<uint8_t> good = read_all(path);
+  const std::string key = "amdhsa.kernels";
+  auto it = std::search(good.begin(), good.end(), key.begin(), key.end());
+  REQUIRE(it != good.end());
+  const size_t start = size_t(it - good.begin()) - 2, end = std::min(good.size(), start + 1200);
+  int errors = 0, loaded = 0;
+  for (size_t i = start; i < end; ++i)
+    for (uint8_t b : {uint8_t(0x81), uint8_t(0x91), uint8_t(0xdf), uint8_t(0xdb)}) {
+      std::vector<uint8_t> bytes = good;
+      bytes[i] = b;
+      try {
+        CodeObject::load_bytes(bytes, "mutated.co");
+        ++loaded;
+      } catch (const Error& e) {
+        CHECK(e.rule == "loader");
+        ++errors;
+      }
+    }
+  CHECK(errors > 0);
+  CHECK(loaded > 0);
+  // A map key that is a map: the check names it.
+  std::vector<uint8_t> bad = good;
+  bad[start + 1] = 0x81;  // the first key's string header becomes a one-entry map
+  REQUIRE_THROWS_WITH(CodeObject::load_bytes(bad, "bad.co"), Catch::Contains("malformed msgpack metadata note"));
+  // 127 preloaded kernarg dwords (kernel descriptor byte 58, bits 6:0).
+  std::vector<uint8_t> pre = good;
+  auto co = CodeObject::load_bytes(good, "good.co");
+  const uint64_t kd = co->kernels().at(0).kd_address;
+  bool patched = false;
+  for (const auto& s : co->sections())
+    if (kd >= s.address && kd + 64 <= s.address + s.bytes.size() && s.file_offset) {
+      pre[s.file_offset + (kd - s.address) + 58] = 127;
+      patched = true;
+    }
+  REQUIRE(patched);
+  REQUIRE_THROWS_WITH(CodeObject::load_bytes(pre, "preload.co"), Catch::Contains("user SGPRs") && Catch::Contains("at most 16"));
 }
