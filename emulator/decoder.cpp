@@ -36,6 +36,13 @@ namespace mla::emu {
 
 namespace {
 
+// An unaligned little-endian dword (section bytes need not be 4-byte aligned in memory).
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 struct McContext {
   std::unique_ptr<llvm::MCRegisterInfo> mri;
   std::unique_ptr<llvm::MCAsmInfo> mai;
@@ -447,7 +454,7 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
     }
     in.size = uint8_t(size);
     if (!ok) {
-      in.text = fmt::format(".long 0x{:08x} (not a valid {} instruction)", end - pc >= 4 ? *reinterpret_cast<const uint32_t*>(p) : 0u,
+      in.text = fmt::format(".long 0x{:08x} (not a valid {} instruction)", end - pc >= 4 ? load_u32(p) : 0u,
                             gfx_name(prog->gfx));
       in.fn = exec_undecodable;
     } else {

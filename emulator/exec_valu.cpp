@@ -212,7 +212,7 @@ OP(LshlOrB32, { return (a << (b & 31)) | c; })
 OP(MulHiU32, { return uint32_t((uint64_t(a) * b) >> 32); })
 OP(MulHiI32, { return uint32_t((int64_t(int32_t(a)) * int32_t(b)) >> 32); })
 OP(MulLoU32, { return a * b; })
-OP(MulI32I24, { return uint32_t((int32_t(a << 8) >> 8) * (int32_t(b << 8) >> 8)); })
+OP(MulI32I24, { return uint32_t(int64_t(int32_t(a << 8) >> 8) * int64_t(int32_t(b << 8) >> 8)); })  // 48-bit product, low 32
 OP(MulHiI32I24, { return uint32_t((int64_t(int32_t(a << 8) >> 8) * int64_t(int32_t(b << 8) >> 8)) >> 32); })
 OP(MulU32U24, { return (a & 0xffffff) * (b & 0xffffff); })
 OP(MulHiU32U24, { return uint32_t((uint64_t(a & 0xffffff) * (b & 0xffffff)) >> 32); })

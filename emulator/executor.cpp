@@ -607,7 +607,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             w.fp16_ovfl = (kd.rsrc1 >> 26) & 1;
             // User SGPRs.
             unsigned s = 0;
-            auto put = [&](uint64_t v, unsigned n) { for (unsigned j = 0; j < n; ++j) w.s[s++] = uint32_t(v >> (32 * j)); };
+            auto put = [&](uint64_t v, unsigned n) { for (unsigned j = 0; j < n; ++j) w.s[s++] = j < 2 ? uint32_t(v >> (32 * j)) : 0; };
             if (kd.user_sgpr(0)) put(0, 4);
             if (kd.user_sgpr(1)) put(ds.packet_addr, 2);
             if (kd.user_sgpr(2)) put(0, 2);

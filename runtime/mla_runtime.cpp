@@ -621,7 +621,7 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   check_stride(a->o_stride_row, H * kVDim, "o_stride_row", "heads*512");
   check_stride(a->o_stride_head, kVDim, "o_stride_head", "512");
   if (a->num_pages < 1) bad(fmt::format("args.num_pages = {} (allowed: >= 1, the pages in kv)", a->num_pages));
-  if (a->num_pages * P > (int64_t(1) << 32))
+  if (a->num_pages > (int64_t(1) << 32) / P)  // not num_pages * P: that overflows for num_pages near 2^63
     bad(fmt::format("args.num_pages = {} x page_size {} tokens (allowed: < 2^32 tokens: 32-bit token rows)",
                     a->num_pages, P));
   check_scale(a->sm_scale, "sm_scale", true);

@@ -157,7 +157,7 @@ TEST_CASE("semantics: 24-bit multiplies, bitfields, shifts, 64-bit ops", "[seman
       uint32_t a = in[l * 4], b = in[l * 4 + 1], c = in[l * 4 + 2], d = in[l * 4 + 3];
       CHECK(r.at(l, 0) == (a & 0xffffff) * (b & 0xffffff));
       CHECK(r.at(l, 1) == (a & 0xffffff) * (b & 0xffffff) + c);
-      CHECK(r.at(l, 2) == uint32_t((int32_t(a << 8) >> 8) * (int32_t(b << 8) >> 8)));
+      CHECK(r.at(l, 2) == uint32_t(int64_t(int32_t(a << 8) >> 8) * int64_t(int32_t(b << 8) >> 8)));  // low 32 of the 48-bit product
       CHECK(r.at(l, 3) == ((a >> 5) & 0x1ff));
       uint64_t ab = (uint64_t(b) << 32) | a, cd = (uint64_t(d) << 32) | c;
       CHECK(r.at(l, 4) == uint32_t(ab << 13));

@@ -463,6 +463,14 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
     mla_decode_args a{};
     FAILS(mla_decode(s.ctx, s.plan, &a, 0, 0, nullptr), MLA_ERROR_INVALID_ARGUMENT, "mla_plan_update first");
   }
+  SECTION("num_pages whose token count overflows 64 bits is refused (fuzz finding, issue #15)") {
+    Session s;
+    s.prepare({60, 30});
+    mla_decode_args a = s.args;
+    a.num_pages = (int64_t(1) << 62) + 1;  // x page_size 16 wraps to 16 in int64
+    FAILS(mla_decode(s.ctx, s.plan, &a, s.ws, s.ws_bytes, nullptr), MLA_ERROR_INVALID_ARGUMENT,
+          "allowed: < 2^32 tokens");
+  }
   SECTION("page ids beyond num_pages: validation mode names the entry; without it the emulator faults") {
     Session s;
     s.prepare({60, 30});
