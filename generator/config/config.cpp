@@ -94,38 +94,43 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   base.kind = kind;
   base.source_config = path;
   base.deployment = deployment;
-  std::vector<int> qseqlens{1}, pages{1};
-  if (mla) {
-    for (const char* req : {"heads", "q_dtype", "kv_dtype", "page_size"})
-      if (!e.contains(req)) fail(path, where + "." + req, "missing");
-    base.heads = as_int(e["heads"], path, where + ".heads", kHeads);
-    std::string q = as_string(e["q_dtype"], path, where + ".q_dtype", {"fp8", "bf16"});
-    std::string kv = as_string(e["kv_dtype"], path, where + ".kv_dtype", {"fp8", "bf16"});
-    if (q == "fp8" && kv == "bf16")
-      fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
-    base.q_dtype = q == "fp8" ? DType::fp8 : DType::bf16;
-    base.kv_dtype = kv == "fp8" ? DType::fp8 : DType::bf16;
-    if (e.contains("qseqlen")) {
-      qseqlens.clear();
-      for (const auto& v : as_list(e["qseqlen"], path, where + ".qseqlen"))
-        qseqlens.push_back(as_int(v, path, where + ".qseqlen", {1, 2, 3, 4}));
-    }
-    pages.clear();
-    for (const auto& v : as_list(e["page_size"], path, where + ".page_size"))
-      pages.push_back(as_int(v, path, where + ".page_size", kPageSizes));
-    if (e.contains("return_lse")) base.return_lse = as_bool(e["return_lse"], path, where + ".return_lse");
-    if (e.contains("logit_cap")) base.logit_cap = as_bool(e["logit_cap"], path, where + ".logit_cap");
-  }
   std::vector<KernelSpec> out;
-  for (Arch a : archs)
-    for (int qs : qseqlens)
-      for (int pg : pages) {
-        KernelSpec s = base;
-        s.arch = a;
-        s.qseqlen = qs;
-        s.page_size = pg;
-        out.push_back(s);
+  for (Arch a : archs) {
+    base.arch = a;
+    out.push_back(base);
+  }
+  if (!mla) return out;
+  // Every field takes a scalar or a list; the kernels are the cross product (README).
+  for (const char* req : {"heads", "q_dtype", "kv_dtype", "page_size"})
+    if (!e.contains(req)) fail(path, where + "." + req, "missing");
+  auto expand = [&](const char* key, const json& dflt, auto&& set) {
+    const json v = e.contains(key) ? e[key] : dflt;
+    std::vector<KernelSpec> next;
+    for (const KernelSpec& s : out)
+      for (const auto& x : as_list(v, path, where + "." + key)) {
+        KernelSpec t = s;
+        set(t, x, where + "." + key);
+        next.push_back(std::move(t));
       }
+    out = std::move(next);
+  };
+  auto dtype = [&](const json& x, const std::string& f) {
+    return as_string(x, path, f, {"fp8", "bf16"}) == "fp8" ? DType::fp8 : DType::bf16;
+  };
+  expand("heads", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.heads = as_int(x, path, f, kHeads); });
+  expand("q_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.q_dtype = dtype(x, f); });
+  expand("kv_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.kv_dtype = dtype(x, f); });
+  for (const KernelSpec& t : out)
+    if (t.q_dtype == DType::fp8 && t.kv_dtype == DType::bf16)
+      fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
+  expand("qseqlen", json(1),
+         [&](KernelSpec& t, const json& x, const std::string& f) { t.qseqlen = as_int(x, path, f, {1, 2, 3, 4}); });
+  expand("page_size", json(),
+         [&](KernelSpec& t, const json& x, const std::string& f) { t.page_size = as_int(x, path, f, kPageSizes); });
+  expand("return_lse", json(false),
+         [&](KernelSpec& t, const json& x, const std::string& f) { t.return_lse = as_bool(x, path, f); });
+  expand("logit_cap", json(false),
+         [&](KernelSpec& t, const json& x, const std::string& f) { t.logit_cap = as_bool(x, path, f); });
   return out;
 }
 

@@ -1,8 +1,10 @@
 // Config validation: every bad input names the file, the field, the value and what is allowed.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "config/config.h"
 #include "test_util.h"
@@ -40,6 +42,25 @@ TEST_CASE("a good config expands lists into kernels with shape names") {
   // Both page sizes share one implied reduce kernel.
   CHECK(c.kernels[2].name() == "mla_reduce_h12_qs1");
   CHECK(c.kernels[2].implied);
+}
+
+TEST_CASE("every field takes a list: the kernels are the cross product") {
+  Config c = parse_config(entry(R"("target": ["gfx942", "gfx950"], "heads": [8, 32], "q_dtype": "bf16", "kv_dtype": ["fp8", "bf16"], "qseqlen": 2, "page_size": 16, "return_lse": [false, true])"),
+                          "configs/x.json");
+  std::set<std::string> names;
+  int decode = 0;
+  for (const auto& k : c.kernels)
+    if (k.kind == KernelKind::MlaDecode) ++decode, names.insert(fmt::format("{}@{}", k.name(), arch_name(k.arch)));
+  CHECK(decode == 2 * 2 * 2 * 2);
+  CHECK(names.count("mla_decode_bf16fp8_h32_qs2_pg16_lse@gfx942"));
+  CHECK(names.count("mla_decode_bf16bf16_h8_qs2_pg16@gfx950"));
+  // The pair rule holds for every combination.
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": ["bf16", "fp8"], "kv_dtype": ["fp8", "bf16"], "page_size": 1)")),
+             Catch::Contains("q_dtype fp8 with kv_dtype bf16 is not supported"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": [16, 7], "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: 7 is not supported"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": [], "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: empty list"));
 }
 
 TEST_CASE("variant knobs appear in the kernel name") {
