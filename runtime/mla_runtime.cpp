@@ -191,6 +191,7 @@ const char* mla_status_name(mla_status s) {
     case MLA_ERROR_CAPACITY: return "MLA_ERROR_CAPACITY";
     case MLA_ERROR_OUT_OF_RANGE: return "MLA_ERROR_OUT_OF_RANGE";
     case MLA_ERROR_INTERNAL: return "MLA_ERROR_INTERNAL";
+    case MLA_STATUS_MAX_ENUM: break;
   }
   return "MLA_ERROR_(unknown)";
 }

@@ -70,7 +70,8 @@ typedef enum mla_status {
   MLA_ERROR_BACKEND = 8,           /* a HIP call or an emulator dispatch failed */
   MLA_ERROR_CAPACITY = 9,          /* batch or tokens beyond the plan's capacity; workspace too small */
   MLA_ERROR_OUT_OF_RANGE = 10,     /* validation mode: a page id outside 0..num_pages-1 */
-  MLA_ERROR_INTERNAL = 11
+  MLA_ERROR_INTERNAL = 11,
+  MLA_STATUS_MAX_ENUM = 0x7fffffff
 } mla_status;
 
 /* Name of a status ("MLA_ERROR_NO_KERNEL"). */
@@ -79,8 +80,11 @@ const char* mla_status_name(mla_status s);
  * on this thread. */
 const char* mla_last_error(void);
 
-typedef enum mla_backend { MLA_BACKEND_HIP = 0, MLA_BACKEND_EMULATOR = 1 } mla_backend;
-typedef enum mla_dtype { MLA_DTYPE_FP8 = 0, MLA_DTYPE_BF16 = 1 } mla_dtype;
+/* Each enum ends in a _MAX_ENUM entry (as Vulkan's do) so that any int a C caller passes is a value
+ * of the type in C++ too: the runtime then rejects a value outside the list by name, instead of
+ * the conversion being undefined behaviour. */
+typedef enum mla_backend { MLA_BACKEND_HIP = 0, MLA_BACKEND_EMULATOR = 1, MLA_BACKEND_MAX_ENUM = 0x7fffffff } mla_backend;
+typedef enum mla_dtype { MLA_DTYPE_FP8 = 0, MLA_DTYPE_BF16 = 1, MLA_DTYPE_MAX_ENUM = 0x7fffffff } mla_dtype;
 
 /* ---- Device: memory and the per-device module cache ---------------------------------- */
 
@@ -126,7 +130,8 @@ typedef enum mla_option {
   MLA_OPTION_NUM_CUS = 1,            /* CUs the planner spreads work over; 0 (default): the device's */
   MLA_OPTION_WORKGROUPS_PER_CU = 2,  /* planner occupancy model; 0 (default) = the decode kernel's
                                         resident workgroups per CU from catalog.json */
-  MLA_OPTION_RECORD_LAUNCHES = 3     /* emulator: keep the kernarg bytes of every dispatch (tests) */
+  MLA_OPTION_RECORD_LAUNCHES = 3,    /* emulator: keep the kernarg bytes of every dispatch (tests) */
+  MLA_OPTION_MAX_ENUM = 0x7fffffff
 } mla_option;
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t value);
 
@@ -163,7 +168,7 @@ typedef struct mla_shape {
  * compute and the copies; reported in mla_selection. */
 #define MLA_SELECT_ALLOW_PADDING 1u
 
-typedef enum mla_fallback { MLA_FALLBACK_NONE = 0, MLA_FALLBACK_PADDED = 1 } mla_fallback;
+typedef enum mla_fallback { MLA_FALLBACK_NONE = 0, MLA_FALLBACK_PADDED = 1, MLA_FALLBACK_MAX_ENUM = 0x7fffffff } mla_fallback;
 
 typedef struct mla_selection {
   mla_shape shape;            /* the caller's shape */

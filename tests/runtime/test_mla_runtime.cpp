@@ -376,6 +376,15 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
     FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx90a", &dev), MLA_ERROR_INVALID_ARGUMENT, "gfx90a");
     FAILS(mla_device_open(mla_backend(7), 0, nullptr, &dev), MLA_ERROR_INVALID_ARGUMENT, "backend = 7");
     CHECK(dev == nullptr);
+    // Every C enum holds any non-negative int (its _MAX_ENUM entry), so these are checked values,
+    // not undefined conversions (issue #15); the runtime names each.
+    static_assert(sizeof(mla_dtype) == 4 && sizeof(mla_option) == 4 && sizeof(mla_backend) == 4);
+    Session s;
+    mla_shape sh = shape16();
+    sh.q_dtype = mla_dtype(1000);
+    mla_selection sel;
+    FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.q_dtype = 1000 is not a dtype");
+    FAILS(mla_context_set_option(s.ctx, mla_option(0x12345), 1), MLA_ERROR_INVALID_ARGUMENT, "option 74565 is not an mla_option");
   }
   SECTION("null pointers") {
     FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", nullptr), MLA_ERROR_INVALID_ARGUMENT, "NULL");
