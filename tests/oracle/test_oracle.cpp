@@ -18,10 +18,8 @@ using namespace emutest;
 
 namespace {
 
-// Naive MLA decode with aiter's ABI: one packed struct, a 16-byte slot per field; grid
-// (1, batch, kv_split) x 256; thread t: head t/16, output dims 32*(t%16) .. +31; split s takes
-// 64-token chunks s, s+S, ...; kv_split == 1 writes bf16 o, else fp32 partials + natural-log LSE.
-const char* kStandIn = R"(
+// aiter's packed launch struct (one 16-byte slot per field) and bf16 helpers, for the stand-ins.
+const char* kAbiPrelude = R"(
 #pragma OPENCL FP_CONTRACT OFF
 typedef struct __attribute__((packed)) {
   ulong ptr_R, p0; ulong ptr_LSE, p1; ulong ptr_Q, p2; ulong ptr_KV, p3; ulong ptr_LTP, p4;
@@ -34,6 +32,12 @@ typedef struct __attribute__((packed)) {
 
 static float bf(ushort b) { return as_float((uint)b << 16); }
 static ushort to_bf(float f) { uint u = as_uint(f); u += 0x7fff + ((u >> 16) & 1); return (ushort)(u >> 16); }
+)";
+
+// Naive MLA decode with aiter's ABI: one packed struct, a 16-byte slot per field; grid
+// (1, batch, kv_split) x 256; thread t: head t/16, output dims 32*(t%16) .. +31; split s takes
+// 64-token chunks s, s+S, ...; kv_split == 1 writes bf16 o, else fp32 partials + natural-log LSE.
+const std::string kStandIn = std::string(kAbiPrelude) + R"(
 
 __kernel void stand_in_mla(Args a) {
   uint t = __builtin_amdgcn_workitem_id_x();
@@ -72,19 +76,7 @@ __kernel void stand_in_mla(Args a) {
 // The persistent variant: workgroup x runs work item x of aiter's metadata (ptr_STP -> {work_indptr,
 // work_info_set}; MlaWorkInfo = batch, partial_qo_loc, qo_start, qo_end, kv_start, kv_end, ...):
 // partial_qo_loc -1 writes bf16 o through ptr_RP, else fp32 partial rows + LSE at partial_qo_loc.
-const char* kStandInPs = R"(
-#pragma OPENCL FP_CONTRACT OFF
-typedef struct __attribute__((packed)) {
-  ulong ptr_R, p0; ulong ptr_LSE, p1; ulong ptr_Q, p2; ulong ptr_KV, p3; ulong ptr_LTP, p4;
-  ulong ptr_LTD, p5; ulong ptr_LTL, p6;
-  float scalar; uint p7[3]; uint s_MQA, p8[3]; uint s_kv_split, p9[3]; uint s_Q_Bs, p10[3];
-  uint s_Bs, p11[3]; uint s_log2_plen, p12[3];
-  ulong ptr_QTP, p13; ulong ptr_STP, p14; ulong ptr_RP, p15; ulong ptr_QSCALE, p16; ulong ptr_KVSCALE, p17;
-  uint out_16_nosplit, p18[3]; ulong ptr_LSEP, p19; ulong ptr_GKVTP, p20; uint cp_world, p21[3]; uint cp_rank, p22[3];
-} Args;
-
-static float bf(ushort b) { return as_float((uint)b << 16); }
-static ushort to_bf(float f) { uint u = as_uint(f); u += 0x7fff + ((u >> 16) & 1); return (ushort)(u >> 16); }
+const std::string kStandInPs = std::string(kAbiPrelude) + R"(
 
 __kernel void stand_in_mla_ps(Args a) {
   uint t = __builtin_amdgcn_workitem_id_x(), wg = __builtin_amdgcn_workgroup_id_x();

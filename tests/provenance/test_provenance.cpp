@@ -110,6 +110,18 @@ Table parse_table(const std::string& markdown) {
 
 std::string provenance_path() { return std::string(mla::build::kSourceDir) + "/docs/emulator-provenance.md"; }
 
+// The table, parsed; a missing file or a parse error fails the calling test.
+Table load_table() {
+  std::ifstream in(provenance_path());
+  REQUIRE(in.good());  // a missing table is a failure, never a skip
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Table t = parse_table(ss.str());
+  for (const auto& e : t.errors) FAIL_CHECK(provenance_path() << " " << e);
+  REQUIRE(t.errors.empty());
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("provenance: the table parser rejects rows without evidence, with an unknown kind or target") {
@@ -137,22 +149,11 @@ TEST_CASE("provenance: the table parser rejects rows without evidence, with an u
 }
 
 TEST_CASE("provenance: docs/emulator-provenance.md parses, every row has known evidence") {
-  std::ifstream in(provenance_path());
-  REQUIRE(in.good());  // a missing table is a failure, never a skip
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Table t = parse_table(ss.str());
-  for (const auto& e : t.errors) FAIL_CHECK(provenance_path() << " " << e);
-  CHECK(t.errors.empty());
+  CHECK_FALSE(load_table().rows.empty());
 }
 
 TEST_CASE("provenance: every form of every catalog kernel (configs/*.json, both targets) has a row for its target") {
-  std::ifstream in(provenance_path());
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Table t = parse_table(ss.str());
-  REQUIRE(t.errors.empty());
+  Table t = load_table();
 
   std::vector<std::string> configs;
   for (const auto& e : fs::directory_iterator(std::string(mla::build::kSourceDir) + "/configs"))
@@ -215,12 +216,7 @@ TEST_CASE("provenance: every form of every catalog kernel (configs/*.json, both 
 // backed by docs/aiter-oracle-forms.json: a passing run of the named kernel on that target
 // executed the form. The file is measured data (mlaoracle --forms-out), committed beside the table.
 TEST_CASE("provenance: every aiter claim names a passing aiter run that executed the form") {
-  std::ifstream in(provenance_path());
-  REQUIRE(in.good());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Table t = parse_table(ss.str());
-  REQUIRE(t.errors.empty());
+  Table t = load_table();
   std::ifstream jf(std::string(mla::build::kSourceDir) + "/docs/aiter-oracle-forms.json");
   REQUIRE(jf.good());
   nlohmann::json j;
