@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   if (targets.empty()) targets = {"gfx942", "gfx950"};
   try {
     std::string dir = resolve_aiter_dir(aiter_dir);
-    std::vector<AiterKernel> todo;
+    std::vector<AiterKernel> selected;
     for (auto& t : targets) {
       emu::Gfx g = t == "gfx942" ? emu::Gfx::gfx942 : emu::Gfx::gfx950;
       std::vector<AiterKernel> cat;
@@ -123,11 +123,11 @@ int main(int argc, char** argv) {
           if (!kernels.empty()) std::cerr << fmt::format("mlaoracle: skipping {} {}: {}\n", t, k.stem(), why);
           continue;
         }
-        todo.push_back(k);
+        selected.push_back(k);
       }
     }
     if (list) return 0;
-    if (todo.empty()) {
+    if (selected.empty()) {
       std::cerr << "mlaoracle: no runnable kernel matches (try --list)\n";
       return 2;
     }
@@ -143,11 +143,11 @@ int main(int argc, char** argv) {
                       : early_read == "loaded" ? emu::DispatchOptions::EarlyRead::loaded_value
                                                : emu::DispatchOptions::EarlyRead::latency;
     if (!kv_lens.empty()) base.kv_lens = kv_lens;
-    std::cerr << fmt::format("mlaoracle: {} kernel(s) x kv_split {{{}}}, requests of {} tokens, seed {}, {} checks\n", todo.size(),
+    std::cerr << fmt::format("mlaoracle: {} kernel(s) x kv_split {{{}}}, requests of {} tokens, seed {}, {} checks\n", selected.size(),
                              fmt::join(kv_splits, ","), fmt::join(base.kv_lens, "/"), seed, base.relaxed ? "relaxed" : "strict");
     std::vector<RunResult> results;
-    size_t n = todo.size() * kv_splits.size(), i = 0;
-    for (auto& k : todo)
+    size_t n = selected.size() * kv_splits.size(), i = 0;
+    for (auto& k : selected)
       for (int s : kv_splits) {
         RunConfig cfg = base;
         cfg.kv_split = s;
