@@ -69,19 +69,46 @@ inline constexpr int qo_row = offsetof(WorkUnit, qo_row) / 4, page_base = offset
 inline constexpr int dwords = sizeof(WorkUnit) / 4;
 }  // namespace work_unit
 
-// One per request with more than one split: int32[4], in the reduce buffer (workgroups of the
-// reduce kernel index it). The request's partials are slots first_partial .. first_partial +
-// num_splits - 1, in token order.
+// One workgroup of the prefix kernel (mla_prefix_*, docs/shared-prefix.md): the rows of every
+// member of a prefix group (count requests x M rows, contiguous in q since the members are
+// consecutive requests) over a token range of the shared prefix, with no causal limit (every
+// row sees the whole prefix). Same int32[8] and loader as WorkUnit; two fields mean other things.
+struct PrefixUnit {
+  int32_t qo_row;         // first q row of the group's first member
+  int32_t page_base;      // the first member's kv_indptr: the prefix is its first pages
+  int32_t kv_start;       // token range [kv_start, kv_end) of the prefix, kv_start a multiple of
+  int32_t kv_end;         //   tile_tokens, and so is kv_end unless it ends the prefix
+  int32_t rows;           // R = count * M rows of the group: q rows qo_row * heads + 0 .. R-1
+  int32_t partial;        // slot of member 0: row r is written to slot partial + r / M, row r % M
+  int32_t row_group;      // rows [row_group * rows_per_group, ...) of the R
+  int32_t first_request;  // the group's first request (block-table page bases)
+};
+static_assert(sizeof(PrefixUnit) == sizeof(WorkUnit), "a PrefixUnit is read like a WorkUnit");
+static_assert(offsetof(PrefixUnit, rows) == offsetof(WorkUnit, kv_len) &&
+                  offsetof(PrefixUnit, first_request) == offsetof(WorkUnit, batch) &&
+                  offsetof(PrefixUnit, partial) == offsetof(WorkUnit, partial) &&
+                  offsetof(PrefixUnit, row_group) == offsetof(WorkUnit, row_group),
+              "PrefixUnit shares WorkUnit's dwords");
+namespace prefix_unit {
+inline constexpr int rows = offsetof(PrefixUnit, rows) / 4, first_request = offsetof(PrefixUnit, first_request) / 4;
+}  // namespace prefix_unit
+
+// One per request whose output merges several partials (a split request, or a member of a
+// prefix group read once for the group): int32[4], in the reduce buffer (workgroups of the
+// reduce kernel index it). The request's partials are slots first_partial + k * partial_stride
+// for k = 0 .. num_splits - 1 (stride 1 for a split request; a prefix group's members
+// interleave their slots, stride = the group's request count, see PrefixUnit).
 struct ReduceEntry {
-  int32_t qo_row;         // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
-  int32_t first_partial;  // first partial slot
-  int32_t num_splits;     // >= 2
-  int32_t batch;          // request index b
+  int32_t qo_row;          // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
+  int32_t first_partial;   // first partial slot
+  int32_t num_splits;      // >= 1 (1 only for a prefix-group member: its one partial normalised into o)
+  int32_t partial_stride;  // >= 1: slot distance between consecutive partials
 };
 static_assert(sizeof(ReduceEntry) == 4 * sizeof(int32_t), "ReduceEntry is int32[4]");
 namespace reduce_entry {
 inline constexpr int qo_row = offsetof(ReduceEntry, qo_row) / 4, first_partial = offsetof(ReduceEntry, first_partial) / 4,
-                     num_splits = offsetof(ReduceEntry, num_splits) / 4, batch = offsetof(ReduceEntry, batch) / 4;
+                     num_splits = offsetof(ReduceEntry, num_splits) / 4,
+                     partial_stride = offsetof(ReduceEntry, partial_stride) / 4;
 }  // namespace reduce_entry
 
 // A kernel argument: a pointer (8 bytes) or a 4-byte value, at its byte offset in the

@@ -242,7 +242,7 @@ typedef struct mla_work_unit {
   int32_t qo_row, page_base, kv_start, kv_end, kv_len, partial, row_group, batch;
 } mla_work_unit;
 typedef struct mla_reduce_entry {
-  int32_t qo_row, first_partial, num_splits, batch;
+  int32_t qo_row, first_partial, num_splits, partial_stride; /* slots first + k * stride */
 } mla_reduce_entry;
 /* Pointers into the plan, valid until its next update or destruction. Any out may be NULL. */
 mla_status mla_plan_get_tables(const mla_plan* plan, const mla_work_unit** units, size_t* num_units,

@@ -276,7 +276,7 @@ Plan plan_decode(const PlanInputs& in) {
   int first = 0;
   for (int b = 0; b < sh.batch; ++b)
     if (p.splits[b] > 1) {
-      p.reduces.push_back({b * in.qseqlen, first, p.splits[b], b});
+      p.reduces.push_back({b * in.qseqlen, first, p.splits[b], 1});
       first += p.splits[b];
     }
   p.num_partials = first;
