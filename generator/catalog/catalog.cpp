@@ -79,7 +79,7 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
           {"asm_sha256", k.asm_sha256},
           {"co_sha256", co_sha}};
   // How to launch it: the runtime's planner and dispatcher read this.
-  if (k.spec.kind == KernelKind::MlaDecode) {
+  if (k.spec.is_attention()) {
     const MlaGeometry g = mla_geometry(k.spec);
     entry["geometry"] = g.to_json();
     entry["decode_plan"] = mla_decode_plan(k.spec, g).to_json();

@@ -164,19 +164,28 @@ Config parse_config(const std::string& text, const std::string& path) {
       c.kernels.push_back(std::move(s));
     }
   }
-  // Every decode shape needs the reduce kernel that merges its split partials.
+  // Every decode shape needs the reduce kernel that merges its split partials, and the prefix
+  // kernel that reads a prefix shared by several requests once for all of them (the runtime
+  // plans it when it pays, docs/shared-prefix.md).
   std::vector<KernelSpec> implied;
+  auto imply = [&](KernelSpec r) {
+    r.implied = true;
+    std::string key = fmt::format("{}@{}", r.name(), arch_name(r.arch));
+    if (seen.count(key)) return;
+    seen[key] = "(implied)";
+    implied.push_back(r);
+  };
   for (const auto& s : c.kernels) {
     if (s.kind != KernelKind::MlaDecode) continue;
     KernelSpec r = s;
     r.kind = KernelKind::MlaReduce;
     r.page_size = 1;
     r.logit_cap = false;
-    r.implied = true;
-    std::string key = fmt::format("{}@{}", r.name(), arch_name(r.arch));
-    if (seen.count(key)) continue;
-    seen[key] = "(implied)";
-    implied.push_back(r);
+    imply(r);
+    KernelSpec x = s;
+    x.kind = KernelKind::MlaPrefix;
+    x.return_lse = false;
+    imply(x);
   }
   c.kernels.insert(c.kernels.end(), implied.begin(), implied.end());
   return c;

@@ -73,15 +73,22 @@ void Consumer::rows() {
 }
 
 void Consumer::limits_and_scales() {
-  // Visible-token limit of this lane's row: min(kv_end, kv_len - qseqlen + 1 + row / heads).
   lim = ra.vgpr(1, "c_limit");
-  row_div_heads(lim, row);
-  slim = ra.sgpr(1, "c_limit_base");
-  b.s_sub_u32(slim, k_.kv_len(), Imm(k_.s.qseqlen - 1));
-  b.v_add_u32(lim, slim, lim);
-  b.v_min_u32(lim, k_.kv_end(), lim);
-  // Scalar: the smallest limit over all rows (row 0); tiles below it need no mask.
-  b.s_min_u32(slim, slim, k_.kv_end());
+  if (g.prefix) {
+    // Every row of a prefix group sees the whole prefix: the limit is the unit's end.
+    slim = ra.sgpr(1, "c_limit_base");
+    b.v_mov_b32(lim, k_.kv_end());
+    b.s_mov_b32(slim, k_.kv_end());
+  } else {
+    // Visible-token limit of this lane's row: min(kv_end, kv_len - qseqlen + 1 + row / heads).
+    row_div_heads(lim, row);
+    slim = ra.sgpr(1, "c_limit_base");
+    b.s_sub_u32(slim, k_.kv_len(), Imm(k_.s.qseqlen - 1));
+    b.v_add_u32(lim, slim, lim);
+    b.v_min_u32(lim, k_.kv_end(), lim);
+    // Scalar: the smallest limit over all rows (row 0); tiles below it need no mask.
+    b.s_min_u32(slim, slim, k_.kv_end());
+  }
 
   // Scales (uniform): x = s * scale * log2(e) feeds exp2. xscale is the low register of a pair
   // (the high one 0): the packed fma of the exponent broadcasts it.

@@ -61,6 +61,7 @@ class Consumer {
   void copy_q_through_lds(SReg qrsrc, VReg qstage);
   void split_q(SReg qarea);
   static std::pair<uint32_t, int> q_piece_divider(int qb);
+  void rows_resource(SReg rsrc, SReg base, int bytes);
   void request_base(SReg base, SReg ptr64, int row_bytes);
   void row_div_heads(VReg d, VReg row_reg);
   void transpose_read_base(VReg base, VReg tmp, int kvb, int st);

@@ -26,10 +26,11 @@ void Consumer::fill_q(VReg qstage, Read&& read) {
 // Q of this lane's row: into AGPRs (straight from memory with one split, through LDS with
 // several), or into LDS only (Q read every tile), split into fp8 images where planned.
 void Consumer::load_q() {
-  // Q rows of this request: buffer over exactly M rows, so padded rows read zeros.
+  // Q rows of this request (prefix: of the group): buffer over exactly its rows, so padded rows
+  // read zeros.
   SReg qrsrc = ra.sgpr(4, "c_q_rsrc"), base = ra.sgpr(2, "c_base");
   request_base(base, k_.ptr(mla_decode_args::q), kMlaDim * qb);
-  b.make_buffer_resource(qrsrc, base, Imm(M * kMlaDim * qb));
+  rows_resource(qrsrc, base, kMlaDim * qb);
   // Lane (j, g) offsets of the k layouts in use: g * gstride elements (see lane_chunks).
   gq = ra.vgpr(1, "c_tmp");
   for (const auto& blk : blocks) {
@@ -268,6 +269,16 @@ void Consumer::transpose_read_base(VReg base, VReg tmp, int kvb, int st) {
   b.v_add_u32(base, base, tmp);
 }
 
+// A buffer over the unit's rows at `bytes` per row from `base`: the M rows of a request, or a
+// prefix group's R (PrefixUnit::rows).
+void Consumer::rows_resource(SReg rsrc, SReg base, int bytes) {
+  if (!g.prefix) return b.make_buffer_resource(rsrc, base, Imm(M * bytes));
+  SReg n = ra.sgpr(1, "c_rows_bytes");
+  b.s_mul_i32(n, k_.unit[abi::prefix_unit::rows], Imm(bytes));
+  b.make_buffer_resource(rsrc, base, n);
+  ra.release(n);
+}
+
 // base = ptr + qo_row * heads * row_bytes (64-bit, scalar).
 void Consumer::request_base(SReg base, SReg ptr64, int row_bytes) {
   SReg t = ra.sgpr(2, "c_offset64");
@@ -419,9 +430,9 @@ void Consumer::epilogue() {
   SReg rsrc = ra.sgpr(4, "e_rsrc"), base = ra.sgpr(2, "e_base"), saved = ra.sgpr(2, "e_exec");
   VReg off = ra.vgpr(1, "e_offset"), stage = ra.vgpr(4, "e_stage", 4);
   Label partial_path = b.new_label("write_partial"), done = b.new_label("written");
-  b.s_cmp_lt_i32(k_.partial(), Imm(0));
-  b.s_cbranch_scc0(partial_path);
-  {
+  if (!g.prefix) {  // a prefix unit always writes a partial
+    b.s_cmp_lt_i32(k_.partial(), Imm(0));
+    b.s_cbranch_scc0(partial_path);
     // Final output: bf16 o[(qo_row * heads + row) * 512 + col].
     request_base(base, k_.ptr(mla_decode_args::o), kMlaVDim * 2);
     b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 2));
@@ -459,8 +470,9 @@ void Consumer::epilogue() {
   b.bind(partial_path);
   {
     // Partial slot p: partial_o[(p * M + row) * 512 + col] f32, partial_lse[p * M + row].
+    // A prefix unit's R rows run on from its slot into the next ones (member i's in slot + i).
     partial_base(base, k_.ptr(mla_decode_args::partial_o), M * kMlaVDim * 4);
-    b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 4));
+    rows_resource(rsrc, base, kMlaVDim * 4);
     b.v_mul_u32_u24(off, Imm(kMlaVDim * 4), row);
     if (g.v_lds_transpose) {
       // Block n: columns 16n + 4g .. +3, stored straight from the accumulators.
@@ -479,7 +491,7 @@ void Consumer::epilogue() {
           b.buffer_store_dwordx4(stage, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r + c0) * 4));
         }
     partial_base(base, k_.ptr(mla_decode_args::partial_lse), M * 4);
-    b.make_buffer_resource(rsrc, base, Imm(M * 4));
+    rows_resource(rsrc, base, 4);
     write_lse(lse, rsrc, saved, off);
   }
   b.bind(done);

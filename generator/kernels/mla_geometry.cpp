@@ -10,6 +10,7 @@ namespace mla::gen {
 
 nlohmann::json MlaGeometry::to_json() const {
   return {{"rows", rows},
+          {"prefix", prefix},
           {"row_blocks", row_blocks},
           {"kv_splits", kv_splits},
           {"consumers", consumers},
@@ -42,11 +43,15 @@ namespace {
 // At most 3 consumer waves: with the producer, one wave per SIMD, which launches whatever the
 // register count (a wave of more than 256 unified VGPRs cannot share a SIMD). Beyond 3 blocks,
 // the fewest row groups (each re-reads the KV), then the fewest padded blocks.
+//
+// A prefix kernel's rows are a whole prefix group's (known only at run time, usually many
+// blocks): 3 row blocks, so that the prefix is read once per 48 rows.
 void row_blocks(MlaGeometry& g, const KernelSpec& s) {
   g.rows = s.heads * s.qseqlen;
+  g.prefix = s.kind == KernelKind::MlaPrefix;
   const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
-  g.row_blocks = std::min(3, blocks);
-  if (blocks > 3) {
+  g.row_blocks = g.prefix ? 3 : std::min(3, blocks);
+  if (blocks > 3 && !g.prefix) {
     auto cost = [&](int r) { return std::pair{(blocks + r - 1) / r, r * ((blocks + r - 1) / r) - blocks}; };
     g.row_blocks = cost(2) < cost(3) ? 2 : 3;
   }

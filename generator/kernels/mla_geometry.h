@@ -41,7 +41,10 @@ struct QkBlock {
 };
 
 struct MlaGeometry {
-  int rows = 0;            // M = heads * qseqlen rows per request
+  int rows = 0;            // M = heads * qseqlen rows per request (a partial slot's rows)
+  // Prefix kernel (KernelKind::MlaPrefix): a unit's rows are a prefix group's R = count * M
+  // rows (a runtime value, PrefixUnit::rows), always the most row blocks a workgroup holds.
+  bool prefix = false;
   int row_blocks = 0;      // 16-row blocks per workgroup
   int kv_splits = 1;       // S: consumer waves per row block, each on its own T tokens of a slot
   int consumers = 0;       // consumer waves per workgroup = row_blocks * kv_splits

@@ -1,6 +1,7 @@
 // The MLA reduce kernel: merges the split partials of one request row into the final o.
 //
-// Grid (reduce entries, M rows), one wave per workgroup; lane l owns columns 8l .. 8l+7.
+// Grid (reduce entries, M rows), one wave per workgroup; lane l owns columns 8l .. 8l+7. An
+// entry's partials are slots first + k * stride (abi::ReduceEntry).
 //   lse* = max_k lse_k;  w_k = exp(lse_k - lse*);  o = sum_k w_k o_k / sum_k w_k;
 //   lse = lse* + ln(sum_k w_k).
 // Partials are normalised within their split (decode wrote o_k = sum p v / sum p), so the
@@ -38,13 +39,17 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
   b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
   b.s_load_dwordx4(entry, eaddr, 0);
-  SReg qo_row = entry[0], first = entry[1], splits = entry[2];
+  namespace E = abi::reduce_entry;
+  SReg qo_row = entry[E::qo_row], first = entry[E::first_partial], splits = entry[E::num_splits],
+       stride = entry[E::partial_stride];
   SReg row = b.workgroup_id(1);
 
-  // lse of split k at partial_lse + ((first + k) * M + row) * 4, read through a scalar pointer.
+  // lse of split k at partial_lse + ((first + k * stride) * M + row) * 4, read through a scalar
+  // pointer (stride 1, or a prefix group's request count: its members' slots interleave).
   SReg lse_ptr = ra.sgpr(2, "lse_ptr"), k = ra.sgpr(1, "split"), t = ra.sgpr(2, "t"), lse_k = ra.sgpr(1, "lse_k");
   auto lse_address = [&] {
-    b.s_add_u32(t[0], first, k);
+    b.s_mul_i32(t[0], k, stride);
+    b.s_add_u32(t[0], first, t[0]);
     b.s_mul_i32(t[0], t[0], Imm(M));
     b.s_add_u32(t[0], t[0], row);
     b.s_lshl_b32(t[0], t[0], Imm(2));
@@ -75,7 +80,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.bind(sum_loop);
   lse_address();
   b.s_load_dword(lse_k, lse_ptr, 0);
-  // Row base of partial k: partial_o + ((first + k) * M + row) * 2048 = lse offset * 512.
+  // Row base of partial k: partial_o + ((first + k * stride) * M + row) * 2048 = lse offset * 512.
   b.s_lshl_b32(t[0], t[0], Imm(9));
   b.s_add_u32(base[0], ptr(A::partial_o)[0], t[0]);
   b.s_addc_u32(base[1], ptr(A::partial_o)[1], Imm(0));

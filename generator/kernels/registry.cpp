@@ -12,7 +12,8 @@ Program build_program(const KernelSpec& spec) {
     case KernelKind::VectorCopy: build_vector_copy(p); break;
     case KernelKind::Fp8Dequant: build_fp8_dequant(p); break;
     case KernelKind::MfmaTile: build_mfma_tile(p); break;
-    case KernelKind::MlaDecode: build_mla_decode(p, spec); break;
+    case KernelKind::MlaDecode:
+    case KernelKind::MlaPrefix: build_mla_decode(p, spec); break;
     case KernelKind::MlaReduce: build_mla_reduce(p, spec); break;
   }
   return p;

@@ -8,6 +8,7 @@ std::string_view kind_name(KernelKind k) {
   switch (k) {
     case KernelKind::MlaDecode: return "mla_decode";
     case KernelKind::MlaReduce: return "mla_reduce";
+    case KernelKind::MlaPrefix: return "mla_prefix";
     case KernelKind::VectorCopy: return "vector_copy";
     case KernelKind::Fp8Dequant: return "fp8_dequant";
     case KernelKind::MfmaTile: return "mfma_tile";
@@ -21,6 +22,9 @@ std::string KernelSpec::name() const {
     case KernelKind::MlaDecode:
       return fmt::format("mla_decode_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
                          qseqlen, page_size, return_lse ? "_lse" : "", logit_cap ? "_softcap" : "");
+    case KernelKind::MlaPrefix:  // always writes partials (with their lse): no _lse variant
+      return fmt::format("mla_prefix_{}{}_h{}_qs{}_pg{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads, qseqlen,
+                         page_size, logit_cap ? "_softcap" : "");
     case KernelKind::MlaReduce:
       return fmt::format("mla_reduce_h{}_qs{}{}", heads, qseqlen, return_lse ? "_lse" : "");
     case KernelKind::VectorCopy: return "pipe_vector_copy_b32";
@@ -37,11 +41,11 @@ nlohmann::json KernelSpec::to_json() const {
     j["q_dtype"] = dtype_name(q_dtype);
     j["kv_dtype"] = dtype_name(kv_dtype);
     j["qseqlen"] = qseqlen;
-    if (kind == KernelKind::MlaDecode) {
+    if (is_attention()) {
       j["page_size"] = page_size;
       j["logit_cap"] = logit_cap;
     }
-    j["return_lse"] = return_lse;
+    if (kind != KernelKind::MlaPrefix) j["return_lse"] = return_lse;
   }
   return j;
 }

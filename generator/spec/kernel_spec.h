@@ -13,6 +13,7 @@ namespace mla::gen {
 enum class KernelKind {
   MlaDecode,     // split-KV MLA decode (builder: issue #4)
   MlaReduce,     // merge of split partials (builder: issue #4)
+  MlaPrefix,     // a prefix group's rows over its shared prefix (issue #13; the decode builder)
   VectorCopy,    // pipeline kernel: grid-stride dword copy through buffer resources
   Fp8Dequant,    // pipeline kernel: fp8 (target format) -> f32 times a scale
   MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B
@@ -40,9 +41,11 @@ struct KernelSpec {
   // imply the same kernel without conflict.
   bool implied = false;
 
-  bool is_mla() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaReduce; }
+  bool is_mla() const { return is_attention() || kind == KernelKind::MlaReduce; }
+  // Built by the decode builder: decode, or prefix (mla_decode.cpp).
+  bool is_attention() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaPrefix; }
   // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse,
-  //      pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
+  //      mla_prefix_fp8fp8_h12_qs1_pg128, pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
   std::string name() const;
   nlohmann::json to_json() const;
 };
