@@ -52,7 +52,7 @@ std::string elf_gfx_target(const std::vector<uint8_t>& b, const std::string& pat
 // generator declared it from and the packing below relies on.
 void check_contract_args(const CatalogKernel& k) {
   std::span<const abi::KernargField> table;
-  if (k.kind == "mla_decode") table = abi::kDecodeArgs;
+  if (k.kind == "mla_decode" || k.kind == "mla_prefix") table = abi::kDecodeArgs;
   else if (k.kind == "mla_reduce") table = abi::kReduceArgs;
   else return;
   if (k.args.size() != table.size())
@@ -105,6 +105,7 @@ SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller
   SelectedKernels k;
   k.decode = sel.decode;
   k.reduce = sel.reduce;
+  k.prefix = sel.prefix;
   k.heads = caller.heads;
   k.qseqlen = caller.qseqlen;
   k.kheads = sel.decode.shape.value("heads", caller.heads);
@@ -156,6 +157,10 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
   WorkspaceLayout w;
   w.max_units = size_t(units);
   w.max_partials = size_t(units / G);
+  if (k.prefix) {
+    w.max_units += size_t(kCascadeReserve) * size_t(num_cus);
+    w.max_partials += size_t(kCascadeReserve) * size_t(num_cus);
+  }
   w.max_reduces = size_t(max_batch);
   fill_sizes(w, k, size_t(max_batch));
   return w;
@@ -163,7 +168,7 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
 
 WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch) {
   WorkspaceLayout w;
-  w.max_units = plan.units.size();
+  w.max_units = plan.units.size() + plan.prefix_units.size();
   w.max_partials = size_t(plan.num_partials);
   w.max_reduces = plan.reduces.size();
   fill_sizes(w, k, size_t(batch));
@@ -195,6 +200,10 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = k.decode.launch.tile_tokens;
   in.rows_per_group = k.decode.launch.rows_per_group;
+  if (k.prefix) {
+    in.prefix_rows_per_group = k.prefix->launch.rows_per_group;
+    in.prefix_units_available = true;
+  }
   return in;
 }
 
@@ -215,6 +224,12 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
     ops.push_back(op);
   };
   upload(ws.work, plan.units.data(), plan.units.size() * sizeof(WorkUnit), "upload work units");
+  // The prefix kernel's units follow the decode kernel's in the same table.
+  const uint64_t prefix_work = ws.work + plan.units.size() * sizeof(WorkUnit);
+  if (!plan.prefix_units.empty()) {
+    if (!k.prefix) throw RtError(MLA_ERROR_INTERNAL, "the plan has prefix units but the selection no prefix kernel");
+    upload(prefix_work, plan.prefix_units.data(), plan.prefix_units.size() * sizeof(WorkUnit), "upload prefix units");
+  }
   if (!plan.reduces.empty())
     upload(ws.reduce, plan.reduces.data(), plan.reduces.size() * sizeof(ReduceEntry), "upload reduce map");
   // Padded kernel: request b's row r goes to kernel row kq - q + r (the last q rows of the
@@ -249,20 +264,25 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
     lse_addr = k.return_lse ? ws.lse_pad : 0;
   }
   const uint64_t po = plan.num_partials ? ws.partial_o : 0, pl = plan.num_partials ? ws.partial_lse : 0;
-  {
-    KernargPacker dk(k.decode);
-    dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", ws.work).ptr("o", o_addr);
+  // The decode kernel over the requests (and the unique parts of prefix-group members), then the
+  // prefix kernel over the shared prefixes; both take the decode arguments.
+  auto attention = [&](const CatalogKernel& kernel, uint64_t work, size_t units, const char* what) {
+    if (units == 0) return;  // every member's tokens may all be in its group's prefix
+    KernargPacker dk(kernel);
+    dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", work).ptr("o", o_addr);
     dk.ptr("lse", lse_addr).ptr("partial_o", po).ptr("partial_lse", pl);
     dk.f32("scale", t.scale).f32("kv_scale", t.kv_scale).f32("logit_cap", t.logit_cap);
     DecodeOp op;
     op.kind = DecodeOp::Launch;
-    op.kernel = &k.decode;
-    op.grid = {unsigned(plan.units.size()), 1, 1};
-    op.block = {unsigned(k.decode.launch.workgroup_size), 1, 1};
+    op.kernel = &kernel;
+    op.grid = {unsigned(units), 1, 1};
+    op.block = {unsigned(kernel.launch.workgroup_size), 1, 1};
     op.kernarg = dk.finish();
-    op.what = "decode";
+    op.what = what;
     ops.push_back(std::move(op));
-  }
+  };
+  attention(k.decode, ws.work, plan.units.size(), "decode");
+  if (!plan.prefix_units.empty()) attention(*k.prefix, prefix_work, plan.prefix_units.size(), "prefix");
   if (!plan.reduces.empty()) {
     KernargPacker rk(k.reduce);
     rk.ptr("reduce_map", ws.reduce).ptr("partial_o", po).ptr("partial_lse", pl).ptr("o", o_addr).ptr("lse", lse_addr);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ struct DecodeOp {
 // The kernels of a selection, and how the caller's shape maps onto them.
 struct SelectedKernels {
   CatalogKernel decode, reduce;
+  std::optional<CatalogKernel> prefix;  // prefix groups are read once per group only with it
   int heads = 0, qseqlen = 0;    // the caller's shape
   int kheads = 0, kqseqlen = 0;  // the kernel's (>= the caller's when padded)
   DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
@@ -78,7 +80,10 @@ struct WorkspaceLayout {
   size_t total = 0;
 };
 // Capacity for any plan of at most max_batch requests and max_total_tokens tokens (0: unbounded)
-// made by plan_decode with `num_cus` and `max_rounds`.
+// made by plan_decode with `num_cus` and `max_rounds`, plus, with a prefix kernel, a reserve of
+// kCascadeReserve * num_cus units and partial slots for cascade plans (PlanInputs::max_units /
+// max_partials: a cascade needing more is not used, and its decision says so).
+inline constexpr int kCascadeReserve = 4;
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
                                  int max_rounds = PlanInputs{}.max_rounds);
 // Exactly what one plan needs.

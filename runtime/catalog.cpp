@@ -61,7 +61,7 @@ Catalog Catalog::open(const std::string& dir) {
       ck.shape = k.at("shape");
       ck.kind = ck.shape.at("kind");
       ck.geometry = k.value("geometry", json::object());
-      if (ck.kind == "mla_decode") {
+      if (ck.kind == "mla_decode" || ck.kind == "mla_prefix") {
         try {
           ck.launch = abi::launch_geometry_from_json(ck.geometry);
         } catch (const std::invalid_argument& e) {
@@ -111,6 +111,13 @@ int distance(const CatalogKernel& k, const DecodeShape& s) {
 
 }  // namespace
 
+bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode) {
+  if (prefix.kind != "mla_prefix" || prefix.target != decode.target) return false;
+  for (const char* f : {"q_dtype", "kv_dtype", "heads", "qseqlen", "page_size", "logit_cap"})
+    if (prefix.shape.value(f, json()) != decode.shape.value(f, json())) return false;
+  return prefix.launch.tile_tokens == decode.launch.tile_tokens;
+}
+
 Selection Catalog::select(const DecodeShape& s) const {
   const CatalogKernel* dec = nullptr;
   const CatalogKernel* red = nullptr;
@@ -137,7 +144,11 @@ Selection Catalog::select(const DecodeShape& s) const {
   if (!red)
     throw CatalogError(fmt::format("{}: decode kernel {} found but its reduce kernel (heads={} qseqlen={}{}) is missing",
                                    dir_, dec->name, s.heads, s.qseqlen, s.return_lse ? " lse" : ""));
-  return {*dec, *red};
+  Selection sel{*dec, *red, std::nullopt};
+  // The prefix kernel of the shape (optional: without it shared prefixes are read per request).
+  for (const auto& k : kernels_)
+    if (k.kind == "mla_prefix" && prefix_matches(k, *dec)) sel.prefix = k;
+  return sel;
 }
 
 }  // namespace mla::rt

@@ -51,7 +51,11 @@ DecodeShape shape_of(const Problem& p);
 
 struct Selection {
   CatalogKernel decode, reduce;
+  std::optional<CatalogKernel> prefix;  // the shape's prefix kernel (mla_prefix_*), when the catalog has it
 };
+// Whether `prefix` is the prefix kernel of decode kernel `decode`'s shape (same target, dtypes,
+// heads, qseqlen, page size, soft cap and token tile).
+bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode);
 
 class Catalog {
  public:

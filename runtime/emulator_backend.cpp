@@ -1,6 +1,7 @@
 #include "runtime/emulator_backend.h"
 
 #include <cstring>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -72,9 +73,17 @@ nlohmann::json Traffic::to_json() const {
 nlohmann::json DecodeResult::stats() const {
   nlohmann::json j;
   j["global_read_bytes"] = traffic.to_json();
-  j["kernels"] = {{"decode", decode_kernel}, {"reduce", ran_reduce ? reduce_kernel : ""}};
+  uint64_t kv_read = 0;
+  for (const auto& i : traffic.items)
+    if (i.buffer == "kv") kv_read = i.read;
+  j["kv_distinct_bytes"] = kv_distinct_bytes;
+  j["kv_read_over_distinct"] = kv_distinct_bytes ? double(kv_read) / double(kv_distinct_bytes) : 0.0;
+  j["kernels"] = {{"decode", ran_decode ? decode_kernel : ""},
+                  {"prefix", ran_prefix ? prefix_kernel : ""},
+                  {"reduce", ran_reduce ? reduce_kernel : ""}};
   j["plan"] = plan.to_json();
-  j["decode"] = decode.to_json();
+  if (ran_decode) j["decode"] = decode.to_json();
+  if (ran_prefix) j["prefix"] = prefix.to_json();
   if (ran_reduce) j["reduce"] = reduce.to_json();
   return j;
 }
@@ -88,14 +97,18 @@ Traffic needed_traffic(const Problem& p, const Plan& plan) {
   const int M = p.heads * p.qseqlen;
   Traffic t;
   uint64_t kv = 0, idx = 0, q = 0;
-  for (const auto& u : plan.units) {
+  auto add = [&](const WorkUnit& u, int rows) {
     kv += uint64_t(u.kv_end - u.kv_start) * kQkDim * kvb;
     idx += uint64_t((u.kv_end + p.page_size - 1) / p.page_size - u.kv_start / p.page_size) * 4;
-    int rows = std::min(plan.rows_per_group, M - u.row_group * plan.rows_per_group);
     q += uint64_t(rows) * kQkDim * qb;
-  }
+  };
+  for (const auto& u : plan.units) add(u, std::min(plan.rows_per_group, M - u.row_group * plan.rows_per_group));
+  // A prefix unit's kv_len field holds the group's rows (abi::PrefixUnit::rows).
+  for (const auto& u : plan.prefix_units)
+    add(u, std::min(plan.prefix_rows_per_group, u.kv_len - u.row_group * plan.prefix_rows_per_group));
   uint64_t partial_rows = uint64_t(plan.num_partials) * M;
-  t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q}, {"work", plan.units.size() * sizeof(WorkUnit)},
+  t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q},
+             {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit)},
              {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry)}, {"partial_o", partial_rows * 512 * 4},
              {"partial_lse", partial_rows * 4}};
   return t;
@@ -125,10 +138,12 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   // Loads both code objects and checks target and argument metadata against the catalog.
   be.ensure_module(sel.decode);
   be.ensure_module(sel.reduce);
+  if (sel.prefix) be.ensure_module(*sel.prefix);
   const SelectedKernels k = selected_kernels(sel, shape_of(p));
 
   DecodeResult r;
   r.decode_kernel = sel.decode.name;
+  r.prefix_kernel = sel.prefix ? sel.prefix->name : "";
   r.reduce_kernel = sel.reduce.name;
   PlanInputs in = plan_inputs_for(k, kv_lens_of(p), opts.num_cus ? opts.num_cus : be.num_cus(), opts.workgroups_per_cu);
   // Shared prefixes, from the problem's page table (docs/shared-prefix.md).
@@ -136,6 +151,13 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
                                           [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; });
   r.plan = plan_decode(in);
   const Plan& plan = r.plan;
+  {
+    std::set<std::pair<int32_t, int>> entries;  // (page id, token in page)
+    for (int b = 0; b < p.batch(); ++b)
+      for (int t = 0; t < p.kv_len(b); ++t)
+        entries.emplace(p.kv_indices[size_t(p.kv_indptr[b] + t / p.page_size)], t % p.page_size);
+    r.kv_distinct_bytes = entries.size() * uint64_t(kQkDim) * elem_bytes(p.kv_dtype);
+  }
 
   auto upload = [&](const void* data, size_t bytes, const char* name) {
     uint64_t a = be.alloc_named(std::max<size_t>(4, bytes), name, 0);
@@ -154,7 +176,8 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   t.logit_cap = float(p.logit_cap);
   const WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
   WorkspaceAddrs wa;
-  wa.work = be.alloc_named(std::max<size_t>(1, plan.units.size()) * sizeof(WorkUnit), "work", 0xff);
+  wa.work = be.alloc_named(std::max<size_t>(1, plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit), "work",
+                           0xff);
   wa.reduce = be.alloc_named(std::max<size_t>(1, plan.reduces.size()) * sizeof(ReduceEntry), "reduce_map", 0xff);
   if (plan.num_partials) {
     wa.partial_o = be.alloc_named(plan.partial_o_bytes(), "partial_o", 0xff);
@@ -166,15 +189,13 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     if (ws.lse_pad_bytes) wa.lse_pad = be.alloc_named(ws.lse_pad_bytes, "lse_pad", 0xff);
   }
   be.run(decode_ops(k, plan, p.batch(), t, wa), nullptr);
-  auto log = be.take_log();
-  if (!log.empty()) r.decode = std::move(log[0].counters);
-  if (log.size() > 1) {
-    r.reduce = std::move(log[1].counters);
-    r.ran_reduce = true;
-  }
   r.traffic = needed_traffic(p, plan);
-  add_measured(r.traffic, r.decode);
-  if (r.ran_reduce) add_measured(r.traffic, r.reduce);
+  for (auto& d : be.take_log()) {
+    add_measured(r.traffic, d.counters);
+    if (d.kernel == sel.decode.name) r.decode = std::move(d.counters), r.ran_decode = true;
+    else if (sel.prefix && d.kernel == sel.prefix->name) r.prefix = std::move(d.counters), r.ran_prefix = true;
+    else if (d.kernel == sel.reduce.name) r.reduce = std::move(d.counters), r.ran_reduce = true;
+  }
   r.o.resize(o_bytes / 2);
   be.d2h(r.o.data(), t.o, o_bytes);
   if (p.return_lse) {

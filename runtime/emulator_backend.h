@@ -60,10 +60,13 @@ struct DecodeResult {
   std::vector<uint16_t> o;  // [rows, heads, 512] bf16 bits
   std::vector<float> lse;   // [rows, heads] (when the problem asks for it)
   Plan plan;
-  emu::Counters decode, reduce;
-  bool ran_reduce = false;
+  emu::Counters decode, prefix, reduce;
+  bool ran_decode = false, ran_prefix = false, ran_reduce = false;
   Traffic traffic;
-  std::string decode_kernel, reduce_kernel;
+  // KV bytes of the distinct (page, token) entries the batch's requests hold: what reading every
+  // KV entry once would cost (shared prefixes counted once).
+  uint64_t kv_distinct_bytes = 0;
+  std::string decode_kernel, prefix_kernel, reduce_kernel;
   nlohmann::json stats() const;
 };
 

@@ -125,7 +125,10 @@ DecodeShape to_shape(const mla_context* ctx, const mla_shape& s) {
   return d;
 }
 
-const CatalogKernel& find_kernel(const mla_context* ctx, const char* name, const char* kind, const std::string& target) {
+const CatalogKernel& find_kernel(const mla_context* ctx, const char (&name)[128], const char* kind,
+                                 const std::string& target) {
+  // A name field that fills its array without a terminator is not a name (and strlen would run on).
+  if (!std::memchr(name, 0, sizeof name)) bad(fmt::format("selection's {} kernel name is not NUL-terminated within 128 bytes", kind));
   for (const auto& k : ctx->cat.kernels())
     if (k.name == name && k.kind == kind && k.target == target) return k;
   bad(fmt::format("selection names {} kernel '{}', which the catalog {} does not hold for {}", kind, name,
@@ -394,6 +397,7 @@ mla_status mla_select(mla_context* ctx, const mla_shape* shape, unsigned flags, 
     out->shape = *shape;
     copy_str(out->decode_kernel, sizeof out->decode_kernel, sel.decode.name);
     copy_str(out->reduce_kernel, sizeof out->reduce_kernel, sel.reduce.name);
+    copy_str(out->prefix_kernel, sizeof out->prefix_kernel, sel.prefix ? sel.prefix->name : "");
     out->kernel_heads = sel.decode.shape.value("heads", s.heads);
     out->kernel_qseqlen = sel.decode.shape.value("qseqlen", s.qseqlen);
     out->fallback = padded ? MLA_FALLBACK_PADDED : MLA_FALLBACK_NONE;
@@ -420,7 +424,15 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
       bad(fmt::format("max_total_tokens = {} (allowed: 0..2^40, 0 = unbounded)", max_total_tokens));
     DecodeShape s = to_shape(ctx, sel->shape);
     std::string t = name(s.target);
-    Selection ks{find_kernel(ctx, sel->decode_kernel, "mla_decode", t), find_kernel(ctx, sel->reduce_kernel, "mla_reduce", t)};
+    Selection ks{find_kernel(ctx, sel->decode_kernel, "mla_decode", t), find_kernel(ctx, sel->reduce_kernel, "mla_reduce", t),
+                 std::nullopt};
+    if (!std::memchr(sel->prefix_kernel, 0, sizeof sel->prefix_kernel) || sel->prefix_kernel[0]) {
+      ks.prefix = find_kernel(ctx, sel->prefix_kernel, "mla_prefix", t);
+      if (!prefix_matches(*ks.prefix, ks.decode))
+        bad(fmt::format("selection: prefix kernel {} is not the prefix kernel of decode kernel {} (allowed: \"\" or the "
+                        "one mla_select names)",
+                        ks.prefix->name, ks.decode.name));
+    }
     auto p = std::make_unique<mla_plan>();
     p->k = selected_kernels(ks, s);
     if (p->k.kheads < s.heads || p->k.kqseqlen < s.qseqlen)
@@ -429,6 +441,7 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     // Load and check both code objects now (per-device cache): target, metadata vs catalog.
     ctx->dev->be->ensure_module(p->k.decode);
     ctx->dev->be->ensure_module(p->k.reduce);
+    if (p->k.prefix) ctx->dev->be->ensure_module(*p->k.prefix);
     p->max_batch = max_batch;
     p->max_tokens = max_total_tokens;
     p->num_cus = ctx->planned_cus();
@@ -507,10 +520,14 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       in.prefix_groups = detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens,
                                               [&](int b, int i) { return host_pages[base[size_t(b)] + i]; });
     }
+    in.max_units = int64_t(plan->ws.max_units);
+    in.max_partials = int64_t(plan->ws.max_partials);
     Plan p = plan_decode(in);
-    if (stride > 0)
+    if (stride > 0) {
       for (auto& u : p.units) u.page_base = u.batch * stride;
-    if (p.units.size() > plan->ws.max_units || size_t(p.num_partials) > plan->ws.max_partials ||
+      for (auto& u : p.prefix_units) u.page_base = u.batch * stride;  // PrefixUnit::first_request
+    }
+    if (p.units.size() + p.prefix_units.size() > plan->ws.max_units || size_t(p.num_partials) > plan->ws.max_partials ||
         p.reduces.size() > plan->ws.max_reduces)
       throw RtError(MLA_ERROR_INTERNAL,
                     fmt::format("plan ({} units, {} partials) exceeds the workspace capacity ({} units, {} partials)",

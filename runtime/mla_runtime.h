@@ -174,6 +174,8 @@ typedef struct mla_selection {
   mla_shape shape;            /* the caller's shape */
   char decode_kernel[128];    /* symbol of the decode kernel */
   char reduce_kernel[128];    /* symbol of the reduce kernel (used when a request is split) */
+  char prefix_kernel[128];    /* symbol of the prefix kernel ("" if the catalog has none): reads a
+                                 prefix shared by a group of requests once for the group */
   mla_fallback fallback;      /* MLA_FALLBACK_NONE: the kernel was built for exactly this shape */
   int kernel_heads, kernel_qseqlen;  /* the kernel's shape (= shape's unless padded) */
   char note[256];             /* human-readable: what was chosen and, for a fallback, why */

@@ -49,10 +49,14 @@ struct PlanInputs {
   // whether the catalog could read each prefix once per group (docs/shared-prefix.md).
   std::vector<PrefixGroup> prefix_groups;
   bool prefix_units_available = false;
+  int prefix_rows_per_group = 0;
+  int64_t max_units = 0, max_partials = 0;
 };
 
 struct Plan {
   std::vector<WorkUnit> units;        // launch order (workgroup id = index)
+  std::vector<WorkUnit> prefix_units;
+  int prefix_rows_per_group = 0;
   std::vector<ReduceEntry> reduces;   // one per split request, in request order
   int num_partials = 0;               // partial slots needed
   int rows = 0;                       // M = heads * qseqlen

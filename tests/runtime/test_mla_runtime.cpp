@@ -175,7 +175,7 @@ TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backe
   Session s;
   size_t n = 0;
   OK(mla_kernel_count(s.ctx, &n));
-  REQUIRE(n == 2);
+  REQUIRE(n == 3);  // decode, reduce, prefix
   bool saw_decode = false;
   for (size_t i = 0; i < n; ++i) {
     mla_kernel_info k;
@@ -196,6 +196,7 @@ TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backe
   s.prepare({70, 200, 33, 16});
   CHECK(s.sel.fallback == MLA_FALLBACK_NONE);
   CHECK(std::string(s.sel.decode_kernel) == "mla_decode_fp8fp8_h16_qs1_pg16");
+  CHECK(std::string(s.sel.prefix_kernel) == "mla_prefix_fp8fp8_h16_qs1_pg16");
   mla_plan_info pi;
   OK(mla_plan_get_info(s.plan, &pi));
   CHECK(pi.batch == 4);
@@ -210,7 +211,10 @@ TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backe
   int64_t tokens = 0;
   for (size_t i = 0; i < nu; ++i) tokens += units[i].kv_end - units[i].kv_start;
   CHECK(tokens == 70 + 200 + 33 + 16);
-  for (size_t i = 0; i < nr; ++i) CHECK(splits[reds[i].batch] == reds[i].num_splits);
+  for (size_t i = 0; i < nr; ++i) {
+    CHECK(reds[i].partial_stride == 1);  // qseqlen 1: qo_row is the request
+    CHECK(splits[reds[i].qo_row] == reds[i].num_splits);
+  }
 
   OK(mla_context_set_option(s.ctx, MLA_OPTION_VALIDATE, 1));
   OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
