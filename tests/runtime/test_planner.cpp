@@ -4,6 +4,7 @@
 #include "runtime/backend.h"
 #include "runtime/planner.h"
 #include "runtime/problem.h"
+#include "tests/runtime/planner_golden.h"
 
 #include <algorithm>
 #include <map>
@@ -76,7 +77,7 @@ void check_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     if (p.splits[b] == 1) continue;
     REQUIRE(e < p.reduces.size());
     const auto& r = p.reduces[e++];
-    CHECK(r.batch == b);
+    CHECK(r.partial_stride == 1);
     CHECK(r.qo_row == b * in.qseqlen);
     CHECK(r.num_splits == p.splits[b]);
     CHECK(r.first_partial == expect_first);
@@ -311,4 +312,87 @@ TEST_CASE("contract: a decode kernel's argument list must be the contract's tabl
   }
   k.args.pop_back();
   CHECK_THROWS_WITH(rt::check_contract_args(k), Catch::Contains("11 arguments, the contract (abi/mla_abi.h) 12"));
+}
+
+TEST_CASE("planner: without a cascading group the plan is the one before cascade plans, bit for bit", "[planner]") {
+  // Fingerprints of golden::shapes() planned by the planner of commit dbee26c (before cascade
+  // plans): {fingerprint of units, reduces, splits, num_partials, per-CU prediction; units;
+  // num_partials; predicted cost}.
+  struct Expected {
+    uint64_t fingerprint;
+    size_t units;
+    int num_partials;
+    double cost;
+  };
+  const std::vector<Expected> expected{
+    {0x1634633bec8c8551ull, 304, 304, 226.09356725146199},  // 0
+    {0xa68ad60c0867d520ull, 256, 256, 4342.833333333333},  // 1
+    {0x52c64647dc8a8760ull, 64, 62, 1728.6631944444443},  // 2
+    {0x7cd07e8757fb2138ull, 64, 32, 639.11111111111109},  // 3
+    {0x601eab7e62feda73ull, 304, 0, 4124.4444444444443},  // 4
+    {0x8df7381570a33409ull, 512, 0, 2665.8888888888846},  // 5
+    {0x00df37589a4e1976ull, 16, 4, 346.57777777777778},  // 6
+    {0x87b655a1a8c49bebull, 1, 0, 32.444444444444443},  // 7
+    {0x65779600f37fddc8ull, 80, 80, 1062.6666666666665},  // 8
+    {0x43f73f93e3ba30dbull, 1, 0, 64.888888888888886},  // 9
+    {0xfad45c65789a529full, 256, 256, 955.83333333333337},  // 10
+    {0xc761b5949cf98cf8ull, 64, 0, 190.66666666666666},  // 11
+    {0xb45828cddf773e11ull, 352, 88, 244.7485380116959},  // 12
+    {0x5ee94a84e5fd911aull, 120, 119, 19824.862499999999},  // 13
+    {0xe5ec84f41547f891ull, 3, 0, 33.444444444444443},  // 14
+    {0x449cc29f1e12f9b3ull, 128, 0, 481.11111111111109},  // 15
+    {0x03d599f6604a8981ull, 512, 256, 1253.1111111111111},  // 16
+    {0x9acdb193006cd8aaull, 512, 512, 402.11111111111109},  // 17
+    {0x9f222dcd3e3ae88aull, 14, 13, 1398.2222222222222},  // 18
+    {0xbc5c7cbe91a0cb94ull, 64, 0, 170.33333333333331},  // 19
+    {0x70c7497652ae8d29ull, 608, 304, 659.49122807017545},  // 20
+    {0x7a2461aabf47fae0ull, 80, 80, 5787.333333333333},  // 21
+    {0x798835d4074f49f9ull, 79, 79, 213.62413194444446},  // 22
+    {0x83e645db81cd9d80ull, 7, 7, 984.2539682539682},  // 23
+    {0x48dd6260675c476eull, 256, 255, 307.44401041666669},  // 24
+    {0x14bab14969b74338ull, 21, 10, 6860.5595238095239},  // 25
+    {0xa0f6c8cf7e155775ull, 63, 63, 490.72916666666669},  // 26
+    {0x7b1a2f75e7b733a2ull, 512, 512, 364.33333333333331},  // 27
+    {0x1506fd1ae1cf2cc8ull, 512, 508, 756.88802083333337},  // 28
+    {0x89d04776f1aa9edeull, 32, 0, 332.22222222222223},  // 29
+    {0x9a46fa2d6385d5a3ull, 8, 0, 169.77777777777777},  // 30
+    {0xf182071a585a994eull, 512, 510, 1172.8871527777778},  // 31
+    {0x2a0397e0a094b581ull, 64, 0, 254.88888888888889},  // 32
+    {0xac2fc1169467cee2ull, 80, 80, 1545.4222222222222},  // 33
+    {0xbd13d09cecf83a54ull, 320, 311, 52336.730555555558},  // 34
+    {0x3816ce72dd63667dull, 80, 40, 3174.8444444444444},  // 35
+    {0xe50fefd5764efee1ull, 256, 128, 676.08333333333337},  // 36
+    {0xedfd71d5cdec73e2ull, 24, 16, 246.45138888888889},  // 37
+    {0xcfb86a699dc45d38ull, 256, 0, 1116581.0000000012},  // 38
+    {0x6094095246a9b1b2ull, 80, 0, 782.66666666666686},  // 39
+    {0x6c9c8216d60fccbaull, 159, 159, 108.51345486111111},  // 40
+    {0xd3fb88aae3af47c6ull, 768, 256, 815.25},  // 41
+    {0xf5ba02679d30dfc8ull, 14, 14, 5812.0317460317465},  // 42
+    {0x50420590bb913828ull, 1, 0, 127.77777777777777},  // 43
+    {0x03146b0aaab78c26ull, 304, 304, 178.46783625730995},  // 44
+  };
+  const auto shapes = golden::shapes();
+  REQUIRE(shapes.size() == expected.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    INFO("shape " << i);
+    auto check = [&](const rt::PlanInputs& in) {
+      const rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      CHECK(p.units.size() == expected[i].units);
+      CHECK(p.num_partials == expected[i].num_partials);
+      CHECK(p.predicted_cost == expected[i].cost);
+      CHECK(golden::fingerprint(p) == expected[i].fingerprint);
+      CHECK(p.prefix_units.empty());
+    };
+    check(shapes[i]);
+    // The same with a prefix group that cannot cascade (no prefix kernel, or the prefix kernel
+    // present but the group too short), on shapes where one fits.
+    rt::PlanInputs in = shapes[i];
+    if (in.kv_lens.size() >= 2 && std::min(in.kv_lens[0], in.kv_lens[1]) - in.qseqlen + 1 >= in.page_size) {
+      in.prefix_groups = {{0, 2, in.page_size}};
+      check(in);
+      in.prefix_rows_per_group = 48;
+      if (in.page_size < 256) check(in);
+    }
+  }
 }
