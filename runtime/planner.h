@@ -3,8 +3,11 @@
 // The decode kernel is launched with one workgroup per WorkUnit; a unit attends the rows of
 // one row group of one request over a token range [kv_start, kv_end) of that request. A request
 // whose tokens are split over several units gets one partial slot per split, and the reduce
-// kernel merges its partials (one ReduceEntry per such request). The binary layouts are the
-// contract's (abi/mla_abi.h), which the kernel builders read too.
+// kernel merges its partials (one ReduceEntry per such request). A cascade plan adds prefix
+// units (a second launch, the prefix kernel) that read a shared prefix once for all members of
+// its group; the members' decode units then cover only their unique parts (docs/planner.md
+// "Cascade plans"). The binary layouts are the contract's (abi/mla_abi.h), which the kernel
+// builders read too.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -19,8 +22,9 @@ namespace mla::rt {
 
 struct Problem;
 
-// The binary tables the kernels read: one WorkUnit per decode workgroup, one ReduceEntry per
-// split request (abi/mla_abi.h, shared with the kernel builders).
+// The binary tables the kernels read: one WorkUnit per decode workgroup, one PrefixUnit per
+// prefix workgroup, one ReduceEntry per split request or cascading member (abi/mla_abi.h,
+// shared with the kernel builders).
 using abi::ReduceEntry;
 using abi::WorkUnit;
 
@@ -58,8 +62,8 @@ struct PlanInputs {
 
 struct Plan {
   std::vector<WorkUnit> units;        // decode kernel launch order (workgroup id = index)
-  // Prefix kernel launch order; the bytes are abi::PrefixUnit's (same int32[8], kv_len holds
-  // rows and batch the first request; see abi/mla_abi.h). Empty when no group cascades.
+  // Prefix kernel launch order (workgroup id = index), uploaded as is: abi::PrefixUnit is the
+  // same int32[8] as WorkUnit. Empty when no group cascades.
   std::vector<abi::PrefixUnit> prefix_units;
   std::vector<ReduceEntry> reduces;   // one per split request and per cascading member, in request order
   int num_partials = 0;               // partial slots needed (a cascading group's unused slots included)
