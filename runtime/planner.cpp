@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <stdexcept>
@@ -466,10 +468,10 @@ Plan plan_decode(const PlanInputs& in) {
   check_inputs(in);
   const int M = in.heads * in.qseqlen;
   // The per-request plan: every request whole in the decode launch.
-  Launch decode = decode_launch(in, M), none{in, M, 1, {}};
+  Launch decode = decode_launch(in, M), no_prefix{in, M, 1, {}};
   for (int b = 0; b < int(in.kv_lens.size()); ++b) decode.jobs.push_back(request_job(in, M, b, 0, Job::request));
   Candidate dec = search(decode);
-  Plan per_request = assemble(in, {}, decode, std::move(dec), none, Candidate{});
+  Plan per_request = assemble(in, {}, decode, std::move(dec), no_prefix, Candidate{});
 
   CascadeInputs ci{.heads = in.heads,
                    .qseqlen = in.qseqlen,
@@ -502,46 +504,90 @@ Plan plan_decode(const PlanInputs& in) {
     return per_request;
   }
 
-  // All passing groups cascade, or none: the cheaper plan by the model wins.
-  Plan cascade = cascade_plan(in, M, passing);
-  const int64_t units = int64_t(cascade.units.size() + cascade.prefix_units.size());
-  std::string why;
-  bool use = false;
-  if (in.max_units > 0 && units > in.max_units)
-    why = fmt::format("the workspace holds {} units; the cascade needs {}", in.max_units, units);
-  else if (in.max_partials > 0 && cascade.num_partials > in.max_partials)
-    why = fmt::format("the workspace holds {} partials; the cascade needs {}", in.max_partials, cascade.num_partials);
-  else if (cascade.predicted_cost < per_request.predicted_cost)
-    use = true, why = fmt::format("cascade modeled cheaper: {:.1f} vs {:.1f} token-equivalents",
-                                  cascade.predicted_cost, per_request.predicted_cost);
-  else
-    why = fmt::format("per-request plan modeled cheaper: {:.1f} vs {:.1f} token-equivalents",
-                      per_request.predicted_cost, cascade.predicted_cost);
-  // The chosen plan's slot layout per group (prefix units of split k write B + k * count).
-  std::vector<int> kp(passing.size(), 0), first_slot(passing.size(), -1);
-  for (const abi::PrefixUnit& u : cascade.prefix_units)
-    for (size_t gi = 0; gi < passing.size(); ++gi)
-      if (u.first_request == passing[gi].first) {
-        kp[gi] += u.row_group == 0;
-        first_slot[gi] = first_slot[gi] < 0 ? u.partial : std::min(first_slot[gi], u.partial);
-      }
-  for (size_t gi = 0; gi < passing.size(); ++gi) {
-    CascadeDecision& d = decisions[passing_at[gi]];
-    const PrefixGroup& g = passing[gi];
-    d.cost_cascade = cascade.predicted_cost;
-    d.cost_per_request = per_request.predicted_cost;
-    d.prefix_splits = kp[gi];
-    d.extra_bytes = int64_t(kp[gi]) * g.count * M * int64_t(kPartialRowBytes) * 2;
-    d.cascade = use;
-    d.reason = why;
-    if (use) {
-      d.first_slot = first_slot[gi];
-      int U = 0;
-      for (int b = g.first; b < g.first + g.count; ++b) U = std::max(U, cascade.splits[size_t(b)] - kp[gi]);
-      d.slots = (kp[gi] + U) * g.count;
+  // Which groups cascade: all or none, whichever the model prices lower, then single groups
+  // toggled while that lowers the cost (ties: fewer cascades), so each group's decision is the
+  // cheaper of the chosen plan with and without it. Plans are cached by the set of groups.
+  const int n = int(passing.size());
+  struct Priced {
+    Plan plan;
+    std::string over;  // why the workspace cannot hold it ("": it fits)
+  };
+  std::map<std::vector<bool>, Priced> cache;
+  auto priced = [&](const std::vector<bool>& set) -> const Priced& {
+    auto it = cache.find(set);
+    if (it != cache.end()) return it->second;
+    Priced pr;
+    std::vector<PrefixGroup> groups;
+    for (int gi = 0; gi < n; ++gi)
+      if (set[size_t(gi)]) groups.push_back(passing[size_t(gi)]);
+    if (groups.empty()) {
+      pr.plan = per_request;
+    } else {
+      pr.plan = cascade_plan(in, M, groups);
+      const int64_t units = int64_t(pr.plan.units.size() + pr.plan.prefix_units.size());
+      if (in.max_units > 0 && units > in.max_units)
+        pr.over = fmt::format("the workspace holds {} units; the cascade needs {}", in.max_units, units);
+      else if (in.max_partials > 0 && pr.plan.num_partials > in.max_partials)
+        pr.over = fmt::format("the workspace holds {} partials; the cascade needs {}", in.max_partials,
+                              pr.plan.num_partials);
+    }
+    return cache.emplace(set, std::move(pr)).first->second;
+  };
+  auto cost = [&](const std::vector<bool>& set) {
+    const Priced& pr = priced(set);
+    return pr.over.empty() ? pr.plan.predicted_cost : std::numeric_limits<double>::infinity();
+  };
+  auto count = [](const std::vector<bool>& set) { return std::count(set.begin(), set.end(), true); };
+  const std::vector<bool> none(size_t(n), false), all(size_t(n), true);
+  std::vector<bool> set = cost(all) < cost(none) ? all : none;
+  // Toggling costs n plans per sweep: bounded for batches with many groups.
+  const bool toggle = n <= 8;
+  for (bool improved = toggle && n > 1; improved;) {
+    improved = false;
+    for (int gi = 0; gi < n; ++gi) {
+      std::vector<bool> t = set;
+      t[size_t(gi)] = !t[size_t(gi)];
+      const double ct = cost(t), cs = cost(set);
+      if (ct < cs || (ct == cs && count(t) < count(set))) set = std::move(t), improved = true;
     }
   }
-  Plan& chosen = use ? cascade : per_request;
+  for (int gi = 0; gi < n; ++gi) {
+    std::vector<bool> with = toggle ? set : all, without = toggle ? set : none;
+    with[size_t(gi)] = true;
+    without[size_t(gi)] = false;
+    const Priced &w = priced(with), &wo = priced(without);
+    CascadeDecision& d = decisions[passing_at[size_t(gi)]];
+    const PrefixGroup& g = passing[size_t(gi)];
+    d.cascade = set[size_t(gi)];
+    d.cost_cascade = w.plan.predicted_cost;
+    d.cost_per_request = wo.plan.predicted_cost;
+    if (d.cascade && !wo.over.empty())
+      d.reason = "cascade kept: without it " + wo.over;
+    else if (d.cascade)
+      d.reason = fmt::format("cascade modeled cheaper: {:.1f} vs {:.1f} token-equivalents", d.cost_cascade,
+                             d.cost_per_request);
+    else if (!w.over.empty())
+      d.reason = w.over;
+    else
+      d.reason = fmt::format("per-request plan modeled cheaper: {:.1f} vs {:.1f} token-equivalents",
+                             d.cost_per_request, d.cost_cascade);
+    // The slot layout of the plan with the group cascaded (prefix split k writes B + k * count).
+    d.prefix_splits = 0;
+    int first_slot = -1;
+    for (const abi::PrefixUnit& u : w.plan.prefix_units)
+      if (u.first_request == g.first) {
+        d.prefix_splits += u.row_group == 0;
+        first_slot = first_slot < 0 ? u.partial : std::min(first_slot, u.partial);
+      }
+    d.extra_bytes = int64_t(d.prefix_splits) * g.count * M * int64_t(kPartialRowBytes) * 2;
+    if (d.cascade) {
+      d.first_slot = first_slot;
+      int U = 0;
+      for (int b = g.first; b < g.first + g.count; ++b) U = std::max(U, w.plan.splits[size_t(b)] - d.prefix_splits);
+      d.slots = (d.prefix_splits + U) * g.count;
+    }
+  }
+  Plan chosen = std::move(cache.at(set).plan);
   chosen.prefix_groups = std::move(decisions);
   return chosen;
 }

@@ -783,3 +783,27 @@ TEST_CASE("planner cascade: a unique part's last split keeps a visible token for
   CHECK_FALSE(q.prefix_groups[0].cascade);
   CHECK_THAT(q.prefix_groups[0].reason, Contains("request 3 has 3 unique tokens, fewer than qseqlen = 4"));
 }
+
+TEST_CASE("planner cascade: groups are chosen one by one, each the cheaper of with and without it",
+          "[planner][cascade]") {
+  // The K3-like group (pays) and two short requests sharing 256 tokens next to it.
+  rt::PlanInputs in = k3_like();
+  in.kv_lens.push_back(300);
+  in.kv_lens.push_back(320);
+  in.prefix_groups.push_back({16, 2, 256});
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  check_choice(p);
+  REQUIRE(p.prefix_groups.size() == 2);
+  CHECK(p.prefix_groups[0].cascade);
+  // No worse than the plans that cascade only the first group, or none.
+  rt::PlanInputs only_first = in, none = in;
+  only_first.prefix_groups.pop_back();
+  none.prefix_groups.clear();
+  CHECK(p.predicted_cost <= rt::plan_decode(only_first).predicted_cost);
+  CHECK(p.predicted_cost <= rt::plan_decode(none).predicted_cost);
+  // The decision's costs are the chosen plan with and without the group.
+  const auto& d1 = p.prefix_groups[1];
+  if (!d1.cascade) CHECK(d1.cost_per_request == p.predicted_cost);
+}
