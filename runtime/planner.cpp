@@ -480,11 +480,19 @@ Plan plan_decode(const PlanInputs& in) {
                    .rows_per_group = in.rows_per_group,
                    .prefix_rows_per_group = in.prefix_rows_per_group,
                    .prefix_units_available = in.prefix_rows_per_group > 0};
+  auto cut_note = [&](const PrefixGroup& given) {
+    return fmt::format(" (shared_tokens {} cut to whole {}-token tiles)", given.shared_tokens, in.tile_tokens);
+  };
   std::vector<CascadeDecision> decisions;
   std::vector<PrefixGroup> passing;
   std::vector<size_t> passing_at;  // decision index of each passing group
-  for (const PrefixGroup& g : in.prefix_groups) {
+  for (const PrefixGroup& given : in.prefix_groups) {
+    // Units cut at whole tiles: a caller-given prefix is cut to whole tiles (the rest of its
+    // last tile is read with each member's unique part). Detected groups are whole tiles already.
+    PrefixGroup g = given;
+    g.shared_tokens = given.shared_tokens / in.tile_tokens * in.tile_tokens;
     CascadeDecision d = decide_cascade(g, ci);
+    if (g.shared_tokens != given.shared_tokens) d.reason += cut_note(given);
     // A unique part of 1 .. qseqlen-1 tokens would leave row 0 without a visible token in it
     // (an empty partial row); such a member keeps the prefix in its own units.
     for (int b = g.first; d.cascade && b < g.first + g.count; ++b) {
@@ -571,6 +579,8 @@ Plan plan_decode(const PlanInputs& in) {
     else
       d.reason = fmt::format("per-request plan modeled cheaper: {:.1f} vs {:.1f} token-equivalents",
                              d.cost_per_request, d.cost_cascade);
+    const PrefixGroup& given = in.prefix_groups[passing_at[size_t(gi)]];
+    if (g.shared_tokens != given.shared_tokens) d.reason += cut_note(given);
     // The slot layout of the plan with the group cascaded (prefix split k writes B + k * count).
     d.prefix_splits = 0;
     int first_slot = -1;

@@ -807,3 +807,17 @@ TEST_CASE("planner cascade: groups are chosen one by one, each the cheaper of wi
   const auto& d1 = p.prefix_groups[1];
   if (!d1.cascade) CHECK(d1.cost_per_request == p.predicted_cost);
 }
+
+TEST_CASE("planner cascade: a caller-given prefix that ends inside a tile is cut to whole tiles", "[planner][cascade]") {
+  rt::PlanInputs in = k3_like();
+  in.page_size = 16;
+  in.prefix_groups = {{0, 16, 63872 + 16}};  // whole pages, half a 32-token tile past 63,872
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  REQUIRE(p.prefix_groups[0].cascade);
+  CHECK(p.prefix_groups[0].group.shared_tokens == 63872);
+  CHECK_THAT(p.prefix_groups[0].reason, Contains("(shared_tokens 63888 cut to whole 32-token tiles)"));
+  for (const auto& u : p.prefix_units) CHECK(u.kv_end <= 63872);
+  for (const auto& u : p.units) CHECK(u.kv_start >= 63872);
+}
