@@ -202,7 +202,7 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.rows_per_group = k.decode.launch.rows_per_group;
   if (k.prefix) {
     in.prefix_rows_per_group = k.prefix->launch.rows_per_group;
-    in.prefix_units_available = true;
+    in.prefix_workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.prefix->resident_workgroups_per_cu;
   }
   return in;
 }
@@ -228,7 +228,8 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
   const uint64_t prefix_work = ws.work + plan.units.size() * sizeof(WorkUnit);
   if (!plan.prefix_units.empty()) {
     if (!k.prefix) throw RtError(MLA_ERROR_INTERNAL, "the plan has prefix units but the selection no prefix kernel");
-    upload(prefix_work, plan.prefix_units.data(), plan.prefix_units.size() * sizeof(WorkUnit), "upload prefix units");
+    upload(prefix_work, plan.prefix_units.data(), plan.prefix_units.size() * sizeof(abi::PrefixUnit),
+           "upload prefix units");
   }
   if (!plan.reduces.empty())
     upload(ws.reduce, plan.reduces.data(), plan.reduces.size() * sizeof(ReduceEntry), "upload reduce map");

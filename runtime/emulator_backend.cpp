@@ -97,15 +97,14 @@ Traffic needed_traffic(const Problem& p, const Plan& plan) {
   const int M = p.heads * p.qseqlen;
   Traffic t;
   uint64_t kv = 0, idx = 0, q = 0;
-  auto add = [&](const WorkUnit& u, int rows) {
+  auto add = [&](const auto& u, int rows) {
     kv += uint64_t(u.kv_end - u.kv_start) * kQkDim * kvb;
     idx += uint64_t((u.kv_end + p.page_size - 1) / p.page_size - u.kv_start / p.page_size) * 4;
     q += uint64_t(rows) * kQkDim * qb;
   };
   for (const auto& u : plan.units) add(u, std::min(plan.rows_per_group, M - u.row_group * plan.rows_per_group));
-  // A prefix unit's kv_len field holds the group's rows (abi::PrefixUnit::rows).
   for (const auto& u : plan.prefix_units)
-    add(u, std::min(plan.prefix_rows_per_group, u.kv_len - u.row_group * plan.prefix_rows_per_group));
+    add(u, std::min(plan.prefix_rows_per_group, u.rows - u.row_group * plan.prefix_rows_per_group));
   uint64_t partial_rows = uint64_t(plan.num_partials) * M;
   t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q},
              {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit)},
@@ -149,6 +148,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   // Shared prefixes, from the problem's page table (docs/shared-prefix.md).
   in.prefix_groups = detect_prefix_groups(in.kv_lens, p.page_size, p.qseqlen, in.tile_tokens,
                                           [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; });
+  in.cascade = opts.cascade;
   r.plan = plan_decode(in);
   const Plan& plan = r.plan;
   {

@@ -39,6 +39,7 @@ void check_kernel_interface(const CatalogKernel& kernel, const emu::CodeObject& 
 struct EmulatorRunOptions {
   int num_cus = 0;            // 0: the target's CU count (304 / 256)
   int workgroups_per_cu = 0;  // planner occupancy assumption; 0: the decode kernel's resident count
+  CascadePolicy cascade = CascadePolicy::cost_model;  // shared prefixes (PlanInputs::cascade)
   emu::DispatchOptions dispatch;
 };
 

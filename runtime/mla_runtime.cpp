@@ -525,7 +525,7 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
     Plan p = plan_decode(in);
     if (stride > 0) {
       for (auto& u : p.units) u.page_base = u.batch * stride;
-      for (auto& u : p.prefix_units) u.page_base = u.batch * stride;  // PrefixUnit::first_request
+      for (auto& u : p.prefix_units) u.page_base = u.first_request * stride;
     }
     if (p.units.size() + p.prefix_units.size() > plan->ws.max_units || size_t(p.num_partials) > plan->ws.max_partials ||
         p.reduces.size() > plan->ws.max_reduces)

@@ -4,7 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <stdexcept>
@@ -26,6 +29,12 @@ void check_inputs(const PlanInputs& in) {
   if (in.min_tiles_per_split < 1) fail(fmt::format("min_tiles_per_split = {} (allowed: >= 1)", in.min_tiles_per_split));
   if (in.kv_bytes_per_token < 1) fail(fmt::format("kv_bytes_per_token = {} (allowed: >= 1)", in.kv_bytes_per_token));
   if (in.max_rounds < 1) fail(fmt::format("max_rounds = {} (allowed: >= 1)", in.max_rounds));
+  if (in.prefix_rows_per_group < 0)
+    fail(fmt::format("prefix_rows_per_group = {} (allowed: >= 0, 0 = no prefix kernel)", in.prefix_rows_per_group));
+  if (in.prefix_workgroups_per_cu < 1)
+    fail(fmt::format("prefix_workgroups_per_cu = {} (allowed: >= 1)", in.prefix_workgroups_per_cu));
+  if (in.max_units < 0) fail(fmt::format("max_units = {} (allowed: >= 0, 0 = unlimited)", in.max_units));
+  if (in.max_partials < 0) fail(fmt::format("max_partials = {} (allowed: >= 0, 0 = unlimited)", in.max_partials));
   for (size_t b = 0; b < in.kv_lens.size(); ++b)
     if (in.kv_lens[b] < in.qseqlen)
       fail(fmt::format("kv_lens[{}] = {} < qseqlen = {} (allowed: kv_len >= qseqlen)", b, in.kv_lens[b], in.qseqlen));
@@ -36,60 +45,113 @@ void check_inputs(const PlanInputs& in) {
   }
 }
 
-// Everything a candidate plan is built from.
-struct Shape {
-  const PlanInputs& in;
-  int batch, M, G;
-  std::vector<int> tiles;  // ceil(kv_len / T)
-  std::vector<int> cap;    // most splits per request
-  int rows_in_group(int g) const { return std::min(in.rows_per_group, M - g * in.rows_per_group); }
+// One piece of work the planner splits into token ranges: a whole request, a cascading member's
+// unique part [shared_tokens, kv_len), or a cascading group's prefix [0, shared_tokens) over all
+// its members' rows. Each split of a job becomes one unit per row group.
+struct Job {
+  enum Kind { request, unique, prefix } kind = request;
+  int b = 0;          // the request (for a prefix: the group's first request)
+  int group = -1;     // index into the cascading groups (unique, prefix)
+  int start = 0;      // tokens [start, start + len) of the request; start % T == 0
+  int len = 0;
+  int kv_len = 0;     // the request's tokens (WorkUnit::kv_len); for a prefix the rows R
+  int rows = 0;       // M, or R = count * M for a prefix
+  int rows_per_group = 0;
+  int G = 0;          // row groups: ceil(rows / rows_per_group)
+  int tiles = 0, cap = 1;
+  bool forced_partial = false;  // writes a partial even unsplit (merged with the prefix)
+  int rows_in_group(int g) const { return std::min(rows_per_group, rows - g * rows_per_group); }
 };
 
-// Token ranges of request b cut into `s` splits of whole tiles, sizes differing by at most one
-// tile (the larger ones last). If the last split would hold fewer than qseqlen tokens (possible
-// only with 1-tile splits and a short last tile), fewer splits are used: then every split has a
-// token visible to every query row, so no partial row is empty.
-std::vector<std::pair<int, int>> cut_request(const Shape& sh, int b, int s) {
-  const int T = sh.in.tile_tokens, len = sh.in.kv_lens[b], n = sh.tiles[b];
+// The jobs of one kernel launch and how its CUs are modelled.
+struct Launch {
+  const PlanInputs& in;
+  int M;
+  int workgroups_per_cu;
+  std::vector<Job> jobs;
+};
+
+// Token ranges of a job cut into `s` splits of whole tiles, sizes differing by at most one tile
+// (the larger ones last). If the last split of a causal job would hold fewer than qseqlen tokens
+// (possible only with 1-tile splits and a short last tile), fewer splits are used: then every
+// split has a token visible to every query row, so no partial row is empty. A prefix has no
+// causal limit, so any non-empty split has visible tokens.
+std::vector<std::pair<int, int>> cut_job(const PlanInputs& in, const Job& job, int s) {
+  const int T = in.tile_tokens, n = job.tiles, end = job.start + job.len;
   for (;; --s) {
     std::vector<std::pair<int, int>> r;
     int base = n / s, extra = n % s, tile = 0;
     for (int j = 0; j < s; ++j) {
       int nt = base + (j >= s - extra ? 1 : 0);
-      r.emplace_back(tile * T, int(std::min<int64_t>(len, int64_t(tile + nt) * T)));
+      r.emplace_back(job.start + tile * T, int(std::min<int64_t>(end, job.start + int64_t(tile + nt) * T)));
       tile += nt;
     }
-    if (s == 1 || r.back().second - r.back().first >= sh.in.qseqlen) return r;
+    if (s == 1 || job.kind == Job::prefix || r.back().second - r.back().first >= in.qseqlen) return r;
   }
 }
 
-// Split counts for about `slots` units: start from one split per request, then repeatedly give
-// one more split to the request whose current splits are longest (largest tokens / split), so
-// unit sizes even out across requests. Each increment adds G units (one per row group).
-std::vector<int> apportion(const Shape& sh, int64_t slots) {
-  std::vector<int> s(sh.batch, 1);
-  int64_t units = int64_t(sh.batch) * sh.G;
-  using Item = std::pair<double, int>;  // (tokens per split, request)
+// Most splits per job: splits of >= min_tiles tiles, relaxed to single tiles when the preferred
+// length would leave CUs idle (too few tiles overall).
+void set_caps(Launch& L) {
+  auto caps = [&](int min_tiles) {
+    int64_t units = 0;
+    for (Job& j : L.jobs) {
+      j.cap = std::max(1, j.tiles / min_tiles);
+      units += int64_t(j.cap) * j.G;
+    }
+    return units;
+  };
+  if (caps(L.in.min_tiles_per_split) < L.in.num_cus) caps(1);
+}
+
+int64_t units_of(const Launch& L, const std::vector<int>& s) {
+  int64_t u = 0;
+  for (size_t j = 0; j < L.jobs.size(); ++j) u += int64_t(s[j]) * L.jobs[j].G;
+  return u;
+}
+
+// Split counts for about `slots` units: start from one split per job, then repeatedly give one
+// more split to the job whose current splits are longest (largest tokens / split), so unit
+// sizes even out across jobs. Each increment adds the job's G units; a job whose increment no
+// longer fits drops out.
+std::vector<int> apportion(const Launch& L, int64_t slots) {
+  std::vector<int> s(L.jobs.size(), 1);
+  int64_t units = units_of(L, s);
+  using Item = std::pair<double, int>;  // (tokens per split, job)
   std::priority_queue<Item> heap;
-  for (int b = 0; b < sh.batch; ++b)
-    if (sh.cap[b] > 1) heap.emplace(double(sh.in.kv_lens[b]), b);
-  while (!heap.empty() && units + sh.G <= slots) {
-    auto [size, b] = heap.top();
+  for (int j = 0; j < int(L.jobs.size()); ++j)
+    if (L.jobs[size_t(j)].cap > 1) heap.emplace(double(L.jobs[size_t(j)].len), j);
+  while (!heap.empty()) {
+    auto [size, j] = heap.top();
     heap.pop();
-    ++s[b];
-    units += sh.G;
-    if (s[b] < sh.cap[b]) heap.emplace(double(sh.in.kv_lens[b]) / s[b], b);
+    const Job& job = L.jobs[size_t(j)];
+    if (units + job.G > slots) continue;
+    ++s[size_t(j)];
+    units += job.G;
+    if (s[size_t(j)] < job.cap) heap.emplace(double(job.len) / s[size_t(j)], j);
   }
   return s;
 }
 
+// A unit before partial slots are numbered: they depend on both launches (a cascading group's
+// slots interleave its prefix and unique splits), the cost only on whether a partial is written.
+struct Raw {
+  WorkUnit u;  // partial: -1 or 0 (writes one)
+  int tokens;
+  int rows;
+  int job, split;
+};
+
 struct Candidate {
-  std::vector<int> splits;
-  std::vector<WorkUnit> units;  // launch order
+  std::vector<int> splits;  // per job
+  std::vector<Raw> units;   // launch order
   std::vector<int64_t> cu_tokens;
   std::vector<int> cu_units;
-  double cost = 0.0;
+  double cost = 0.0;        // this launch plus the reduce's reading of its partials
 };
+
+const double kPartialRowBytes = 512.0 * 4 + 4;  // partial o row + lse
+const double kFinalRowBytes = 512.0 * 2;        // bf16 o row
 
 // Builds the units of the given split counts, assigns them to CUs and orders them for launch.
 //
@@ -99,32 +161,30 @@ struct Candidate {
 // least work so far (LPT restricted to one unit per CU per round); long and short units
 // interleave and per-CU sums even out. Only the last round may be partial: the CUs it feeds are
 // relabelled 0..n-1 so that position i of that round still lands on CU i mod C.
-Candidate build(const Shape& sh, std::vector<int> splits) {
-  const PlanInputs& in = sh.in;
+Candidate build(const Launch& L, std::vector<int> splits) {
+  const PlanInputs& in = L.in;
   const int C = in.num_cus;
   Candidate c;
-  struct Raw {
-    WorkUnit u;
-    int tokens;
-  };
   std::vector<Raw> raw;
-  int first_partial = 0, page_base = 0;
-  for (int b = 0; b < sh.batch; ++b) {
-    auto ranges = cut_request(sh, b, splits[b]);
-    splits[b] = int(ranges.size());
-    for (int j = 0; j < splits[b]; ++j)
-      for (int g = 0; g < sh.G; ++g) {
-        WorkUnit u{b * in.qseqlen, page_base, ranges[j].first, ranges[j].second, in.kv_lens[b],
-                   splits[b] == 1 ? -1 : first_partial + j, g, b};
-        raw.push_back({u, ranges[j].second - ranges[j].first});
+  for (int ji = 0; ji < int(L.jobs.size()); ++ji) {
+    const Job& job = L.jobs[size_t(ji)];
+    auto ranges = cut_job(in, job, splits[size_t(ji)]);
+    const int s = splits[size_t(ji)] = int(ranges.size());
+    const bool partial = s > 1 || job.forced_partial;
+    for (int j = 0; j < s; ++j)
+      for (int g = 0; g < job.G; ++g) {
+        // page_base and qo_row are filled in when the plan is assembled.
+        WorkUnit u{0, 0, ranges[size_t(j)].first, ranges[size_t(j)].second, job.kv_len, partial ? 0 : -1, g, job.b};
+        raw.push_back({u, ranges[size_t(j)].second - ranges[size_t(j)].first, job.rows_in_group(g), ji, j});
       }
-    if (splits[b] > 1) first_partial += splits[b];
-    page_base += (in.kv_lens[b] + in.page_size - 1) / in.page_size;
   }
   c.splits = std::move(splits);
 
   std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.tokens > b.tokens; });
   const int N = int(raw.size());
+  c.cu_tokens.assign(C, 0);
+  c.cu_units.assign(C, 0);
+  if (N == 0) return c;
   const int rounds = (N + C - 1) / C;
   std::vector<int64_t> load(C, 0);
   std::vector<int> cu_order(C);
@@ -146,35 +206,214 @@ Candidate build(const Shape& sh, std::vector<int> splits) {
   for (int cu = 0; cu < C; ++cu)
     if (label[cu] < 0) label[cu] = next++;
   c.units.resize(N);
-  c.cu_tokens.assign(C, 0);
-  c.cu_units.assign(C, 0);
   std::vector<double> cu_time(C, 0.0);
-  const double unit_bytes_per_row_partial = 512.0 * 4 + 4;  // partial o row + lse
-  const double unit_bytes_per_row_final = 512.0 * 2;        // bf16 o row
   for (int r = 0; r < rounds; ++r)
     for (size_t j = 0; j < round_cu[r].size(); ++j) {
       const Raw& x = raw[r * C + j];
       int cu = label[round_cu[r][j]];
-      c.units[size_t(r) * C + cu] = x.u;
+      c.units[size_t(r) * C + cu] = x;
       c.cu_tokens[cu] += x.tokens;
       c.cu_units[cu] += 1;
-      double row_bytes = x.u.partial >= 0 ? unit_bytes_per_row_partial : unit_bytes_per_row_final;
-      cu_time[cu] += x.tokens + sh.rows_in_group(x.u.row_group) * row_bytes / in.kv_bytes_per_token;
+      double row_bytes = x.u.partial >= 0 ? kPartialRowBytes : kFinalRowBytes;
+      cu_time[cu] += x.tokens + x.rows * row_bytes / in.kv_bytes_per_token;
     }
   // A CU running fewer workgroups than it can hold streams at a proportionally lower rate
   // (fewer loads in flight): time = work * wpc / min(units, wpc).
   double worst = 0.0;
   for (int cu = 0; cu < C; ++cu) {
     if (c.cu_units[cu] == 0) continue;
-    double occ = double(std::min(c.cu_units[cu], in.workgroups_per_cu)) / in.workgroups_per_cu;
+    double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
     worst = std::max(worst, cu_time[cu] / occ);
   }
-  // The reduce kernel reads every partial and writes the final rows, spread over all CUs.
+  // The reduce kernel reads every partial and writes the final rows, spread over all CUs. A
+  // cascading member's final rows are priced with its group (cascade_reduce_final).
   double reduce_bytes = 0.0;
-  for (int b = 0; b < sh.batch; ++b)
-    if (c.splits[b] > 1) reduce_bytes += double(c.splits[b]) * sh.M * unit_bytes_per_row_partial + sh.M * unit_bytes_per_row_final;
+  for (size_t ji = 0; ji < L.jobs.size(); ++ji) {
+    const Job& job = L.jobs[ji];
+    if (job.kind == Job::request && c.splits[ji] > 1)
+      reduce_bytes += double(c.splits[ji]) * L.M * kPartialRowBytes + L.M * kFinalRowBytes;
+    else if (job.kind != Job::request)
+      reduce_bytes += double(c.splits[ji]) * job.rows * kPartialRowBytes;
+  }
   c.cost = worst + reduce_bytes / in.kv_bytes_per_token / C;
   return c;
+}
+
+// The cheapest candidate of a launch: k units per CU for k = floor(units at one split / C) (no
+// split when the jobs already fill the GPU) up to max_rounds more; ties to fewer units.
+Candidate search(Launch& L) {
+  const int64_t C = L.in.num_cus;
+  set_caps(L);
+  const int64_t k_lo = std::max<int64_t>(1, units_of(L, std::vector<int>(L.jobs.size(), 1)) / C);
+  Candidate best;
+  bool have = false;
+  std::vector<int> prev;
+  for (int64_t k = k_lo; k <= k_lo + L.in.max_rounds; ++k) {
+    std::vector<int> s = apportion(L, k * C);
+    if (have && s == prev) {
+      // Saturated: no more splits possible; larger k changes nothing.
+      if (units_of(L, s) < k * C) break;
+      continue;
+    }
+    prev = s;
+    Candidate c = build(L, std::move(s));
+    if (!have || c.cost < best.cost * (1.0 - 1e-9)) {
+      best = std::move(c);
+      have = true;
+    }
+  }
+  return best;
+}
+
+// The per-CU summary of a launch.
+void summarise(const Candidate& c, int num_cus, double& balance, int& cus_used) {
+  int64_t mx = 0, sum = 0;
+  cus_used = 0;
+  for (int cu = 0; cu < num_cus; ++cu) {
+    mx = std::max(mx, c.cu_tokens[size_t(cu)]);
+    sum += c.cu_tokens[size_t(cu)];
+    cus_used += c.cu_units[size_t(cu)] > 0;
+  }
+  balance = sum > 0 ? double(mx) * num_cus / double(sum) : 1.0;
+}
+
+// Numbers the partial slots in request order and fills the units' slots, page bases and q rows.
+// A split request gets consecutive slots; a cascading group gets base slot B and slot
+// B + k * count + i for member i's k-th partial (k < kp: prefix split k, written by the prefix
+// units with partial = B + k * count; else unique split k - kp), so every member's partials are
+// one arithmetic progression of stride count for the reduce.
+Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, const Launch& decode,
+              Candidate dec, const Launch& prefix, Candidate pre) {
+  const int batch = int(in.kv_lens.size()), M = decode.M, q = in.qseqlen;
+  std::vector<int> page_base(size_t(batch) + 1, 0);
+  for (int b = 0; b < batch; ++b) page_base[size_t(b) + 1] = page_base[size_t(b)] + (in.kv_lens[size_t(b)] + in.page_size - 1) / in.page_size;
+  std::vector<int> job_of(size_t(batch), -1);  // decode job of each request (-1: a member without unique tokens)
+  for (size_t j = 0; j < decode.jobs.size(); ++j) job_of[size_t(decode.jobs[j].b)] = int(j);
+  std::vector<int> dec_slot(decode.jobs.size(), -1), pre_slot(prefix.jobs.size(), -1);  // slot of split 0
+  std::vector<int> dec_stride(decode.jobs.size(), 1), pre_stride(prefix.jobs.size(), 1);
+
+  Plan p;
+  p.splits.assign(size_t(batch), 1);
+  std::vector<int> group_at(size_t(batch), -1);
+  for (size_t gi = 0; gi < cascading.size(); ++gi) group_at[size_t(cascading[gi].first)] = int(gi);
+  int next = 0;
+  for (int b = 0; b < batch;) {
+    const int gi = group_at[size_t(b)];
+    if (gi < 0) {
+      const int j = job_of[size_t(b)], s = dec.splits[size_t(j)];
+      p.splits[size_t(b)] = s;
+      if (s > 1) {
+        p.reduces.push_back({b * q, next, s, 1});
+        dec_slot[size_t(j)] = next;
+        next += s;
+      }
+      ++b;
+      continue;
+    }
+    const PrefixGroup& g = cascading[size_t(gi)];
+    const int kp = pre.splits[size_t(gi)];
+    int U = 0;
+    for (int i = 0; i < g.count; ++i) {
+      const int j = job_of[size_t(g.first + i)];
+      U = std::max(U, j < 0 ? 0 : dec.splits[size_t(j)]);
+    }
+    const int B = next;
+    pre_slot[size_t(gi)] = B;
+    pre_stride[size_t(gi)] = g.count;
+    for (int i = 0; i < g.count; ++i) {
+      const int r = g.first + i, j = job_of[size_t(r)], u = j < 0 ? 0 : dec.splits[size_t(j)];
+      if (j >= 0) dec_slot[size_t(j)] = B + kp * g.count + i, dec_stride[size_t(j)] = g.count;
+      p.splits[size_t(r)] = kp + u;
+      p.reduces.push_back({r * q, B + i, kp + u, g.count});
+    }
+    next = B + (kp + U) * g.count;
+    b = g.first + g.count;
+  }
+  p.num_partials = next;
+
+  p.units.reserve(dec.units.size());
+  for (const Raw& x : dec.units) {
+    WorkUnit u = x.u;
+    u.qo_row = u.batch * q;
+    u.page_base = page_base[size_t(u.batch)];
+    if (u.partial >= 0) u.partial = dec_slot[size_t(x.job)] + x.split * dec_stride[size_t(x.job)];
+    p.units.push_back(u);
+  }
+  for (const Raw& x : pre.units) {
+    const Job& job = prefix.jobs[size_t(x.job)];
+    p.prefix_units.push_back(abi::PrefixUnit{job.b * q, page_base[size_t(job.b)], x.u.kv_start, x.u.kv_end, job.rows,
+                                             pre_slot[size_t(x.job)] + x.split * pre_stride[size_t(x.job)],
+                                             x.u.row_group, job.b});
+  }
+  p.rows = M;
+  p.row_groups = (M + in.rows_per_group - 1) / in.rows_per_group;
+  p.rows_per_group = in.rows_per_group;
+  p.prefix_rows_per_group = prefix.jobs.empty() ? 0 : in.prefix_rows_per_group;
+  p.tile_tokens = in.tile_tokens;
+  p.num_cus = in.num_cus;
+  summarise(dec, in.num_cus, p.balance, p.cus_used);
+  p.cu_tokens = std::move(dec.cu_tokens);
+  p.cu_units = std::move(dec.cu_units);
+  // The launches run one after the other on one stream: their times add. The reduce writes
+  // every cascading member's final rows.
+  double cascade_reduce_final = 0.0;
+  for (const PrefixGroup& g : cascading) cascade_reduce_final += double(g.count) * M * kFinalRowBytes;
+  p.predicted_cost = dec.cost;
+  if (!prefix.jobs.empty()) {
+    p.prefix_cu_tokens = std::move(pre.cu_tokens);
+    p.prefix_cu_units = std::move(pre.cu_units);
+    p.predicted_cost += pre.cost + cascade_reduce_final / in.kv_bytes_per_token / in.num_cus;
+  }
+  return p;
+}
+
+Launch decode_launch(const PlanInputs& in, int M) {
+  return Launch{in, M, in.workgroups_per_cu, {}};
+}
+
+Job request_job(const PlanInputs& in, int M, int b, int start, Job::Kind kind) {
+  Job j;
+  j.kind = kind;
+  j.b = b;
+  j.start = start;
+  j.len = in.kv_lens[size_t(b)] - start;
+  j.kv_len = in.kv_lens[size_t(b)];
+  j.rows = M;
+  j.rows_per_group = in.rows_per_group;
+  j.G = (M + in.rows_per_group - 1) / in.rows_per_group;
+  j.tiles = (j.len + in.tile_tokens - 1) / in.tile_tokens;
+  j.forced_partial = kind == Job::unique;
+  return j;
+}
+
+// The plan with the given groups cascaded: members' unique parts and the other requests in the
+// decode launch, the groups' prefixes in the prefix launch.
+Plan cascade_plan(const PlanInputs& in, int M, const std::vector<PrefixGroup>& groups) {
+  Launch decode = decode_launch(in, M), prefix{in, M, in.prefix_workgroups_per_cu, {}};
+  std::vector<int> shared(in.kv_lens.size(), 0);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const PrefixGroup& g = groups[gi];
+    for (int b = g.first; b < g.first + g.count; ++b) shared[size_t(b)] = g.shared_tokens;
+    Job j;
+    j.kind = Job::prefix;
+    j.b = g.first;
+    j.group = int(gi);
+    j.len = g.shared_tokens;
+    j.rows = j.kv_len = g.count * M;
+    j.rows_per_group = in.prefix_rows_per_group;
+    j.G = (j.rows + in.prefix_rows_per_group - 1) / in.prefix_rows_per_group;
+    j.tiles = (j.len + in.tile_tokens - 1) / in.tile_tokens;
+    j.forced_partial = true;
+    prefix.jobs.push_back(j);
+  }
+  for (int b = 0; b < int(in.kv_lens.size()); ++b) {
+    if (shared[size_t(b)] == 0)
+      decode.jobs.push_back(request_job(in, M, b, 0, Job::request));
+    else if (in.kv_lens[size_t(b)] > shared[size_t(b)])
+      decode.jobs.push_back(request_job(in, M, b, shared[size_t(b)], Job::unique));
+  }
+  Candidate dec = search(decode), pre = search(prefix);
+  return assemble(in, groups, decode, std::move(dec), prefix, std::move(pre));
 }
 
 }  // namespace
@@ -182,19 +421,24 @@ Candidate build(const Shape& sh, std::vector<int> splits) {
 int64_t Plan::total_tokens() const {
   int64_t t = 0;
   for (const auto& u : units) t += u.kv_end - u.kv_start;
+  for (const auto& u : prefix_units) t += u.kv_end - u.kv_start;
   return t;
 }
 
 nlohmann::json Plan::to_json() const {
-  int64_t mx = 0, mn = cu_tokens.empty() ? 0 : cu_tokens[0];
+  int64_t mx = 0, mn = cu_tokens.empty() ? 0 : cu_tokens[0], decode_tokens = 0;
   for (int64_t t : cu_tokens) {
     mx = std::max(mx, t);
     mn = std::min(mn, t);
+    decode_tokens += t;
   }
   int max_units = cu_units.empty() ? 0 : *std::max_element(cu_units.begin(), cu_units.end());
-  int split_requests = int(reduces.size());
+  int split_requests = 0;
+  for (int s : splits) split_requests += s > 1;
   return nlohmann::json{
       {"units", units.size()},
+      {"prefix_units", prefix_units.size()},
+      {"prefix_rows_per_group", prefix_rows_per_group},
       {"reduce_entries", reduces.size()},
       {"split_requests", split_requests},
       {"num_partials", num_partials},
@@ -209,7 +453,7 @@ nlohmann::json Plan::to_json() const {
       {"total_tokens", total_tokens()},
       {"cu_tokens_max", mx},
       {"cu_tokens_min", mn},
-      {"cu_tokens_mean", num_cus ? double(total_tokens()) / num_cus : 0.0},
+      {"cu_tokens_mean", num_cus ? double(decode_tokens) / num_cus : 0.0},
       {"cu_units_max", max_units},
       {"balance", balance},
       {"predicted_cost_tokens", predicted_cost},
@@ -223,81 +467,149 @@ nlohmann::json Plan::to_json() const {
 
 Plan plan_decode(const PlanInputs& in) {
   check_inputs(in);
-  Shape sh{in, int(in.kv_lens.size()), in.heads * in.qseqlen, 0, {}, {}};
-  sh.G = (sh.M + in.rows_per_group - 1) / in.rows_per_group;
-  const int64_t C = in.num_cus;
-  auto caps = [&](int min_tiles) {
-    int64_t units = 0;
-    for (int b = 0; b < sh.batch; ++b) {
-      sh.cap[b] = std::max(1, sh.tiles[b] / min_tiles);
-      units += int64_t(sh.cap[b]) * sh.G;
-    }
-    return units;
-  };
-  sh.tiles.resize(sh.batch);
-  sh.cap.resize(sh.batch);
-  for (int b = 0; b < sh.batch; ++b) sh.tiles[b] = (in.kv_lens[b] + in.tile_tokens - 1) / in.tile_tokens;
-  // Every CU should get work: if the preferred minimum split length leaves CUs idle, allow
-  // single-tile splits.
-  if (caps(in.min_tiles_per_split) < C) caps(1);
+  const int M = in.heads * in.qseqlen;
+  // The per-request plan: every request whole in the decode launch.
+  Launch decode = decode_launch(in, M), no_prefix{in, M, 1, {}};
+  for (int b = 0; b < int(in.kv_lens.size()); ++b) decode.jobs.push_back(request_job(in, M, b, 0, Job::request));
+  Candidate dec = search(decode);
+  Plan per_request = assemble(in, {}, decode, std::move(dec), no_prefix, Candidate{});
 
-  // Candidates: k units per CU for k = floor(B*G / C) (no split when the batch already fills the
-  // GPU) up to max_rounds more; the cheapest by the cost model wins, ties to fewer units.
-  const int64_t k_lo = std::max<int64_t>(1, int64_t(sh.batch) * sh.G / C);
-  Candidate best;
-  bool have = false;
-  std::vector<int> prev;
-  for (int64_t k = k_lo; k <= k_lo + in.max_rounds; ++k) {
-    std::vector<int> s = apportion(sh, k * C);
-    if (have && s == prev) {
-      // Saturated: no more splits possible; larger k changes nothing.
-      if (std::accumulate(s.begin(), s.end(), int64_t(0)) * sh.G < k * C) break;
-      continue;
-    }
-    prev = s;
-    Candidate c = build(sh, std::move(s));
-    if (!have || c.cost < best.cost * (1.0 - 1e-9)) {
-      best = std::move(c);
-      have = true;
-    }
-  }
-
-  Plan p;
-  p.rows = sh.M;
-  p.row_groups = sh.G;
-  p.rows_per_group = in.rows_per_group;
-  p.tile_tokens = in.tile_tokens;
-  p.num_cus = in.num_cus;
-  p.units = std::move(best.units);
-  p.splits = std::move(best.splits);
-  p.cu_tokens = std::move(best.cu_tokens);
-  p.cu_units = std::move(best.cu_units);
-  p.predicted_cost = best.cost;
-  int first = 0;
-  for (int b = 0; b < sh.batch; ++b)
-    if (p.splits[b] > 1) {
-      p.reduces.push_back({b * in.qseqlen, first, p.splits[b], 1});
-      first += p.splits[b];
-    }
-  p.num_partials = first;
-  int64_t mx = 0, sum = 0;
-  for (int cu = 0; cu < in.num_cus; ++cu) {
-    mx = std::max(mx, p.cu_tokens[cu]);
-    sum += p.cu_tokens[cu];
-    p.cus_used += p.cu_units[cu] > 0;
-  }
-  p.balance = sum > 0 ? double(mx) * in.num_cus / double(sum) : 1.0;
   CascadeInputs ci{.heads = in.heads,
                    .qseqlen = in.qseqlen,
                    .kv_bytes_per_token = in.kv_bytes_per_token,
                    .num_cus = in.num_cus,
-                   .prefix_units_available = in.prefix_units_available};
-  for (const PrefixGroup& g : in.prefix_groups) {
-    p.prefix_groups.push_back(decide_cascade(g, ci));
-    if (p.prefix_groups.back().cascade)
-      throw std::logic_error("plan_decode: prefix work units are not built yet (docs/shared-prefix.md)");
+                   .rows_per_group = in.rows_per_group,
+                   .prefix_rows_per_group = in.prefix_rows_per_group,
+                   .prefix_units_available = in.prefix_rows_per_group > 0,
+                   // `always`: every group the kernels can cascade, however short its prefix.
+                   .min_shared_tokens = in.cascade == CascadePolicy::always ? 1 : CascadeInputs{}.min_shared_tokens};
+  auto cut_note = [&](const PrefixGroup& given) {
+    return fmt::format(" (shared_tokens {} cut to whole {}-token tiles)", given.shared_tokens, in.tile_tokens);
+  };
+  std::vector<CascadeDecision> decisions;
+  std::vector<PrefixGroup> passing;
+  std::vector<size_t> passing_at;  // decision index of each passing group
+  for (const PrefixGroup& given : in.prefix_groups) {
+    // Units cut at whole tiles: a caller-given prefix is cut to whole tiles (the rest of its
+    // last tile is read with each member's unique part). Detected groups are whole tiles already.
+    PrefixGroup g = given;
+    g.shared_tokens = given.shared_tokens / in.tile_tokens * in.tile_tokens;
+    CascadeDecision d = decide_cascade(g, ci);
+    if (g.shared_tokens != given.shared_tokens) d.reason += cut_note(given);
+    // A unique part of 1 .. qseqlen-1 tokens would leave row 0 without a visible token in it
+    // (an empty partial row); such a member keeps the prefix in its own units.
+    for (int b = g.first; d.cascade && b < g.first + g.count; ++b) {
+      const int unique = in.kv_lens[size_t(b)] - g.shared_tokens;
+      if (unique > 0 && unique < in.qseqlen) {
+        d.cascade = false;
+        d.reason = fmt::format("request {} has {} unique tokens, fewer than qseqlen = {}: its first query row would "
+                               "see none of them",
+                               b, unique, in.qseqlen);
+      }
+    }
+    if (d.cascade && in.cascade == CascadePolicy::never)
+      d.cascade = false, d.reason = "the caller turned cascades off (cascade policy: never)";
+    if (d.cascade) passing.push_back(g), passing_at.push_back(decisions.size());
+    decisions.push_back(std::move(d));
   }
-  return p;
+  if (passing.empty()) {
+    per_request.prefix_groups = std::move(decisions);
+    return per_request;
+  }
+
+  // Which groups cascade: all or none, whichever the model prices lower, then single groups
+  // toggled while that lowers the cost (ties: fewer cascades), so each group's decision is the
+  // cheaper of the chosen plan with and without it. Plans are cached by the set of groups.
+  const int n = int(passing.size());
+  struct Priced {
+    Plan plan;
+    std::string over;  // why the workspace cannot hold it ("": it fits)
+  };
+  std::map<std::vector<bool>, Priced> cache;
+  auto priced = [&](const std::vector<bool>& set) -> const Priced& {
+    auto it = cache.find(set);
+    if (it != cache.end()) return it->second;
+    Priced pr;
+    std::vector<PrefixGroup> groups;
+    for (int gi = 0; gi < n; ++gi)
+      if (set[size_t(gi)]) groups.push_back(passing[size_t(gi)]);
+    if (groups.empty()) {
+      pr.plan = per_request;
+    } else {
+      pr.plan = cascade_plan(in, M, groups);
+      const int64_t units = int64_t(pr.plan.units.size() + pr.plan.prefix_units.size());
+      if (in.max_units > 0 && units > in.max_units)
+        pr.over = fmt::format("the workspace holds {} units; the cascade needs {}", in.max_units, units);
+      else if (in.max_partials > 0 && pr.plan.num_partials > in.max_partials)
+        pr.over = fmt::format("the workspace holds {} partials; the cascade needs {}", in.max_partials,
+                              pr.plan.num_partials);
+    }
+    return cache.emplace(set, std::move(pr)).first->second;
+  };
+  auto cost = [&](const std::vector<bool>& set) {
+    const Priced& pr = priced(set);
+    return pr.over.empty() ? pr.plan.predicted_cost : std::numeric_limits<double>::infinity();
+  };
+  auto count = [](const std::vector<bool>& set) { return std::count(set.begin(), set.end(), true); };
+  const std::vector<bool> none(size_t(n), false), all(size_t(n), true);
+  // `always`: all groups, unless the workspace cannot hold the cascade (then none, and why).
+  const bool forced = in.cascade == CascadePolicy::always;
+  std::vector<bool> set = forced ? (std::isfinite(cost(all)) ? all : none) : cost(all) < cost(none) ? all : none;
+  // Toggling costs n plans per sweep: bounded for batches with many groups.
+  const bool toggle = n <= 8 && !forced;
+  for (bool improved = toggle && n > 1; improved;) {
+    improved = false;
+    for (int gi = 0; gi < n; ++gi) {
+      std::vector<bool> t = set;
+      t[size_t(gi)] = !t[size_t(gi)];
+      const double ct = cost(t), cs = cost(set);
+      if (ct < cs || (ct == cs && count(t) < count(set))) set = std::move(t), improved = true;
+    }
+  }
+  for (int gi = 0; gi < n; ++gi) {
+    std::vector<bool> with = toggle ? set : all, without = toggle ? set : none;
+    with[size_t(gi)] = true;
+    without[size_t(gi)] = false;
+    const Priced &w = priced(with), &wo = priced(without);
+    CascadeDecision& d = decisions[passing_at[size_t(gi)]];
+    const PrefixGroup& g = passing[size_t(gi)];
+    d.cascade = set[size_t(gi)];
+    d.cost_cascade = w.plan.predicted_cost;
+    d.cost_per_request = wo.plan.predicted_cost;
+    if (d.cascade && !wo.over.empty())
+      d.reason = "cascade kept: without it " + wo.over;
+    else if (d.cascade && forced)
+      d.reason = fmt::format("cascade asked for (policy always); modeled {:.1f} vs {:.1f} token-equivalents per request",
+                             d.cost_cascade, d.cost_per_request);
+    else if (d.cascade)
+      d.reason = fmt::format("cascade modeled cheaper: {:.1f} vs {:.1f} token-equivalents", d.cost_cascade,
+                             d.cost_per_request);
+    else if (!w.over.empty())
+      d.reason = w.over;
+    else
+      d.reason = fmt::format("per-request plan modeled cheaper: {:.1f} vs {:.1f} token-equivalents",
+                             d.cost_per_request, d.cost_cascade);
+    const PrefixGroup& given = in.prefix_groups[passing_at[size_t(gi)]];
+    if (g.shared_tokens != given.shared_tokens) d.reason += cut_note(given);
+    // The slot layout of the plan with the group cascaded (prefix split k writes B + k * count).
+    d.prefix_splits = 0;
+    int first_slot = -1;
+    for (const abi::PrefixUnit& u : w.plan.prefix_units)
+      if (u.first_request == g.first) {
+        d.prefix_splits += u.row_group == 0;
+        first_slot = first_slot < 0 ? u.partial : std::min(first_slot, u.partial);
+      }
+    d.extra_bytes = int64_t(d.prefix_splits) * g.count * M * int64_t(kPartialRowBytes) * 2;
+    if (d.cascade) {
+      d.first_slot = first_slot;
+      int U = 0;
+      for (int b = g.first; b < g.first + g.count; ++b) U = std::max(U, w.plan.splits[size_t(b)] - d.prefix_splits);
+      d.slots = (d.prefix_splits + U) * g.count;
+    }
+  }
+  Plan chosen = std::move(cache.at(set).plan);
+  chosen.prefix_groups = std::move(decisions);
+  return chosen;
 }
 
 std::vector<int> kv_lens_of(const Problem& p) {

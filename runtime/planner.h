@@ -3,8 +3,11 @@
 // The decode kernel is launched with one workgroup per WorkUnit; a unit attends the rows of
 // one row group of one request over a token range [kv_start, kv_end) of that request. A request
 // whose tokens are split over several units gets one partial slot per split, and the reduce
-// kernel merges its partials (one ReduceEntry per such request). The binary layouts are the
-// contract's (abi/mla_abi.h), which the kernel builders read too.
+// kernel merges its partials (one ReduceEntry per such request). A cascade plan adds prefix
+// units (a second launch, the prefix kernel) that read a shared prefix once for all members of
+// its group; the members' decode units then cover only their unique parts (docs/planner.md
+// "Cascade plans"). The binary layouts are the contract's (abi/mla_abi.h), which the kernel
+// builders read too.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -19,8 +22,9 @@ namespace mla::rt {
 
 struct Problem;
 
-// The binary tables the kernels read: one WorkUnit per decode workgroup, one ReduceEntry per
-// split request (abi/mla_abi.h, shared with the kernel builders).
+// The binary tables the kernels read: one WorkUnit per decode workgroup, one PrefixUnit per
+// prefix workgroup, one ReduceEntry per split request or cascading member (abi/mla_abi.h,
+// shared with the kernel builders).
 using abi::ReduceEntry;
 using abi::WorkUnit;
 
@@ -45,34 +49,48 @@ struct PlanInputs {
                                  // needed to give every CU work)
   int kv_bytes_per_token = 576;  // 576 (fp8) or 1152 (bf16): prices partial traffic in tokens
   int max_rounds = 16;           // largest number of units per CU the search considers
-  // Requests sharing a prefix (detected from the page table, or given by the caller), and
-  // whether the catalog could read each prefix once per group (docs/shared-prefix.md).
+  // Requests sharing a prefix (detected from the page table, or given by the caller,
+  // docs/shared-prefix.md), and the prefix kernel's row group size: 0 = the catalog has no
+  // prefix kernel for this shape, then no group cascades.
   std::vector<PrefixGroup> prefix_groups;
-  bool prefix_units_available = false;
-  int prefix_rows_per_group = 0;
+  int prefix_rows_per_group = 0;   // rows of a group's count*M per prefix unit (typically 48)
+  int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU (its O fills the registers)
+  // Which groups cascade: as the cost model prices it (default); every group the kernels can
+  // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
+  CascadePolicy cascade = CascadePolicy::cost_model;
+  // Workspace capacity (0 = unlimited): a cascade plan needing more is not used. Units count
+  // decode and prefix units together.
   int64_t max_units = 0, max_partials = 0;
 };
 
 struct Plan {
-  std::vector<WorkUnit> units;        // launch order (workgroup id = index)
-  std::vector<WorkUnit> prefix_units;
-  int prefix_rows_per_group = 0;
-  std::vector<ReduceEntry> reduces;   // one per split request, in request order
-  int num_partials = 0;               // partial slots needed
+  std::vector<WorkUnit> units;        // decode kernel launch order (workgroup id = index)
+  // Prefix kernel launch order (workgroup id = index), uploaded as is: abi::PrefixUnit is the
+  // same int32[8] as WorkUnit. Empty when no group cascades.
+  std::vector<abi::PrefixUnit> prefix_units;
+  std::vector<ReduceEntry> reduces;   // one per split request and per cascading member, in request order
+  int num_partials = 0;               // partial slots needed (a cascading group's unused slots included)
   int rows = 0;                       // M = heads * qseqlen
   int row_groups = 0;                 // ceil(M / rows_per_group)
   int rows_per_group = 0;
   int tile_tokens = 0;
   int num_cus = 0;
-  std::vector<int> splits;            // per request (1 = final output written directly)
-  std::vector<int64_t> cu_tokens;     // predicted KV tokens read per CU (round-robin model)
-  std::vector<int> cu_units;          // predicted units per CU
+  int prefix_rows_per_group = 0;      // the prefix kernel's (0: no prefix units)
+  // Per request: partials its output merges (1 and not a cascading member = final output
+  // written directly); for a cascading member prefix splits + unique splits.
+  std::vector<int> splits;
+  std::vector<int64_t> cu_tokens;     // predicted KV tokens read per CU by the decode launch (round-robin model)
+  std::vector<int> cu_units;          // predicted decode units per CU
+  std::vector<int64_t> prefix_cu_tokens;  // the same for the prefix launch (empty without prefix units)
+  std::vector<int> prefix_cu_units;
   double balance = 1.0;               // max / mean of cu_tokens (over all CUs)
-  int cus_used = 0;                   // CUs with at least one unit
+  int cus_used = 0;                   // CUs with at least one decode unit
   double predicted_cost = 0.0;        // model cost in token-equivalents (docs/planner.md)
   std::vector<CascadeDecision> prefix_groups;  // the cost model's word on each shared prefix
 
-  int64_t total_tokens() const;       // sum of units' token counts (row groups counted each)
+  // Sum of decode and prefix units' token counts (row groups counted each): the KV tokens the
+  // two launches read.
+  int64_t total_tokens() const;
   // Partial buffer sizes in bytes: partial_o = num_partials * M * 512 * 4, partial_lse = num_partials * M * 4.
   size_t partial_o_bytes() const { return size_t(num_partials) * rows * 512 * 4; }
   size_t partial_lse_bytes() const { return size_t(num_partials) * rows * 4; }

@@ -69,37 +69,68 @@ void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vect
   }
 }
 
+std::optional<CascadePolicy> parse_cascade_policy(std::string_view s) {
+  for (CascadePolicy p : {CascadePolicy::cost_model, CascadePolicy::always, CascadePolicy::never})
+    if (s == cascade_policy_name(p)) return p;
+  return std::nullopt;
+}
+
+std::string_view cascade_policy_name(CascadePolicy p) {
+  switch (p) {
+    case CascadePolicy::cost_model: return "cost_model";
+    case CascadePolicy::always: return "always";
+    case CascadePolicy::never: return "never";
+  }
+  return "?";
+}
+
 CascadeDecision decide_cascade(const PrefixGroup& g, const CascadeInputs& in) {
   CascadeDecision d;
   d.group = g;
-  d.kv_bytes_saved = int64_t(g.count - 1) * g.shared_tokens * in.kv_bytes_per_token;
-  // Prefix units spread over the GPU (at most one per CU and per 4 tiles of 32 tokens) each
-  // write the group's rows as a partial (512 f32 + lse) that the reduce reads back.
-  const int64_t rows = int64_t(g.count) * in.heads * in.qseqlen;
-  const int64_t units = std::max<int64_t>(1, std::min<int64_t>(in.num_cus, g.shared_tokens / 128));
-  d.extra_bytes = units * rows * (512 + 1) * 4 * 2;
+  const int64_t M = int64_t(in.heads) * in.qseqlen, R = g.count * M;
+  d.row_groups = int((M + in.rows_per_group - 1) / in.rows_per_group);
+  // Without a prefix kernel the group's rows would be read in the members' row groups.
+  d.prefix_row_groups = in.prefix_units_available && in.prefix_rows_per_group > 0
+                            ? int((R + in.prefix_rows_per_group - 1) / in.prefix_rows_per_group)
+                            : g.count * d.row_groups;
+  // Each row group reads the KV of its range once: members read the prefix count * G times,
+  // prefix units Gp times.
+  d.kv_bytes_saved = (int64_t(g.count) * d.row_groups - d.prefix_row_groups) * g.shared_tokens * in.kv_bytes_per_token;
   if (g.count < in.min_requests)
     d.reason = fmt::format("{} requests share the prefix (fewer than {})", g.count, in.min_requests);
   else if (g.shared_tokens < in.min_shared_tokens)
     d.reason = fmt::format("{} shared tokens (fewer than {})", g.shared_tokens, in.min_shared_tokens);
-  else if (d.kv_bytes_saved <= d.extra_bytes)
-    d.reason = fmt::format("re-reading the prefix ({} bytes) costs less than the prefix partials ({} bytes)",
-                           d.kv_bytes_saved, d.extra_bytes);
   else if (!in.prefix_units_available)
-    d.reason = "would pay, but the catalog has no prefix work units yet (issue #13): every request reads the prefix";
+    d.reason = "the catalog has no prefix kernel for this shape: every request reads the prefix";
+  else if (d.kv_bytes_saved <= 0)
+    d.reason = fmt::format("the group's {} rows need {} prefix row groups, no fewer than the members' {} x {}: the "
+                           "prefix would be read as often (saves nothing)",
+                           R, d.prefix_row_groups, g.count, d.row_groups);
   else
-    d.cascade = true, d.reason = "the prefix is read once for the group";
+    d.cascade = true, d.reason = "may cascade: the prefix would be read once for the group";
   return d;
 }
 
 nlohmann::json CascadeDecision::to_json() const {
-  return {{"first", group.first},
-          {"count", group.count},
-          {"shared_tokens", group.shared_tokens},
-          {"kv_bytes_saved", kv_bytes_saved},
-          {"extra_bytes", extra_bytes},
-          {"cascade", cascade},
-          {"reason", reason}};
+  nlohmann::json j{{"first", group.first},
+                   {"count", group.count},
+                   {"shared_tokens", group.shared_tokens},
+                   {"row_groups", row_groups},
+                   {"prefix_row_groups", prefix_row_groups},
+                   {"kv_bytes_saved", kv_bytes_saved},
+                   {"cascade", cascade},
+                   {"reason", reason}};
+  if (cost_cascade > 0) {
+    j["cost_cascade"] = cost_cascade;
+    j["cost_per_request"] = cost_per_request;
+    j["prefix_splits"] = prefix_splits;
+    j["extra_bytes"] = extra_bytes;
+  }
+  if (cascade) {
+    j["first_slot"] = first_slot;
+    j["slots"] = slots;
+  }
+  return j;
 }
 
 }  // namespace mla::rt

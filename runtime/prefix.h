@@ -3,17 +3,25 @@
 // passed by the caller (vLLM's common_prefix_len, SGLang's radix tree know them already), and
 // priced by a cost model that says whether reading the prefix once per group would pay.
 //
-// Today the catalog has no prefix work units, so a group is reported (Plan::prefix_groups,
-// stats.json) and every request still runs as before; the decision says why.
+// A group cascades (its prefix read once by prefix units, docs/planner.md "Cascade plans") when
+// the catalog has a prefix kernel and the planner models the cascade plan cheaper; every group
+// is reported with the decision and why (Plan::prefix_groups, stats.json).
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 namespace mla::rt {
+
+enum class CascadePolicy { cost_model, always, never };
+// "cost_model", "always", "never"; nullopt for anything else.
+std::optional<CascadePolicy> parse_cascade_policy(std::string_view s);
+std::string_view cascade_policy_name(CascadePolicy p);
 
 struct PrefixGroup {
   int first = 0;          // first request of the group
@@ -38,13 +46,21 @@ std::vector<PrefixGroup> detect_prefix_groups(const std::vector<int>& kv_lens, i
 void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vector<int>& kv_lens, int page_size,
                          int qseqlen);
 
-// What the cost model says of one group.
+// What the cost model says of one group. decide_cascade fills the first part (whether the group
+// may cascade at all); plan_decode fills the rest from the two plans it prices.
 struct CascadeDecision {
   PrefixGroup group;
-  int64_t kv_bytes_saved = 0;   // prefix bytes not re-read: (count - 1) * shared * bytes per token
-  int64_t extra_bytes = 0;      // prefix partials (write + read): rows of the group * 513 f32 * 2 per prefix unit
-  bool cascade = false;         // read the prefix once for the group
+  int row_groups = 0;           // G per member in the decode kernel: ceil(M / rows_per_group)
+  int prefix_row_groups = 0;    // Gp in the prefix kernel: ceil(count * M / prefix_rows_per_group)
+  int64_t kv_bytes_saved = 0;   // prefix bytes not re-read: (count * G - Gp) * shared * bytes per token
+  bool cascade = false;         // read the prefix once for the group (after plan_decode: in the plan)
   std::string reason;
+  // Set by plan_decode when both plans were priced (token-equivalents, docs/planner.md).
+  double cost_cascade = 0.0, cost_per_request = 0.0;
+  int64_t extra_bytes = 0;      // prefix partials written and read back: prefix_splits * count * M * 2052 * 2
+  int prefix_splits = 0;        // kp of the cascade plan
+  int first_slot = -1;          // B: the group's slots are B .. B + slots - 1 (cascade only)
+  int slots = 0;                // (kp + max unique splits) * count
   nlohmann::json to_json() const;
 };
 
@@ -52,11 +68,15 @@ struct CascadeInputs {
   int heads = 16, qseqlen = 1;
   int kv_bytes_per_token = 576;
   int num_cus = 256;
+  int rows_per_group = 16;              // the decode kernel's
+  int prefix_rows_per_group = 48;       // the prefix kernel's (used when prefix_units_available)
   bool prefix_units_available = false;  // the catalog has prefix work units for this shape
   int min_shared_tokens = 256;          // shorter prefixes run per request (vLLM's cascade uses 256)
   int min_requests = 2;
 };
 
+// Whether the group may cascade: enough requests and tokens, fewer prefix row groups than the
+// members' (else the prefix is read as often), a prefix kernel. plan_decode then prices it.
 CascadeDecision decide_cascade(const PrefixGroup& g, const CascadeInputs& in);
 
 }  // namespace mla::rt

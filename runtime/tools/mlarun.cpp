@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
                              mla::abi::facts(Target::gfx942).num_cus, mla::abi::facts(Target::gfx942).product,
                              mla::abi::facts(Target::gfx950).num_cus, mla::abi::facts(Target::gfx950).product));
   app.add_option("--wave-seed", wave_seed, "Randomise wave interleaving with this seed (0: round robin)");
+  std::string cascade = "cost_model";
+  app.add_option("--cascade", cascade,
+                 "Shared prefixes: cost_model (cascade a group when the planner models it cheaper), always (every "
+                 "group the kernels can cascade), never")
+      ->check(CLI::IsMember({"cost_model", "always", "never"}))
+      ->capture_default_str();
 
   auto* mk = app.add_subcommand("make-problem", "Write a random problem directory");
   std::string mk_dir, target = "gfx942", dtype = "fp8/fp8", lens;
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
     Selection sel = cat.select(shape_of(prob));
     EmulatorRunOptions opts;
     opts.num_cus = num_cus;
+    opts.cascade = *mla::rt::parse_cascade_policy(cascade);
     opts.dispatch.random_seed = wave_seed;
     DecodeResult r = run_decode_on_emulator(prob, sel, opts);
     save_outputs(problem_dir, prob, r.o, prob.return_lse ? &r.lse : nullptr, r.stats());

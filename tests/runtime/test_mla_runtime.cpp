@@ -211,9 +211,10 @@ TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backe
   int64_t tokens = 0;
   for (size_t i = 0; i < nu; ++i) tokens += units[i].kv_end - units[i].kv_start;
   CHECK(tokens == 70 + 200 + 33 + 16);
+  // qseqlen 1: a reduce entry's request is its qo_row; a split request's slots are consecutive.
   for (size_t i = 0; i < nr; ++i) {
-    CHECK(reds[i].partial_stride == 1);  // qseqlen 1: qo_row is the request
     CHECK(splits[reds[i].qo_row] == reds[i].num_splits);
+    CHECK(reds[i].partial_stride == 1);
   }
 
   OK(mla_context_set_option(s.ctx, MLA_OPTION_VALIDATE, 1));

@@ -4,6 +4,9 @@
 #include "runtime/backend.h"
 #include "runtime/planner.h"
 #include "runtime/problem.h"
+#include "tests/runtime/planner_golden.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
@@ -311,4 +314,510 @@ TEST_CASE("contract: a decode kernel's argument list must be the contract's tabl
   }
   k.args.pop_back();
   CHECK_THROWS_WITH(rt::check_contract_args(k), Catch::Contains("11 arguments, the contract (abi/mla_abi.h) 12"));
+}
+
+TEST_CASE("planner: without a cascading group the plan is the one before cascade plans, bit for bit", "[planner]") {
+  // Fingerprints of golden::shapes() planned by the planner of commit dbee26c (before cascade
+  // plans): {fingerprint of units, reduces, splits, num_partials, per-CU prediction; units;
+  // num_partials; predicted cost}.
+  struct Expected {
+    uint64_t fingerprint;
+    size_t units;
+    int num_partials;
+    double cost;
+  };
+  const std::vector<Expected> expected{
+    {0x1634633bec8c8551ull, 304, 304, 226.09356725146199},  // 0
+    {0xa68ad60c0867d520ull, 256, 256, 4342.833333333333},  // 1
+    {0x52c64647dc8a8760ull, 64, 62, 1728.6631944444443},  // 2
+    {0x7cd07e8757fb2138ull, 64, 32, 639.11111111111109},  // 3
+    {0x601eab7e62feda73ull, 304, 0, 4124.4444444444443},  // 4
+    {0x8df7381570a33409ull, 512, 0, 2665.8888888888846},  // 5
+    {0x00df37589a4e1976ull, 16, 4, 346.57777777777778},  // 6
+    {0x87b655a1a8c49bebull, 1, 0, 32.444444444444443},  // 7
+    {0x65779600f37fddc8ull, 80, 80, 1062.6666666666665},  // 8
+    {0x43f73f93e3ba30dbull, 1, 0, 64.888888888888886},  // 9
+    {0xfad45c65789a529full, 256, 256, 955.83333333333337},  // 10
+    {0xc761b5949cf98cf8ull, 64, 0, 190.66666666666666},  // 11
+    {0xb45828cddf773e11ull, 352, 88, 244.7485380116959},  // 12
+    {0x5ee94a84e5fd911aull, 120, 119, 19824.862499999999},  // 13
+    {0xe5ec84f41547f891ull, 3, 0, 33.444444444444443},  // 14
+    {0x449cc29f1e12f9b3ull, 128, 0, 481.11111111111109},  // 15
+    {0x03d599f6604a8981ull, 512, 256, 1253.1111111111111},  // 16
+    {0x9acdb193006cd8aaull, 512, 512, 402.11111111111109},  // 17
+    {0x9f222dcd3e3ae88aull, 14, 13, 1398.2222222222222},  // 18
+    {0xbc5c7cbe91a0cb94ull, 64, 0, 170.33333333333331},  // 19
+    {0x70c7497652ae8d29ull, 608, 304, 659.49122807017545},  // 20
+    {0x7a2461aabf47fae0ull, 80, 80, 5787.333333333333},  // 21
+    {0x798835d4074f49f9ull, 79, 79, 213.62413194444446},  // 22
+    {0x83e645db81cd9d80ull, 7, 7, 984.2539682539682},  // 23
+    {0x48dd6260675c476eull, 256, 255, 307.44401041666669},  // 24
+    {0x14bab14969b74338ull, 21, 10, 6860.5595238095239},  // 25
+    {0xa0f6c8cf7e155775ull, 63, 63, 490.72916666666669},  // 26
+    {0x7b1a2f75e7b733a2ull, 512, 512, 364.33333333333331},  // 27
+    {0x1506fd1ae1cf2cc8ull, 512, 508, 756.88802083333337},  // 28
+    {0x89d04776f1aa9edeull, 32, 0, 332.22222222222223},  // 29
+    {0x9a46fa2d6385d5a3ull, 8, 0, 169.77777777777777},  // 30
+    {0xf182071a585a994eull, 512, 510, 1172.8871527777778},  // 31
+    {0x2a0397e0a094b581ull, 64, 0, 254.88888888888889},  // 32
+    {0xac2fc1169467cee2ull, 80, 80, 1545.4222222222222},  // 33
+    {0xbd13d09cecf83a54ull, 320, 311, 52336.730555555558},  // 34
+    {0x3816ce72dd63667dull, 80, 40, 3174.8444444444444},  // 35
+    {0xe50fefd5764efee1ull, 256, 128, 676.08333333333337},  // 36
+    {0xedfd71d5cdec73e2ull, 24, 16, 246.45138888888889},  // 37
+    {0xcfb86a699dc45d38ull, 256, 0, 1116581.0000000012},  // 38
+    {0x6094095246a9b1b2ull, 80, 0, 782.66666666666686},  // 39
+    {0x6c9c8216d60fccbaull, 159, 159, 108.51345486111111},  // 40
+    {0xd3fb88aae3af47c6ull, 768, 256, 815.25},  // 41
+    {0xf5ba02679d30dfc8ull, 14, 14, 5812.0317460317465},  // 42
+    {0x50420590bb913828ull, 1, 0, 127.77777777777777},  // 43
+    {0x03146b0aaab78c26ull, 304, 304, 178.46783625730995},  // 44
+  };
+  const auto shapes = golden::shapes();
+  REQUIRE(shapes.size() == expected.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    INFO("shape " << i);
+    auto check = [&](const rt::PlanInputs& in) {
+      const rt::Plan p = rt::plan_decode(in);
+      check_plan(in, p);
+      CHECK(p.units.size() == expected[i].units);
+      CHECK(p.num_partials == expected[i].num_partials);
+      CHECK(p.predicted_cost == expected[i].cost);
+      CHECK(golden::fingerprint(p) == expected[i].fingerprint);
+      CHECK(p.prefix_units.empty());
+    };
+    check(shapes[i]);
+    // The same with a prefix group that cannot cascade (no prefix kernel, or the prefix kernel
+    // present but the group too short), on shapes where one fits.
+    rt::PlanInputs in = shapes[i];
+    if (in.kv_lens.size() >= 2 && std::min(in.kv_lens[0], in.kv_lens[1]) - in.qseqlen + 1 >= in.page_size) {
+      in.prefix_groups = {{0, 2, in.page_size}};
+      check(in);
+      in.prefix_rows_per_group = 48;
+      if (in.page_size < 256) check(in);
+    }
+  }
+}
+
+namespace {
+
+// An independent check of any plan (cascading or not) against the contract of abi/mla_abi.h
+// and docs/planner.md: coverage of every (request, row, token) exactly once, slot layout,
+// reduce entries, visibility, field formulas and the per-CU prediction of both launches.
+void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
+  const int B = int(in.kv_lens.size()), H = in.heads, Q = in.qseqlen, M = H * Q, T = in.tile_tokens;
+  const int rpg = in.rows_per_group;
+  std::vector<int> page_base(B + 1, 0);
+  for (int b = 0; b < B; ++b) page_base[b + 1] = page_base[b] + (in.kv_lens[b] + in.page_size - 1) / in.page_size;
+  // Cascading groups, from the decisions; every request's group (-1: none).
+  std::vector<int> group_of(B, -1);
+  std::vector<rt::CascadeDecision> cascading;
+  for (const auto& d : p.prefix_groups)
+    if (d.cascade) {
+      for (int b = d.group.first; b < d.group.first + d.group.count; ++b) group_of[b] = int(cascading.size());
+      cascading.push_back(d);
+    }
+  CHECK(cascading.empty() == p.prefix_units.empty());
+
+  // Per (request, row): token intervals with the slot written (-1: final o).
+  struct Piece {
+    int start, end, slot;
+  };
+  std::vector<std::vector<std::vector<Piece>>> pieces(B, std::vector<std::vector<Piece>>(M));
+  std::map<std::pair<int, int>, int> slot_row_writes;  // (slot, row m) -> units writing it
+  std::map<int, int> slot_owner;                       // slot -> request
+  auto write = [&](int b, int m, int s, int e, int slot) {
+    pieces[b][m].push_back({s, e, slot});
+    if (slot < 0) return;
+    CHECK(slot < p.num_partials);
+    slot_row_writes[{slot, m}] += 1;
+    auto [it, fresh] = slot_owner.insert({slot, b});
+    CHECK(it->second == b);  // a slot belongs to one request
+  };
+
+  for (const auto& u : p.units) {
+    REQUIRE(u.batch >= 0);
+    REQUIRE(u.batch < B);
+    const int b = u.batch, len = in.kv_lens[b];
+    CHECK(u.qo_row == b * Q);
+    CHECK(u.page_base == page_base[b]);
+    CHECK(u.kv_len == len);
+    REQUIRE(u.kv_start < u.kv_end);
+    REQUIRE(u.kv_end <= len);
+    CHECK(u.kv_start % T == 0);
+    CHECK((u.kv_end % T == 0 || u.kv_end == len));
+    REQUIRE(u.row_group >= 0);
+    REQUIRE(u.row_group * rpg < M);
+    if (group_of[b] >= 0) {
+      CHECK(u.partial >= 0);                                                // (c) merged with the prefix
+      CHECK(u.kv_start >= cascading[size_t(group_of[b])].group.shared_tokens);  // (d) unique part only
+    }
+    const int m0 = u.row_group * rpg, m1 = std::min(M, m0 + rpg);
+    // Visibility: the unit's first row (q row m0 / heads) sees a token of the range.
+    CHECK(u.kv_start < len - Q + m0 / H + 1);
+    for (int m = m0; m < m1; ++m) write(b, m, u.kv_start, u.kv_end, u.partial);
+  }
+  for (const auto& u : p.prefix_units) {
+    REQUIRE(p.prefix_rows_per_group > 0);
+    const int first = u.first_request;
+    REQUIRE(first >= 0);
+    REQUIRE(first < B);
+    REQUIRE(group_of[first] >= 0);
+    const auto& d = cascading[size_t(group_of[first])];
+    REQUIRE(d.group.first == first);
+    const int count = d.group.count, shared = d.group.shared_tokens, R = count * M;
+    CHECK(u.qo_row == first * Q);
+    CHECK(u.page_base == page_base[first]);
+    CHECK(u.rows == R);
+    REQUIRE(u.kv_start < u.kv_end);
+    REQUIRE(u.kv_end <= shared);
+    CHECK(u.kv_start % T == 0);
+    CHECK((u.kv_end % T == 0 || u.kv_end == shared));
+    CHECK(u.partial >= 0);  // (c)
+    REQUIRE(u.row_group >= 0);
+    REQUIRE(u.row_group * p.prefix_rows_per_group < R);
+    const int r0 = u.row_group * p.prefix_rows_per_group, r1 = std::min(R, r0 + p.prefix_rows_per_group);
+    for (int r = r0; r < r1; ++r) write(first + r / M, r % M, u.kv_start, u.kv_end, u.partial + r / M);
+  }
+  // (a) every (request, row, token) once; (b) a row's slots are distinct.
+  for (int b = 0; b < B; ++b)
+    for (int m = 0; m < M; ++m) {
+      auto v = pieces[b][m];
+      std::sort(v.begin(), v.end(), [](const Piece& x, const Piece& y) { return x.start < y.start; });
+      int at = 0;
+      for (const Piece& x : v) {
+        CHECK(x.start == at);
+        at = x.end;
+      }
+      REQUIRE(at == in.kv_lens[b]);
+    }
+  for (const auto& [k, n] : slot_row_writes) CHECK(n == 1);
+
+  // Reduce entries, in request order: exactly the slots written for each row of the request.
+  size_t e = 0;
+  for (int b = 0; b < B; ++b) {
+    std::set<int> written;
+    bool final_o = false;
+    for (const Piece& x : pieces[b][0]) x.slot < 0 ? void(final_o = true) : void(written.insert(x.slot));
+    for (int m = 1; m < M; ++m) {
+      std::set<int> w;
+      for (const Piece& x : pieces[b][m])
+        if (x.slot >= 0) w.insert(x.slot);
+      CHECK(w == written);
+    }
+    if (final_o) {
+      CHECK(written.empty());
+      CHECK(pieces[b][0].size() == 1);
+      CHECK(p.splits[b] == 1);
+      continue;
+    }
+    REQUIRE(e < p.reduces.size());
+    const auto& r = p.reduces[e++];
+    CHECK(r.qo_row == b * Q);
+    std::set<int> listed;
+    for (int k = 0; k < r.num_splits; ++k) listed.insert(r.first_partial + k * r.partial_stride);
+    CHECK(int(listed.size()) == r.num_splits);
+    CHECK(listed == written);
+    CHECK(p.splits[b] == r.num_splits);
+    if (group_of[b] < 0) {
+      CHECK(r.partial_stride == 1);
+      CHECK(r.num_splits >= 2);
+    } else {
+      // The documented layout: member i's k-th partial at B + k * count + i.
+      const auto& d = cascading[size_t(group_of[b])];
+      CHECK(r.partial_stride == d.group.count);
+      CHECK(r.first_partial == d.first_slot + (b - d.group.first));
+      CHECK(r.num_splits >= d.prefix_splits);
+      CHECK(r.first_partial + (r.num_splits - 1) * r.partial_stride < d.first_slot + d.slots);
+      // Token order: the prefix splits first, then the unique splits.
+      std::vector<Piece> v = pieces[b][0];
+      std::sort(v.begin(), v.end(), [](const Piece& x, const Piece& y) { return x.start < y.start; });
+      for (size_t k = 0; k < v.size(); ++k) CHECK(v[k].slot == r.first_partial + int(k) * r.partial_stride);
+    }
+  }
+  CHECK(e == p.reduces.size());
+  // Groups' slot ranges are disjoint and within num_partials.
+  for (const auto& d : cascading) CHECK(d.first_slot + d.slots <= p.num_partials);
+
+  // The predicted per-CU work of each launch is what round-robin dispatch gives.
+  std::vector<int64_t> cu(in.num_cus, 0);
+  for (size_t i = 0; i < p.units.size(); ++i) cu[i % in.num_cus] += p.units[i].kv_end - p.units[i].kv_start;
+  CHECK(cu == p.cu_tokens);
+  if (!p.prefix_units.empty()) {
+    std::vector<int64_t> pcu(in.num_cus, 0);
+    for (size_t i = 0; i < p.prefix_units.size(); ++i)
+      pcu[i % in.num_cus] += p.prefix_units[i].kv_end - p.prefix_units[i].kv_start;
+    CHECK(pcu == p.prefix_cu_tokens);
+  }
+  int64_t tokens = 0;
+  for (const auto& u : p.units) tokens += u.kv_end - u.kv_start;
+  for (const auto& u : p.prefix_units) tokens += u.kv_end - u.kv_start;
+  CHECK(p.total_tokens() == tokens);
+}
+
+// The recorded costs agree with the choice (no capacity caps).
+void check_choice(const rt::Plan& p) {
+  for (const auto& d : p.prefix_groups) {
+    if (d.cost_cascade == 0) continue;  // not priced: decide_cascade ruled it out
+    INFO(d.to_json().dump());
+    CHECK(d.cascade == (d.cost_cascade < d.cost_per_request));
+    CHECK(p.predicted_cost == (d.cascade ? d.cost_cascade : d.cost_per_request));
+    CHECK_THAT(d.reason, Contains(d.cascade ? "cascade modeled cheaper" : "per-request plan modeled cheaper"));
+  }
+}
+
+rt::PlanInputs k3_like() {
+  rt::PlanInputs in;
+  in.heads = 12;
+  in.qseqlen = 1;
+  in.kv_lens = std::vector<int>(16, 68000);
+  in.num_cus = 256;
+  in.tile_tokens = 32;
+  in.rows_per_group = 16;
+  in.prefix_rows_per_group = 48;
+  in.kv_bytes_per_token = 576;
+  in.page_size = 128;
+  in.prefix_groups = {{0, 16, 63872}};
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner][cascade]") {
+  const rt::PlanInputs in = k3_like();
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  check_choice(p);
+  REQUIRE(p.prefix_groups.size() == 1);
+  const auto& d = p.prefix_groups[0];
+  CHECK(d.cascade);
+  CHECK(d.prefix_row_groups == 4);
+  CHECK(d.prefix_splits >= 1);
+  CHECK(p.prefix_units.size() == size_t(d.prefix_splits) * 4);
+  CHECK(p.reduces.size() == 16);
+  CHECK(p.prefix_rows_per_group == 48);
+  // Prefix tokens read 4 times (row groups) instead of 16.
+  CHECK(p.total_tokens() == int64_t(63872) * 4 + int64_t(16) * (68000 - 63872));
+  const auto j = p.to_json();
+  CHECK(j["prefix_units"] == p.prefix_units.size());
+  CHECK(j["prefix_groups"][0]["prefix_splits"] == d.prefix_splits);
+  CHECK(j["prefix_groups"][0]["slots"] == d.slots);
+  CHECK(j["prefix_groups"][0]["cost_cascade"].get<double>() < j["prefix_groups"][0]["cost_per_request"].get<double>());
+  // Without a prefix kernel: the per-request plan, bit for bit.
+  rt::PlanInputs no_kernel = in;
+  no_kernel.prefix_rows_per_group = 0;
+  rt::PlanInputs no_groups = in;
+  no_groups.prefix_groups.clear();
+  const rt::Plan q = rt::plan_decode(no_kernel);
+  CHECK_FALSE(q.prefix_groups[0].cascade);
+  CHECK_THAT(q.prefix_groups[0].reason, Contains("no prefix kernel"));
+  CHECK(golden::fingerprint(q) == golden::fingerprint(rt::plan_decode(no_groups)));
+  CHECK(q.predicted_cost == Approx(d.cost_per_request));
+}
+
+TEST_CASE("planner cascade: 128 heads in 48-row groups save nothing", "[planner][cascade]") {
+  rt::PlanInputs in;
+  in.heads = 128;
+  in.kv_lens = {20000, 21000, 3000};
+  in.num_cus = 256;
+  in.tile_tokens = 32;
+  in.rows_per_group = 48;
+  in.prefix_rows_per_group = 48;
+  in.page_size = 64;
+  in.prefix_groups = {{0, 2, 19968}};
+  const rt::Plan p = rt::plan_decode(in);
+  check_any_plan(in, p);
+  REQUIRE(p.prefix_groups.size() == 1);
+  CHECK_FALSE(p.prefix_groups[0].cascade);
+  CHECK(p.prefix_groups[0].kv_bytes_saved == 0);
+  CHECK_THAT(p.prefix_groups[0].reason, Contains("saves nothing"));
+  in.prefix_groups.clear();
+  CHECK(golden::fingerprint(p) == golden::fingerprint(rt::plan_decode(in)));
+}
+
+TEST_CASE("planner cascade: a short shared prefix next to long lone requests; the choice follows the costs",
+          "[planner][cascade]") {
+  for (int cus : {256, 64})
+    for (int heads : {16, 128}) {
+      rt::PlanInputs in;
+      in.heads = heads;
+      in.kv_lens = {300, 400, 60000, 50000};
+      in.num_cus = cus;
+      in.tile_tokens = 32;
+      in.rows_per_group = 16;
+      in.prefix_rows_per_group = 48;
+      in.page_size = 128;
+      in.prefix_groups = {{0, 2, 256}};
+      const rt::Plan p = rt::plan_decode(in);
+      INFO("cus " << cus << " heads " << heads << " " << p.to_json().dump());
+      check_any_plan(in, p);
+      check_choice(p);
+      REQUIRE(p.prefix_groups[0].cost_cascade > 0);
+      CHECK(p.predicted_cost == std::min(p.prefix_groups[0].cost_cascade, p.prefix_groups[0].cost_per_request));
+    }
+}
+
+TEST_CASE("planner cascade: mixed batches (two groups, lone requests, qseqlen 1..4, pages 1/64/128)",
+          "[planner][cascade]") {
+  for (int qs : {1, 2, 3, 4})
+    for (int page : {1, 64, 128})
+      for (int cus : {256, 40}) {
+        rt::PlanInputs in;
+        in.heads = 16;
+        in.qseqlen = qs;
+        in.page_size = page;
+        in.num_cus = cus;
+        in.tile_tokens = 32;
+        in.rows_per_group = 16;
+        in.prefix_rows_per_group = 48;
+        const int s1 = 65536, s2 = 32768;  // multiples of every page size and of T
+        // A lone request, group 1 (4 members; with qseqlen 1 one has no unique token), a lone
+        // request, group 2 (3 members), a lone request.
+        in.kv_lens = {5000 + qs, s1 + (qs == 1 ? 0 : qs), s1 + 777, s1 + 40, s1 + 3000, 12000,
+                      s2 + 31 + qs, s2 + 100, s2 + 5000, 77};
+        in.prefix_groups = {{1, 4, s1}, {6, 3, s2}};
+        const rt::Plan p = rt::plan_decode(in);
+        INFO("qs " << qs << " page " << page << " cus " << cus << " " << p.to_json().dump());
+        check_any_plan(in, p);
+        check_choice(p);
+        REQUIRE(p.prefix_groups.size() == 2);
+        CHECK(p.prefix_groups[0].cascade);
+        CHECK(p.prefix_groups[1].cascade);
+        // page_base of every prefix unit is its first member's kv_indptr.
+        int base1 = (in.kv_lens[0] + page - 1) / page, base2 = base1;
+        for (int b = 1; b < 6; ++b) base2 += (in.kv_lens[b] + page - 1) / page;
+        for (const auto& u : p.prefix_units) CHECK(u.page_base == (u.first_request == 1 ? base1 : base2));
+        if (qs == 1) {
+          // Request 1 has no unique token: no decode unit, its partials are the prefix splits.
+          for (const auto& u : p.units) CHECK(u.batch != 1);
+          CHECK(p.reduces[size_t(p.splits[0] > 1)].num_splits == p.prefix_groups[0].prefix_splits);
+        }
+      }
+}
+
+TEST_CASE("planner cascade: random batches with groups keep every promise", "[planner][cascade]") {
+  std::mt19937 rng(4242);
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  int cascaded = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    rt::PlanInputs in;
+    in.qseqlen = pick({1, 2, 3, 4});
+    in.heads = pick({8, 12, 16, 128});
+    in.page_size = pick({1, 64, 128});
+    in.num_cus = pick({256, 304, 40, 7});
+    in.workgroups_per_cu = pick({1, 2});
+    in.tile_tokens = pick({16, 32, 64});
+    in.rows_per_group = pick({16, 32, 48});
+    in.prefix_rows_per_group = pick({48, 64, 96});
+    in.min_tiles_per_split = pick({1, 2});
+    const int batch = pick({2, 3, 8, 24});
+    const int shared = pick({1, 4, 40, 500}) * 128;  // a multiple of every page size and tile
+    const int first = int(rng() % uint32_t(batch - 1)), count = 2 + int(rng() % uint32_t(batch - first - 1));
+    for (int b = 0; b < batch; ++b) {
+      const bool member = b >= first && b < first + count;
+      const int extra = pick({0, 1, 5, 300, 20000});
+      int len = (member ? shared : 0) + in.qseqlen + extra;
+      if (member && in.qseqlen == 1 && extra == 0) len = shared;  // no unique token
+      in.kv_lens.push_back(len);
+    }
+    in.prefix_groups = {{first, count, shared}};
+    const nlohmann::json shape{{"lens", in.kv_lens}, {"qs", in.qseqlen}, {"heads", in.heads}, {"T", in.tile_tokens},
+                               {"rpg", in.rows_per_group}, {"prpg", in.prefix_rows_per_group}, {"cus", in.num_cus},
+                               {"group", {first, count, shared}}};
+    INFO("iter " << iter << " " << shape.dump());
+    const rt::Plan p = rt::plan_decode(in);
+    check_any_plan(in, p);
+    check_choice(p);
+    cascaded += p.prefix_groups[0].cascade;
+  }
+  CHECK(cascaded >= 20);
+}
+
+TEST_CASE("planner cascade: a cascade that exceeds the workspace is not used", "[planner][cascade]") {
+  rt::PlanInputs in = k3_like();
+  const rt::Plan free = rt::plan_decode(in);
+  REQUIRE(free.prefix_groups[0].cascade);
+  rt::PlanInputs capped = in;
+  capped.max_units = int64_t(free.units.size() + free.prefix_units.size()) - 1;
+  rt::Plan p = rt::plan_decode(capped);
+  check_any_plan(capped, p);
+  CHECK_FALSE(p.prefix_groups[0].cascade);
+  CHECK_THAT(p.prefix_groups[0].reason,
+             Contains(fmt::format("the workspace holds {} units; the cascade needs {}", capped.max_units,
+                                  capped.max_units + 1)));
+  CHECK(p.prefix_units.empty());
+  capped = in;
+  capped.max_partials = free.num_partials - 1;
+  p = rt::plan_decode(capped);
+  CHECK_FALSE(p.prefix_groups[0].cascade);
+  CHECK_THAT(p.prefix_groups[0].reason, Contains("partials; the cascade needs"));
+  capped.max_partials = free.num_partials;
+  CHECK(rt::plan_decode(capped).prefix_groups[0].cascade);
+  rt::PlanInputs bad = in;
+  bad.max_units = -1;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("max_units = -1"));
+  bad = in;
+  bad.prefix_rows_per_group = -3;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("prefix_rows_per_group = -3"));
+}
+
+TEST_CASE("planner cascade: a unique part's last split keeps a visible token for every query row",
+          "[planner][cascade]") {
+  // qseqlen 4, unique parts of one tile + 1 token, single-tile splits allowed on many CUs: the
+  // 1-token tail alone would hide it from rows 0..2, so it stays with the previous tile.
+  rt::PlanInputs in = k3_like();
+  in.qseqlen = 4;
+  in.min_tiles_per_split = 1;
+  in.kv_lens = std::vector<int>(16, 63872 + 33);
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  check_choice(p);
+  REQUIRE(p.prefix_groups[0].cascade);
+  for (const auto& u : p.units) CHECK(u.kv_end - u.kv_start == 33);
+  // A member whose unique part is shorter than qseqlen does not cascade (its row 0 would see none of it).
+  in.kv_lens[3] = 63872 + 3;
+  const rt::Plan q = rt::plan_decode(in);
+  check_any_plan(in, q);
+  CHECK_FALSE(q.prefix_groups[0].cascade);
+  CHECK_THAT(q.prefix_groups[0].reason, Contains("request 3 has 3 unique tokens, fewer than qseqlen = 4"));
+}
+
+TEST_CASE("planner cascade: groups are chosen one by one, each the cheaper of with and without it",
+          "[planner][cascade]") {
+  // The K3-like group (pays) and two short requests sharing 256 tokens next to it.
+  rt::PlanInputs in = k3_like();
+  in.kv_lens.push_back(300);
+  in.kv_lens.push_back(320);
+  in.prefix_groups.push_back({16, 2, 256});
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  check_choice(p);
+  REQUIRE(p.prefix_groups.size() == 2);
+  CHECK(p.prefix_groups[0].cascade);
+  // No worse than the plans that cascade only the first group, or none.
+  rt::PlanInputs only_first = in, none = in;
+  only_first.prefix_groups.pop_back();
+  none.prefix_groups.clear();
+  CHECK(p.predicted_cost <= rt::plan_decode(only_first).predicted_cost);
+  CHECK(p.predicted_cost <= rt::plan_decode(none).predicted_cost);
+  // The decision's costs are the chosen plan with and without the group.
+  const auto& d1 = p.prefix_groups[1];
+  if (!d1.cascade) CHECK(d1.cost_per_request == p.predicted_cost);
+}
+
+TEST_CASE("planner cascade: a caller-given prefix that ends inside a tile is cut to whole tiles", "[planner][cascade]") {
+  rt::PlanInputs in = k3_like();
+  in.page_size = 16;
+  in.prefix_groups = {{0, 16, 63872 + 16}};  // whole pages, half a 32-token tile past 63,872
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  REQUIRE(p.prefix_groups[0].cascade);
+  CHECK(p.prefix_groups[0].group.shared_tokens == 63872);
+  CHECK_THAT(p.prefix_groups[0].reason, Contains("(shared_tokens 63888 cut to whole 32-token tiles)"));
+  for (const auto& u : p.prefix_units) CHECK(u.kv_end <= 63872);
+  for (const auto& u : p.units) CHECK(u.kv_start >= 63872);
 }

@@ -83,20 +83,29 @@ TEST_CASE("prefix groups: the cost model keeps short prefixes and small groups p
   auto d = rt::decide_cascade({0, 16, 128}, ci);
   CHECK_FALSE(d.cascade);
   CHECK_THAT(d.reason, Contains("128 shared tokens (fewer than 256)"));
-  // K3 c16: 63,911 shared tokens (whole 128-token pages: 63,872) for 16 requests would pay.
+  // K3 c16: 63,911 shared tokens (whole 128-token pages: 63,872) for 16 requests.
   d = rt::decide_cascade({0, 16, 63872}, ci);
-  CHECK(d.kv_bytes_saved == int64_t(15) * 63872 * 576);
-  CHECK(d.kv_bytes_saved > d.extra_bytes);
-  CHECK_FALSE(d.cascade);  // no prefix work units in the catalog yet
-  CHECK_THAT(d.reason, Contains("no prefix work units"));
+  CHECK_FALSE(d.cascade);  // no prefix kernel in this catalog
+  CHECK_THAT(d.reason, Contains("no prefix kernel"));
+  CHECK(d.kv_bytes_saved == 0);
   ci.prefix_units_available = true;
-  CHECK(rt::decide_cascade({0, 16, 63872}, ci).cascade);
-  // Two requests sharing 512 tokens at 128 heads: the partials outweigh the saving.
-  rt::CascadeInputs wide{.heads = 128, .qseqlen = 4, .kv_bytes_per_token = 576, .num_cus = 256,
-                         .prefix_units_available = true};
+  d = rt::decide_cascade({0, 16, 63872}, ci);
+  CHECK(d.cascade);
+  // 12 rows per member in one 16-row group: 16 reads of the prefix, against 192 / 48 = 4.
+  CHECK(d.row_groups == 1);
+  CHECK(d.prefix_row_groups == 4);
+  CHECK(d.kv_bytes_saved == int64_t(16 - 4) * 63872 * 576);
+  // 128 heads in 48-row groups: 3 row groups per member, 256 / 48 -> 6 for two: saves nothing.
+  rt::CascadeInputs wide{.heads = 128, .qseqlen = 1, .kv_bytes_per_token = 576, .num_cus = 256,
+                         .rows_per_group = 48, .prefix_rows_per_group = 48, .prefix_units_available = true};
   d = rt::decide_cascade({0, 2, 512}, wide);
   CHECK_FALSE(d.cascade);
-  CHECK_THAT(d.reason, Contains("costs less than the prefix partials"));
+  CHECK(d.kv_bytes_saved == 0);
+  CHECK_THAT(d.reason, Contains("saves nothing"));
+  // Three such members: 9 row groups against ceil(384 / 48) = 8.
+  d = rt::decide_cascade({0, 3, 512}, wide);
+  CHECK(d.cascade);
+  CHECK(d.kv_bytes_saved == int64_t(1) * 512 * 576);
 }
 
 TEST_CASE("prefix groups: reported by the plan, which is otherwise unchanged", "[prefix]") {
