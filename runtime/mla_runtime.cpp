@@ -26,6 +26,7 @@ struct mla_context {
   Catalog cat;
   bool validate = false, record = false;
   int num_cus = 0, wpc = 0;  // wpc 0: the decode kernel's resident workgroups per CU
+  CascadePolicy cascade = CascadePolicy::cost_model;
   int planned_cus() const { return num_cus > 0 ? num_cus : dev->be->num_cus(); }
 };
 
@@ -328,6 +329,10 @@ mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
           bad(fmt::format("MLA_OPTION_WORKGROUPS_PER_CU = {} (allowed: 0..64, 0 = the kernel's occupancy)", v));
         ctx->wpc = int(v);
         break;
+      case MLA_OPTION_CASCADE:
+        if (v < 0 || v > 2) bad(fmt::format("MLA_OPTION_CASCADE = {} (allowed: 0 cost model, 1 always, 2 never)", v));
+        ctx->cascade = v == 0 ? CascadePolicy::cost_model : v == 1 ? CascadePolicy::always : CascadePolicy::never;
+        break;
       case MLA_OPTION_RECORD_LAUNCHES: {
         ctx->record = v != 0;
         if (auto* e = emulator_of(ctx->dev)) e->set_recording(ctx->record);
@@ -520,6 +525,7 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       in.prefix_groups = detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens,
                                               [&](int b, int i) { return host_pages[base[size_t(b)] + i]; });
     }
+    in.cascade = ctx->cascade;
     in.max_units = int64_t(plan->ws.max_units);
     in.max_partials = int64_t(plan->ws.max_partials);
     Plan p = plan_decode(in);
@@ -583,6 +589,7 @@ mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out) {
     out->max_batch = plan->max_batch;
     out->max_total_tokens = plan->max_tokens;
     out->num_units = int(plan->plan.units.size());
+    out->num_prefix_units = int(plan->plan.prefix_units.size());
     out->num_reduce_entries = int(plan->plan.reduces.size());
     out->num_partials = plan->plan.num_partials;
     out->num_cus = plan->num_cus;

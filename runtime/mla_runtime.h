@@ -131,6 +131,9 @@ typedef enum mla_option {
   MLA_OPTION_WORKGROUPS_PER_CU = 2,  /* planner occupancy model; 0 (default) = the decode kernel's
                                         resident workgroups per CU from catalog.json */
   MLA_OPTION_RECORD_LAUNCHES = 3,    /* emulator: keep the kernarg bytes of every dispatch (tests) */
+  MLA_OPTION_CASCADE = 4,            /* shared prefixes (mla_plan_update_shared): 0 (default) cascade a
+                                        group when the planner models it cheaper, 1 every group the
+                                        kernels can cascade, 2 never; read at each plan update */
   MLA_OPTION_MAX_ENUM = 0x7fffffff
 } mla_option;
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t value);
@@ -228,6 +231,7 @@ typedef struct mla_plan_info {
   int max_batch;
   int64_t max_total_tokens;
   int num_units;           /* decode workgroups */
+  int num_prefix_units;    /* prefix-kernel workgroups (shared prefixes read once per group) */
   int num_reduce_entries;  /* reduce workgroups in x (requests with >= 2 splits) */
   int num_partials;        /* partial slots used */
   int num_cus;             /* CUs planned for */

@@ -113,9 +113,15 @@ int main(int argc, char** argv) {
     opts.dispatch.random_seed = wave_seed;
     DecodeResult r = run_decode_on_emulator(prob, sel, opts);
     save_outputs(problem_dir, prob, r.o, prob.return_lse ? &r.lse : nullptr, r.stats());
-    std::cerr << fmt::format("mlarun: {} units, {} reduce entries; {} + {} -> {}\n", r.plan.units.size(),
-                             r.plan.reduces.size(), r.decode_kernel, r.ran_reduce ? r.reduce_kernel : "(no reduce)",
-                             problem_dir);
+    std::string prefix;
+    if (r.ran_prefix) prefix = fmt::format(" + {} ({} prefix units)", r.prefix_kernel, r.plan.prefix_units.size());
+    for (const auto& d : r.plan.prefix_groups)
+      std::cerr << fmt::format("mlarun: prefix group {}..{} ({} shared tokens): {}: {}\n", d.group.first,
+                               d.group.first + d.group.count - 1, d.group.shared_tokens,
+                               d.cascade ? "cascade" : "per request", d.reason);
+    std::cerr << fmt::format("mlarun: {} units, {} reduce entries; {}{} + {} -> {}\n", r.plan.units.size(),
+                             r.plan.reduces.size(), r.ran_decode ? r.decode_kernel : "(no decode units)", prefix,
+                             r.ran_reduce ? r.reduce_kernel : "(no reduce)", problem_dir);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "mlarun: error: " << e.what() << "\n";

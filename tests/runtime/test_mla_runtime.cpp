@@ -314,9 +314,23 @@ TEST_CASE("C API: shared prefixes are detected from a host page table, or taken 
   CHECK(j["prefix_groups"][0]["count"] == 3);
   CHECK(j["prefix_groups"][0]["shared_tokens"] == 256);
   CHECK(j["prefix_groups"][0]["cascade"] == false);
-  // The decode still runs every request against its own pages.
+  // The cost model's word (16 CUs, 256 shared tokens): whichever it is, the output is exact.
   OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
   s.check_against_reference();
+  // Cascade asked for: the prefix kernel reads the 256 tokens once for the three requests.
+  OK(mla_context_set_option(s.ctx, MLA_OPTION_CASCADE, 1));
+  OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, s.prob.kv_indices.data(), nullptr, 0));
+  j = nlohmann::json::parse(mla_plan_describe_json(s.plan));
+  CHECK(j["prefix_groups"][0]["cascade"] == true);
+  mla_plan_info info;
+  OK(mla_plan_get_info(s.plan, &info));
+  CHECK(info.num_prefix_units > 0);
+  OK(mla_memset(s.dev, s.args.o, 0xff, size_t(s.prob.rows()) * 16 * 512 * 2));  // poison: a row not written fails
+  OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
+  s.check_against_reference();
+  FAILS(mla_context_set_option(s.ctx, MLA_OPTION_CASCADE, 3), MLA_ERROR_INVALID_ARGUMENT,
+        "MLA_OPTION_CASCADE = 3 (allowed: 0 cost model, 1 always, 2 never)");
+  OK(mla_context_set_option(s.ctx, MLA_OPTION_CASCADE, 0));
   // Caller-given groups win; bad ones are an error naming the group and field.
   mla_prefix_group g{1, 2, 128};
   OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, &g, 1));
