@@ -14,7 +14,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<int> kHeads = {8, 12, 16, 32, 64, 128};
+// Query heads and rows per request the decode builder supports natively (no padding in memory:
+// rows past heads * qseqlen in the last 16-row block are range-checked to zero and never stored).
+constexpr int kMaxHeads = 128, kMaxQseqlen = 8;
 const std::vector<int> kPageSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
@@ -41,6 +43,16 @@ int as_int(const json& v, const std::string& path, const std::string& field, con
   if (std::find(allowed.begin(), allowed.end(), x) == allowed.end())
     fail(path, field, fmt::format("{} is not supported (allowed: {})", x, fmt::join(allowed, ", ")));
   return x;
+}
+
+// An integer in [lo, hi], range-checked before narrowing.
+int as_int_in(const json& v, const std::string& path, const std::string& field, int lo, int hi) {
+  const std::string allowed = fmt::format("{}..{}", lo, hi);
+  if (!v.is_number_integer()) fail(path, field, fmt::format("{} is not an integer (allowed: {})", show(v), allowed));
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(lo) && v.get<uint64_t>() <= uint64_t(hi)
+                                               : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!in_range) fail(path, field, fmt::format("{} is not supported (allowed: {})", show(v), allowed));
+  return v.get<int>();
 }
 
 bool as_bool(const json& v, const std::string& path, const std::string& field) {
@@ -117,14 +129,14 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   auto dtype = [&](const json& x, const std::string& f) {
     return as_string(x, path, f, {"fp8", "bf16"}) == "fp8" ? DType::fp8 : DType::bf16;
   };
-  expand("heads", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.heads = as_int(x, path, f, kHeads); });
+  expand("heads", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.heads = as_int_in(x, path, f, 1, kMaxHeads); });
   expand("q_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.q_dtype = dtype(x, f); });
   expand("kv_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.kv_dtype = dtype(x, f); });
   for (const KernelSpec& t : out)
     if (t.q_dtype == DType::fp8 && t.kv_dtype == DType::bf16)
       fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
   expand("qseqlen", json(1),
-         [&](KernelSpec& t, const json& x, const std::string& f) { t.qseqlen = as_int(x, path, f, {1, 2, 3, 4}); });
+         [&](KernelSpec& t, const json& x, const std::string& f) { t.qseqlen = as_int_in(x, path, f, 1, kMaxQseqlen); });
   expand("page_size", json(),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.page_size = as_int(x, path, f, kPageSizes); });
   expand("return_lse", json(false),

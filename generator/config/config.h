@@ -8,9 +8,9 @@
 //     { "kind": "mla_decode",                       (optional; default mla_decode; also
 //                                                    vector_copy, fp8_dequant, mfma_tile)
 //       "target": "gfx950" | ["gfx942", "gfx950"],
-//       "heads": 12,                                (8, 12, 16, 32, 64, 128)
+//       "heads": 12,                                (1..128)
 //       "q_dtype": "fp8", "kv_dtype": "fp8",        (pairs fp8/fp8, bf16/fp8, bf16/bf16)
-//       "qseqlen": 1 | [1, 2],                      (1..4)
+//       "qseqlen": 1 | [1, 2],                      (1..8)
 //       "page_size": 128 | [1, 128],                (1 or a power of two up to 256)
 //       "return_lse": false, "logit_cap": false }   (optional variant knobs)
 //   ]

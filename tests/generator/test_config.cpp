@@ -61,8 +61,8 @@ TEST_CASE("every field takes a list: the kernels are the cross product") {
   // The pair rule holds for every combination.
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": ["bf16", "fp8"], "kv_dtype": ["fp8", "bf16"], "page_size": 1)")),
              Catch::Contains("q_dtype fp8 with kv_dtype bf16 is not supported"));
-  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": [16, 7], "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
-             Catch::Contains("kernels[0].heads: 7 is not supported"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": [16, 129], "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
+             Catch::Contains("kernels[0].heads: 129 is not supported (allowed: 1..128)"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": [], "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
              Catch::Contains("kernels[0].heads: empty list"));
 }
@@ -88,11 +88,15 @@ TEST_CASE("unknown top-level key is named") {
   CHECK_THAT(e, Catch::Contains("kernel: unknown key"));
 }
 
-TEST_CASE("7 heads is rejected with the allowed head counts") {
-  std::string e = error_of(entry(R"("target": "gfx950", "heads": 7, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)"));
-  CHECK_THAT(e, Catch::Contains("kernels[0].heads"));
-  CHECK_THAT(e, Catch::Contains("7 is not supported"));
-  CHECK_THAT(e, Catch::Contains("8, 12, 16, 32, 64, 128"));
+TEST_CASE("heads outside 1..128 are rejected with the allowed range; 7 heads build natively") {
+  for (const char* h : {"0", "129", "-3"}) {
+    std::string e = error_of(entry(fmt::format(R"("target": "gfx950", "heads": {}, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)", h)));
+    CHECK_THAT(e, Catch::Contains("kernels[0].heads"));
+    CHECK_THAT(e, Catch::Contains(std::string(h) + " is not supported (allowed: 1..128)"));
+  }
+  Config c = parse_config(entry(R"("target": "gfx950", "heads": [7, 96], "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": [5, 8], "page_size": 1)"), "x.json");
+  CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h7_qs5_pg1");
+  CHECK(c.kernels[3].name() == "mla_decode_fp8fp8_h96_qs8_pg1");
 }
 
 TEST_CASE("fp8 q with bf16 kv is rejected with the allowed pairs") {
@@ -116,8 +120,8 @@ TEST_CASE("unknown target is rejected with the allowed targets") {
 }
 
 TEST_CASE("qseqlen outside 1..4, wrong types, missing fields and bad JSON are named") {
-  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 5, "page_size": 1)")),
-             Catch::Contains("kernels[0].qseqlen: 5 is not supported (allowed: 1, 2, 3, 4)"));
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": 9, "page_size": 1)")),
+             Catch::Contains("kernels[0].qseqlen: 9 is not supported (allowed: 1..8)"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": "12", "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
              Catch::Contains("kernels[0].heads: \"12\" is not an integer"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
@@ -133,7 +137,7 @@ TEST_CASE("qseqlen outside 1..4, wrong types, missing fields and bad JSON are na
 // overflows the parser, each named with file and field instead of a wrong kernel or an escape.
 TEST_CASE("integers out of range are rejected before narrowing; overflowing numbers name the file") {
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 4294967304, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
-             Catch::Contains("configs/bad.json: kernels[0].heads: 4294967304 is not supported (allowed: 8, 12"));
+             Catch::Contains("configs/bad.json: kernels[0].heads: 4294967304 is not supported (allowed: 1..128)"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": -4294967284, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
              Catch::Contains("kernels[0].heads: -4294967284 is not supported"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 18446744073709551617)")),

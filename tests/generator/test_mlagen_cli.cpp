@@ -89,11 +89,11 @@ TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") 
 
 TEST_CASE("mlagen build with a bad config exits non-zero and leaves nothing in out/") {
   TempDir dir;
-  std::string bad = dir.write("bad.json", R"({"deployment": "x", "kernels": [{"target": "gfx950", "heads": 7, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1}]})");
+  std::string bad = dir.write("bad.json", R"({"deployment": "x", "kernels": [{"target": "gfx950", "heads": 200, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1}]})");
   std::string out = (dir.path / "out").string();
   ToolResult r = mlagen({"build", config_path("pipeline_smoke.json"), bad, "--out", out});
   CHECK(r.exit_code != 0);
-  CHECK_THAT(r.err, Catch::Contains(bad + ": kernels[0].heads: 7 is not supported"));
+  CHECK_THAT(r.err, Catch::Contains(bad + ": kernels[0].heads: 200 is not supported"));
   CHECK_FALSE(fs::exists(out));
 }
 
