@@ -136,6 +136,37 @@ const CatalogKernel& find_kernel(const mla_context* ctx, const char (&name)[128]
                   ctx->cat.dir(), target));
 }
 
+// A selection is only names: a stale or forged one could name kernels of another shape, which
+// would read and write out of bounds on the device. Each field of the named kernels is checked
+// against the caller's shape: exact, or (a padded selection) heads and qseqlen at least the
+// caller's; the reduce kernel must be the decode kernel's.
+void check_selection(const Selection& ks, const DecodeShape& s, const mla_selection& sel) {
+  const auto& d = ks.decode.shape;
+  auto mismatch = [&](const char* field, const std::string& kernel_has, const std::string& shape_has) {
+    bad(fmt::format("selection: decode kernel {} has {} = {}, the shape {} (allowed: the kernel mla_select names for "
+                    "this shape)",
+                    ks.decode.name, field, kernel_has, shape_has));
+  };
+  if (d.value("q_dtype", "") != name(s.q_dtype)) mismatch("q_dtype", d.value("q_dtype", ""), std::string(name(s.q_dtype)));
+  if (d.value("kv_dtype", "") != name(s.kv_dtype))
+    mismatch("kv_dtype", d.value("kv_dtype", ""), std::string(name(s.kv_dtype)));
+  if (d.value("page_size", 0) != s.page_size)
+    mismatch("page_size", std::to_string(d.value("page_size", 0)), std::to_string(s.page_size));
+  if (d.value("return_lse", false) != s.return_lse)
+    mismatch("return_lse", d.value("return_lse", false) ? "1" : "0", s.return_lse ? "1" : "0");
+  if (d.value("logit_cap", false) != s.logit_cap)
+    mismatch("logit_cap", d.value("logit_cap", false) ? "1" : "0", s.logit_cap ? "1" : "0");
+  const int kh = d.value("heads", 0), kq = d.value("qseqlen", 0);
+  const bool padded = sel.fallback == MLA_FALLBACK_PADDED;
+  if (padded ? (kh < s.heads || kq < s.qseqlen) : (kh != s.heads || kq != s.qseqlen))
+    bad(fmt::format("selection: decode kernel {} (heads {}, qseqlen {}) cannot run heads {} qseqlen {} ({})", ks.decode.name,
+                    kh, kq, s.heads, s.qseqlen, padded ? "a padded kernel needs at least the shape's" : "fallback NONE: exact"));
+  const auto& r = ks.reduce.shape;
+  if (r.value("heads", 0) != kh || r.value("qseqlen", 0) != kq || r.value("return_lse", false) != s.return_lse)
+    bad(fmt::format("selection: reduce kernel {} is not the reduce kernel of {} (heads {}, qseqlen {}, lse {})",
+                    ks.reduce.name, ks.decode.name, kh, kq, s.return_lse ? 1 : 0));
+}
+
 // Best padded candidate: same target, dtypes, page size, lse and cap; heads' >= heads and
 // qseqlen' >= qseqlen; fewest padded rows, then fewest heads. Needs its reduce kernel too.
 const CatalogKernel* padded_candidate(const mla_context* ctx, const DecodeShape& s, Selection* out) {
@@ -438,11 +469,11 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
                         "one mla_select names)",
                         ks.prefix->name, ks.decode.name));
     }
+    if (sel->fallback != MLA_FALLBACK_NONE && sel->fallback != MLA_FALLBACK_PADDED)
+      bad(fmt::format("selection: fallback = {} (allowed: MLA_FALLBACK_NONE, MLA_FALLBACK_PADDED)", int(sel->fallback)));
+    check_selection(ks, s, *sel);
     auto p = std::make_unique<mla_plan>();
     p->k = selected_kernels(ks, s);
-    if (p->k.kheads < s.heads || p->k.kqseqlen < s.qseqlen)
-      bad(fmt::format("selection: kernel {} (heads {}, qseqlen {}) cannot run heads {} qseqlen {}", ks.decode.name,
-                      p->k.kheads, p->k.kqseqlen, s.heads, s.qseqlen));
     // Load and check both code objects now (per-device cache): target, metadata vs catalog.
     ctx->dev->be->ensure_module(p->k.decode);
     ctx->dev->be->ensure_module(p->k.reduce);

@@ -405,6 +405,36 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
     FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.q_dtype = 1000 is not a dtype");
     FAILS(mla_context_set_option(s.ctx, mla_option(0x12345), 1), MLA_ERROR_INVALID_ARGUMENT, "option 74565 is not an mla_option");
   }
+  SECTION("a forged or stale selection is checked field by field against the kernels it names") {
+    Session s;
+    mla_shape sh = shape16();
+    mla_selection good;
+    OK(mla_select(s.ctx, &sh, 0, &good));
+    mla_plan* plan = nullptr;
+    auto forged = [&](auto&& edit) {
+      mla_selection sel = good;
+      edit(sel);
+      return sel;
+    };
+    mla_selection sel = forged([](mla_selection& x) { x.shape.page_size = 64; });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "has page_size = 16, the shape 64");
+    sel = forged([](mla_selection& x) { x.shape.return_lse = 1; });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "has return_lse = 0, the shape 1");
+    sel = forged([](mla_selection& x) { x.shape.q_dtype = MLA_DTYPE_BF16; });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "has q_dtype = fp8, the shape bf16");
+    sel = forged([](mla_selection& x) { x.shape.heads = 8; });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "cannot run heads 8 qseqlen 1 (fallback NONE: exact)");
+    sel = forged([](mla_selection& x) { x.fallback = mla_fallback(9); });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "fallback = 9");
+    sel = forged([](mla_selection& x) { std::memset(x.decode_kernel, 'x', sizeof x.decode_kernel); });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "not NUL-terminated within 128 bytes");
+    sel = forged([](mla_selection& x) { std::strcpy(x.prefix_kernel, x.decode_kernel); });
+    FAILS(mla_plan_create(s.ctx, &sel, 4, 0, &plan), MLA_ERROR_INVALID_ARGUMENT, "prefix kernel");
+    CHECK(plan == nullptr);
+    sel = forged([](mla_selection& x) { x.prefix_kernel[0] = 0; });  // no prefix kernel: allowed
+    OK(mla_plan_create(s.ctx, &sel, 4, 0, &plan));
+    mla_plan_destroy(plan);
+  }
   SECTION("null pointers") {
     FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", nullptr), MLA_ERROR_INVALID_ARGUMENT, "NULL");
     mla_context* ctx = nullptr;
