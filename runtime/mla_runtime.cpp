@@ -696,17 +696,20 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   return t;
 }
 
-// Validation mode: every page id the plan will read must be in 0..num_pages-1.
+// Validation mode: every page id the plan will read must be in 0..num_pages-1. Only those ids
+// are read back: a packed table whole (every entry is used), a block table row by row (the
+// used pages of each request, not the stride's worth).
 void validate_indices(mla_context* ctx, const mla_plan* plan, const mla_decode_args* a) {
-  std::vector<int32_t> idx(size_t(plan->table_entries));
-  ctx->dev->be->d2h(idx.data(), a->kv_indices, idx.size() * sizeof(int32_t));
   const int P = plan->k.page_size;
+  std::vector<int32_t> idx;
   int64_t base = 0;
   for (int b = 0; b < plan->batch; ++b) {
-    int64_t pages = (plan->kv_lens[size_t(b)] + P - 1) / P;
+    const int64_t pages = (plan->kv_lens[size_t(b)] + P - 1) / P;
     if (plan->bt_stride > 0) base = int64_t(b) * plan->bt_stride;
+    idx.resize(size_t(pages));
+    ctx->dev->be->d2h(idx.data(), a->kv_indices + uint64_t(base) * sizeof(int32_t), idx.size() * sizeof(int32_t));
     for (int64_t j = 0; j < pages; ++j) {
-      int32_t v = idx[size_t(base + j)];
+      int32_t v = idx[size_t(j)];
       if (v < 0 || v >= a->num_pages)
         throw RtError(MLA_ERROR_OUT_OF_RANGE,
                       fmt::format("kv_indices[{}] = {} is not a page id (allowed: 0..{}, num_pages = {}); request {}, "
