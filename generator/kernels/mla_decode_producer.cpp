@@ -88,8 +88,10 @@ class Producer {
     // Per tile of the slot (S of them): its page ids, tokens and staged rows.
     // D register sets of staged rows: slot k lands in set k % D, so D slots are in flight.
     data.resize(size_t(D));
+    if (k_.g.page_id_per_tile) sidx_addr = ra.sgpr(2, "p_page_id_addr", 2);
     for (int s = 0; s < S; ++s) {
-      idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
+      if (k_.g.page_id_per_tile) sidx.push_back(ra.sgpr(1, fmt::format("p_page_id{}", s)));
+      else idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
       tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
       for (int d = 0; d < D; ++d) data[size_t(d)].push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}_{}", d, s), 4));
     }
@@ -105,10 +107,26 @@ class Producer {
 
   // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
   // every lane computes a valid address). Only the first lane of each token, and only for
-  // tokens of the unit, reads the id: the others get it from that lane by DPP.
+  // tokens of the unit, reads the id: the others get it from that lane by DPP. Pages of at
+  // least a tile: one scalar load per tile, of its page; a tile past the unit's end loads
+  // nothing (its row loads are masked off, so the stale id is never used).
   void load_index(int s) {
     b.s_lshl_b32(slot, tile, Imm(log2i(T)));
     b.s_add_u32(slot, slot, k_.kv_start());
+    if (k_.g.page_id_per_tile) {
+      b.v_add_u32(tok[s], slot, vt);
+      b.v_min_u32(tok[s], last_tok, tok[s]);
+      b.s_cmp_ge_u32(slot, k_.kv_end());
+      k_.unless_scc1([&] {
+        b.s_lshr_b32(slot, slot, Imm(log2i(k_.s.page_size)));
+        b.s_add_u32(slot, k_.page_base(), slot);
+        b.s_lshl_b32(slot, slot, Imm(2));
+        b.s_add_u32(sidx_addr[0], k_.ptr(mla_decode_args::kv_indices)[0], slot);
+        b.s_addc_u32(sidx_addr[1], k_.ptr(mla_decode_args::kv_indices)[1], Imm(0));
+        b.s_load_dword(sidx[size_t(s)], sidx_addr, 0);
+      });
+      return;
+    }
     b.v_add_u32(tok[s], slot, vt);
     b.v_cmp_gt_u32(vcc, k_.kv_end(), tok[s]);
     b.v_cmp_eq_u32(saved_exec0, Imm(0), first_lane);
@@ -135,8 +153,13 @@ class Producer {
   // tile's loads wait for the previous tile's.
   void tile_address(int s) {
     VReg a = taddr[s];
-    share_index(s);
-    b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), idx[s]);
+    if (k_.g.page_id_per_tile) {
+      b.v_mov_b32(a[0], sidx[size_t(s)]);
+      b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), a[0]);
+    } else {
+      share_index(s);
+      b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), idx[s]);
+    }
     if (k_.s.page_size > 1) {
       b.v_and_b32(a[1], Imm(k_.s.page_size - 1), tok[s]);
       b.v_add_u32(a[0], a[0], a[1]);
@@ -276,10 +299,13 @@ class Producer {
   void release() {
     for (VReg r : {vt, part_off, lds_off, addr, kv_hi, first_lane}) ra.release(r);
     for (int s = 0; s < S; ++s)
-      for (VReg r : {idx[s], tok[s], taddr[s]}) ra.release(r);
+      for (VReg r : {tok[s], taddr[s]}) ra.release(r);
+    for (VReg r : idx) ra.release(r);
     for (auto& d : data)
       for (VReg r : d) ra.release(r);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
+    for (SReg r : sidx) ra.release(r);
+    if (k_.g.page_id_per_tile) ra.release(sidx_addr);
   }
 
   Kernel& k_;
@@ -289,6 +315,8 @@ class Producer {
   VReg vt, part_off, lds_off, kv_hi, addr, first_lane;
   SReg last_tok, row_bytes, tile, slot, saved_exec0, saved_exec, tile_end, slot_index;
   std::vector<VReg> idx, tok, taddr;      // per tile of a slot
+  std::vector<SReg> sidx;                 // per tile: its page id (page_id_per_tile)
+  SReg sidx_addr;
   std::vector<std::vector<VReg>> data;    // [register set][tile]: staged rows
   int set = 0;                            // the register set the next load_data / write_tile use
 };

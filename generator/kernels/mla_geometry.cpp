@@ -34,7 +34,8 @@ nlohmann::json MlaGeometry::to_json() const {
           {"pv_mfma", pv_mfma},
           {"p_bytes", p_bytes},
           {"workgroup_size", workgroup_size},
-          {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"}};
+          {"v_operand", v_lds_transpose ? "lds_transpose" : "v_perm"},
+          {"page_ids", page_id_per_tile ? "one per tile (scalar)" : "one per token"}};
 }
 
 
@@ -196,6 +197,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
   g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
+  g.page_id_per_tile = s.page_size >= g.tile_tokens;
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));

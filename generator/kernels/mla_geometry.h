@@ -77,6 +77,9 @@ struct MlaGeometry {
   // V^T operands come straight from LDS with ds_read_b64_tr_b8/_b16 (gfx950) instead of
   // row reads transposed with v_perm_b32; the O^T blocks then hold 16 consecutive columns.
   bool v_lds_transpose = false;
+  // Pages of at least a tile (page_size >= T): a tile lies in one page, so the producer reads one
+  // page id per tile with a scalar load instead of one per token.
+  bool page_id_per_tile = false;
 
   nlohmann::json to_json() const;
 };

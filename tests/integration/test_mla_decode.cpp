@@ -44,6 +44,10 @@ void check(const test::E2E& e) {
   const bool fp8_p = e.problem.q_dtype == rt::DType::fp8 && e.problem.kv_dtype == rt::DType::fp8;
   if (e.problem.return_lse) CHECK(e.cmp.lse_max_abs_err <= (bf16_q ? 1e-3 : fp8_p ? 0.0625 : 1e-2));
   CHECK(e.result.traffic.ratio() <= 1.03);
+  // Pages of at least a tile: one page id per tile of a page (issue #15), not one per token.
+  const auto j = e.result.traffic.to_json();
+  if (e.problem.page_size >= e.result.plan.tile_tokens)
+    CHECK(j["kv_indices"]["read"].get<int64_t>() == j["kv_indices"]["needed"].get<int64_t>());
 }
 
 // The sweep: every axis value on each target (not the full cross product). kv lengths 1, 2,
