@@ -88,7 +88,8 @@ class Producer {
     // Per tile of the slot (S of them): its page ids, tokens and staged rows.
     // D register sets of staged rows: slot k lands in set k % D, so D slots are in flight.
     data.resize(size_t(D));
-    if (k_.g.page_id_per_tile) sidx_addr = ra.sgpr(2, "p_page_id_addr", 2);
+    if (k_.g.page_id_per_tile) sidx_addr = ra.sgpr(2, "p_page_id_addr", 2), cur_page = ra.sgpr(1, "p_page_id_current"),
+                                   page_carried = ra.sgpr(1, "p_page_carried");
     for (int s = 0; s < S; ++s) {
       if (k_.g.page_id_per_tile) sidx.push_back(ra.sgpr(1, fmt::format("p_page_id{}", s)));
       else idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
@@ -108,15 +109,19 @@ class Producer {
   // Page id of this lane's token in tile `tile` (clamped to the unit's last token, so that
   // every lane computes a valid address). Only the first lane of each token, and only for
   // tokens of the unit, reads the id: the others get it from that lane by DPP. Pages of at
-  // least a tile: one scalar load per tile, of its page; a tile past the unit's end loads
-  // nothing (its row loads are masked off, so the stale id is never used).
+  // least a tile: one scalar load per page, by the unit's first tile in it (tile_address
+  // carries the id on to the page's other tiles); a tile past the unit's end loads nothing
+  // (its row loads are masked off, so the id it is given is never used).
   void load_index(int s) {
     b.s_lshl_b32(slot, tile, Imm(log2i(T)));
     b.s_add_u32(slot, slot, k_.kv_start());
     if (k_.g.page_id_per_tile) {
       b.v_add_u32(tok[s], slot, vt);
       b.v_min_u32(tok[s], last_tok, tok[s]);
+      page_continues(slot);
       b.s_cmp_ge_u32(slot, k_.kv_end());
+      b.s_cselect_b32(page_carried, Imm(1), page_carried);  // past the end: no load either
+      b.s_cmp_lg_u32(page_carried, Imm(0));
       k_.unless_scc1([&] {
         b.s_lshr_b32(slot, slot, Imm(log2i(k_.s.page_size)));
         b.s_add_u32(slot, k_.page_base(), slot);
@@ -140,6 +145,14 @@ class Producer {
     b.s_mov_exec(saved_exec0);
   }
 
+  // page_carried = 0 when the tile starting at token `start` is the unit's first tile in its
+  // page (it fetches the page id), else nonzero (the page's id is already at hand).
+  void page_continues(SReg start) {
+    b.s_and_b32(page_carried, start, Imm(k_.s.page_size - 1));
+    b.s_cmp_eq_u32(start, k_.kv_start());
+    b.s_cselect_b32(page_carried, Imm(0), page_carried);
+  }
+
   void share_index(int s) {
     if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 2, 2);
     else if (lanes_per_token == 4) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 0, 0);
@@ -154,7 +167,13 @@ class Producer {
   void tile_address(int s) {
     VReg a = taddr[s];
     if (k_.g.page_id_per_tile) {
-      b.v_mov_b32(a[0], sidx[size_t(s)]);
+      // The page's id: fetched by this tile, or carried from the previous tile of the page.
+      b.s_lshl_b32(slot, tile, Imm(log2i(T)));
+      b.s_add_u32(slot, slot, k_.kv_start());
+      page_continues(slot);
+      b.s_cmp_eq_u32(page_carried, Imm(0));
+      b.s_cselect_b32(cur_page, sidx[size_t(s)], cur_page);
+      b.v_mov_b32(a[0], cur_page);
       b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), a[0]);
     } else {
       share_index(s);
@@ -305,7 +324,7 @@ class Producer {
       for (VReg r : d) ra.release(r);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
     for (SReg r : sidx) ra.release(r);
-    if (k_.g.page_id_per_tile) ra.release(sidx_addr);
+    if (k_.g.page_id_per_tile) ra.release(sidx_addr), ra.release(cur_page), ra.release(page_carried);
   }
 
   Kernel& k_;
@@ -316,7 +335,7 @@ class Producer {
   SReg last_tok, row_bytes, tile, slot, saved_exec0, saved_exec, tile_end, slot_index;
   std::vector<VReg> idx, tok, taddr;      // per tile of a slot
   std::vector<SReg> sidx;                 // per tile: its page id (page_id_per_tile)
-  SReg sidx_addr;
+  SReg sidx_addr, cur_page, page_carried;
   std::vector<std::vector<VReg>> data;    // [register set][tile]: staged rows
   int set = 0;                            // the register set the next load_data / write_tile use
 };
