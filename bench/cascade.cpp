@@ -82,7 +82,7 @@ nlohmann::json CascadeResult::to_json() const {
   j["prefix_hot_loop"]["coissue_over_tile_mem_modeled"] = coissue_over_mem;
   j["samples"] = nlohmann::json::array();
   for (const auto& s : samples)
-    j["samples"].push_back({{"requests", s.kv_lens.size()}, {"kv_len_0", s.kv_lens.empty() ? 0 : s.kv_lens[0]},
+    j["samples"].push_back({{"requests", s.kv_lens.size()}, {"num_cus", s.num_cus}, {"kv_len_0", s.kv_lens.empty() ? 0 : s.kv_lens[0]},
                             {"prefix_units", s.Up}, {"prefix_tokens", s.Np}, {"prefix_read", s.prefix_read},
                             {"emulator_seconds", s.seconds}});
   return j;
@@ -117,9 +117,10 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   }
   const int Gp = plan.prefix_groups.at(0).prefix_row_groups;
 
-  // Scaled runs on o.scaled_cus CUs, one workgroup per CU, policy `always`: one group of the
-  // shape's size (its Gp row groups), 2x and 4x its prefix, a group of 4 requests (other Gp), and
-  // two groups; members add one tile of their own. Prefix units of about the full plan's length.
+  // Scaled runs, one workgroup per CU, policy `always`: one group of the shape's size (its Gp row
+  // groups) with L and 2L shared tokens on C CUs and 2L on 2C CUs (twice the prefix splits: units
+  // and tokens vary apart), a group of 4 requests (another Gp), and two groups; members add one
+  // tile of their own. L: the full plan's mean prefix unit, in whole tiles and pages.
   const int T = pk.launch.tile_tokens;
   double prefix_tokens = 0;
   for (const auto& u : plan.prefix_units) prefix_tokens += u.kv_end - u.kv_start;
@@ -127,27 +128,32 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
                                   : std::max(2, int(std::lround(prefix_tokens / double(plan.prefix_units.size()) / T)));
   const int L = whole(ut * T, T, s.page_size);
   const int n = group.count;
-  auto one_group = [&](int count, int shared) {
-    return std::pair{std::vector<int>(size_t(count), shared + T),
-                     std::vector<rt::ProblemParams::Shared>{{0, count, shared}}};
+  struct Run {
+    std::vector<int> kv_lens;
+    std::vector<rt::ProblemParams::Shared> shared;
+    int cus;
   };
-  std::vector<std::pair<std::vector<int>, std::vector<rt::ProblemParams::Shared>>> runs = {
-      one_group(n, L), one_group(n, 2 * L), one_group(4, 4 * L)};
+  const int Cs = o.scaled_cus;
+  auto one_group = [&](int count, int shared, int cus) {
+    return Run{std::vector<int>(size_t(count), shared + T), {{0, count, shared}}, cus};
+  };
+  std::vector<Run> runs = {one_group(n, L, Cs), one_group(n, 2 * L, Cs), one_group(n, 2 * L, 2 * Cs),
+                           one_group(4, 4 * L, Cs)};
   {
-    auto [lens, sh] = one_group(n / 2, 2 * L);
-    auto [lens2, sh2] = one_group(n - n / 2, L);
-    lens.insert(lens.end(), lens2.begin(), lens2.end());
-    sh.push_back({n / 2, n - n / 2, L});
-    runs.push_back({lens, sh});
+    Run two = one_group(n / 2, 2 * L, Cs);
+    Run second = one_group(n - n / 2, L, Cs);
+    two.kv_lens.insert(two.kv_lens.end(), second.kv_lens.begin(), second.kv_lens.end());
+    two.shared.push_back({n / 2, n - n / 2, L});
+    runs.push_back(two);
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    c.samples.push_back(run_sample(s, runs[i].first, o.scaled_cus, 11 + i, 1, runs[i].second,
-                                   rt::CascadePolicy::always));
+    c.samples.push_back(
+        run_sample(s, runs[i].kv_lens, runs[i].cus, 11 + i, 1, runs[i].shared, rt::CascadePolicy::always));
     const RunSample& x = c.samples.back();
     if (!x.ran_prefix) throw std::runtime_error("mlabench: scaled cascade run without prefix units");
     if (o.verbose)
-      fmt::print(stderr, "  scaled cascade run {}: {} requests, {} prefix units of {} tokens, {:.1f} s\n", i,
-                 x.kv_lens.size(), x.Up, x.Np, x.seconds);
+      fmt::print(stderr, "  scaled cascade run {}: {} requests on {} CUs, {} prefix units, {} prefix tokens, {:.1f} s\n",
+                 i, x.kv_lens.size(), x.num_cus, x.Up, x.Np, x.seconds);
   }
 
   // Fits: reads, kv reads and MACs per prefix unit and token (row groups each); distinct reads
