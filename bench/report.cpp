@@ -46,8 +46,8 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "(emulator counters, scaled runs extrapolated with the exact plan); times are **modeled** (two launches on one "
        "stream, decode then prefix, + the reduce; each launch on the machine model with its own kernel's facts).\n\n"
        "| shape | plan | units decode + prefix (prefix splits) | KV read MB | distinct KV MB | KV read / distinct | "
-       "MACs issued G | partials MB | **modeled** us: decode launch / prefix launch + reduce / total | **modeled** "
-       "bound |\n|---|---|---|---|---|---|---|---|---|---|\n";
+       "MACs issued G | partials MB | **modeled** us: launches / decode kernel / prefix kernel / reduce / total | **modeled** "
+       "bound (per launch) |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     if (!x.cascade) continue;
     const auto& c = *x.cascade;
