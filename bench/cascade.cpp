@@ -82,8 +82,12 @@ nlohmann::json CascadeResult::to_json() const {
   j["prefix_hot_loop"]["coissue_over_tile_mem_modeled"] = coissue_over_mem;
   j["samples"] = nlohmann::json::array();
   for (const auto& s : samples)
-    j["samples"].push_back({{"requests", s.kv_lens.size()}, {"num_cus", s.num_cus}, {"kv_len_0", s.kv_lens.empty() ? 0 : s.kv_lens[0]},
-                            {"prefix_units", s.Up}, {"prefix_tokens", s.Np}, {"prefix_read", s.prefix_read},
+    j["samples"].push_back({{"requests", s.kv_lens.size()},
+                            {"num_cus", s.num_cus},
+                            {"kv_len_0", s.kv_lens.empty() ? 0 : s.kv_lens[0]},
+                            {"prefix_units", s.Up},
+                            {"prefix_tokens", s.Np},
+                            {"prefix_read", s.prefix_read},
                             {"emulator_seconds", s.seconds}});
   return j;
 }
