@@ -29,13 +29,17 @@ struct BenchShape {
   std::vector<int> kv_lens;
   int ctx_k = 0, concurrency = 0;              // seed-001 grid coordinates (0 elsewhere)
   std::optional<double> pub_aiter_us, pub_ours_us;  // published figures (seed 001), not ours
+  // Requests sharing their first pages (seed 000: every request, 63,911 tokens, whole pages
+  // only). The per-request plan ignores it; the cascade plan reads the prefix once per group.
+  std::optional<rt::PrefixGroup> shared;
   int64_t total_tokens() const;
 };
 
 // seed-001: ctx {32K, 64K, 128K, 256K} x concurrency {1, 2, 4, 8, 16}, 16 heads, bf16 q / fp8
 // KV, page size 1, gfx942; with the published columns where the seed lists them.
 std::vector<BenchShape> seed001_shapes();
-// seed-000: Kimi-K3 TP8, 12 heads, fp8/fp8, gfx950, c16 and c24 at kv_len ~68.4K, page 1 and 128.
+// seed-000: Kimi-K3 TP8, 12 heads, fp8/fp8, gfx950, c16 and c24 at kv_len ~68.4K, page 1 and 128,
+// all requests sharing 63,911 tokens (63,872 = 499 whole pages at page 128).
 std::vector<BenchShape> seed000_shapes();
 // "gfx950:fp8/fp8:h12:pg128:68435x16" or "...:32768,1000,77" (see mlabench --help).
 BenchShape parse_shape(const std::string& spec);
@@ -69,6 +73,10 @@ Machine machine_for(rt::Target t);
 struct ModelUnit {
   int64_t tokens = 0;
   bool partial = false;
+  // Share of its tokens' KV this unit is first to read in the launch: 1 for decode units, 1/Gp
+  // for a prefix unit (the Gp row groups of one split read the same range; HBM sees it once and
+  // the L2 serves the other row groups: the model's cache assumption).
+  double first_read = 1.0;
 };
 
 // Per-kernel facts the model needs (measured or static).
@@ -87,6 +95,9 @@ struct KernelFacts {
   int row_groups = 1;
   double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (co-issue model + ring stall)
   double lds_cycles_per_tile = 0;     // CU LDS clocks per tile (128 B/clk; consumers' reads + producer's write)
+  // Fits of measured counters the report extrapolates (model_time does not use them).
+  double kv_read_per_unit = 0, kv_read_per_token = 0;  // the kv buffer's global reads
+  double macs_per_unit = 0, macs_per_token = 0;        // MFMA MACs issued
 };
 
 struct ModeledTime {
@@ -144,6 +155,7 @@ double issue_cycles_of(const std::string& inst_line, rt::Target t);
 
 const rt::Catalog& catalog_for(const rt::DecodeShape& s);
 std::string decode_asm_for(const rt::DecodeShape& s);
+std::string prefix_asm_for(const rt::DecodeShape& s);  // the shape's prefix kernel (mla_prefix_*)
 
 // Counters of one emulator run with the features the linear model uses.
 struct RunSample {
@@ -157,10 +169,18 @@ struct RunSample {
   double mfma_macs = 0, wave_insts = 0;
   double lds_bank_cycles = 0, lds_ideal_cycles = 0;  // decode, emulator's bank model (modeled)
   double traffic_read = 0, traffic_needed = 0;  // runtime's Traffic (read vs plan-needed)
+  double decode_kv_read = 0;  // the kv buffer's global reads by the decode launch
+  // The prefix launch (cascade plans): units, tokens (row groups each), distinct tokens (each
+  // split's range once), (group, row group) Q blocks, and its counters.
+  double Up = 0, Np = 0, Npd = 0, Gp = 0, prefix_partial_units = 0;
+  double prefix_read = 0, prefix_read_distinct = 0, prefix_written = 0, prefix_kv_read = 0, prefix_macs = 0;
+  double kv_distinct = 0;  // the batch's distinct KV entries x bytes (shared pages once)
+  bool ran_prefix = false;
   double seconds = 0;
 };
 RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1,
-                     int workgroups_per_cu = 0);
+                     int workgroups_per_cu = 0, const std::vector<rt::ProblemParams::Shared>& shared = {},
+                     rt::CascadePolicy cascade = rt::CascadePolicy::cost_model);
 
 // Linear fit y = a*x1 + b*x2 (least squares); residual = max |y - fit| / y over the samples.
 struct Fit2 {
@@ -173,6 +193,37 @@ struct FitN {
   double residual = 0;
 };
 FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
+
+// One plan of a shape with sharing, extrapolated like ShapeResult (measured counters, exact
+// plan, modeled time).
+struct PlanSide {
+  bool cascade = false;
+  int decode_units = 0, prefix_units = 0, prefix_splits = 0, reduce_entries = 0, reduce_splits = 0;
+  double kv_read = 0;       // the kv buffer's global reads (both launches, every re-read counted)
+  double kv_distinct = 0;   // the batch's distinct KV bytes (the shared prefix once)
+  double macs = 0, partial_bytes = 0;
+  ModeledTime decode, prefix;  // per launch; `prefix` carries the reduce (and is empty without prefix units)
+  double total_s = 0;          // decode launch + prefix launch + reduce, one stream (modeled)
+  std::string bound;
+  nlohmann::json to_json() const;
+};
+
+// The shape's prefix group priced both ways: the per-request plan (ShapeResult's) and the
+// planner's full-scale cascade plan, with the prefix kernel's own facts fitted from scaled
+// emulator runs of one-group problems (cascade = always).
+struct CascadeResult {
+  std::string prefix_kernel;
+  rt::CascadeDecision decision;  // the planner's (cost_model policy) word on the group
+  bool forced = false;           // the cost model kept the per-request plan: the cascade side is policy `always`
+  PlanSide per_request, cascade;
+  std::vector<RunSample> samples;
+  double fit_residual = 0;
+  KernelFacts facts;             // the prefix kernel's
+  HotLoop hot;                   // the prefix kernel's hot loop (static)
+  double tile_mem_cycles = 0, coissue_over_mem = 0;
+  double mfma_busy = 0;          // matrix-pipe cycles / (co-issue + ring stall) per tile (modeled)
+  nlohmann::json to_json() const;
+};
 
 struct ShapeResult {
   BenchShape shape;
@@ -213,6 +264,7 @@ struct ShapeResult {
   BruteForce brute;
   double plan_over_best = 0;
   double modeled_tbps = 0;
+  std::optional<CascadeResult> cascade;  // shapes with a prefix group
   nlohmann::json to_json() const;
 };
 
@@ -225,6 +277,8 @@ struct MeasureOptions {
   bool trace_hot_loop = false;  // print the steady iteration's co-issue slots per instruction
 };
 ShapeResult measure_shape(const BenchShape& s, const MeasureOptions& o);
+// The cascade side of a shape with sharing (measure_shape calls it; r holds the per-request side).
+CascadeResult measure_cascade(const BenchShape& s, const ShapeResult& r, const MeasureOptions& o);
 
 // ---- Output ------------------------------------------------------------------------------
 

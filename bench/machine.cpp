@@ -58,7 +58,7 @@ ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector
     const int c = int(i % size_t(C));
     const double w = u.partial ? f.write_partial_unit : f.write_final_unit;
     bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + w;
-    total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) + w;
+    total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
     tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
     n[c] += 1;
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -52,10 +53,18 @@ std::string decode_asm_for(const rt::DecodeShape& s) {
   throw std::runtime_error("mlabench: no decode kernel for " + s.describe());
 }
 
+std::string prefix_asm_for(const rt::DecodeShape& s) {
+  auto cfg = gen::parse_config(config_text(s), "mlabench.json");
+  for (const auto& spec : cfg.kernels)
+    if (spec.kind == gen::KernelKind::MlaPrefix) return gen::compile_kernel(spec).asm_text;
+  throw std::runtime_error("mlabench: no prefix kernel for " + s.describe());
+}
+
 // workgroups_per_cu: 0 plans as the runtime does (the kernel's occupancy); the scaled runs use 1
 // so that each sample's unit count is set by its design (C, 2C, 2C units), not by occupancy.
 RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed,
-                     int workgroups_per_cu) {
+                     int workgroups_per_cu, const std::vector<rt::ProblemParams::Shared>& shared,
+                     rt::CascadePolicy cascade) {
   rt::ProblemParams pp;
   pp.target = s.target;
   pp.heads = s.heads;
@@ -66,11 +75,13 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   pp.kv_lens = kv_lens;
   pp.seed = seed;
   pp.return_lse = s.return_lse;
+  pp.shared = shared;
   auto p = rt::make_random_problem(pp);
   const auto& cat = catalog_for(s);
   rt::EmulatorRunOptions opts;
   opts.num_cus = num_cus;
   opts.workgroups_per_cu = workgroups_per_cu;
+  opts.cascade = cascade;
   auto t0 = std::chrono::steady_clock::now();
   auto r = rt::run_decode_on_emulator(p, cat.select(s), opts);
   RunSample x;
@@ -78,9 +89,15 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   x.kv_lens = kv_lens;
   x.num_cus = num_cus;
   x.U = double(r.plan.units.size());
-  x.N = double(r.plan.total_tokens());
+  // Decode units only (Plan::total_tokens adds the prefix units'), and the decode launch's
+  // distinct (request, row group) Q blocks.
+  std::set<std::pair<int, int>> decode_q_blocks;
+  for (const auto& u : r.plan.units) {
+    x.N += u.kv_end - u.kv_start;
+    decode_q_blocks.emplace(u.batch, u.row_group);
+  }
   x.E = double(r.plan.reduces.size());
-  x.G = double(kv_lens.size()) * r.plan.row_groups;
+  x.G = double(decode_q_blocks.size());
   for (const auto& e : r.plan.reduces) x.S += e.num_splits;
   for (const auto& u : r.plan.units) (u.partial >= 0 ? x.partial_units : x.final_units) += 1;
   auto sum = [](const emu::Counters& c, double& rd, double& rdd, double& wr) {
@@ -91,7 +108,31 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
         wr += double(b.written);
       }
   };
-  sum(r.decode, x.decode_read, x.decode_read_distinct, x.decode_written);
+  if (r.ran_decode) sum(r.decode, x.decode_read, x.decode_read_distinct, x.decode_written);
+  auto kv_read = [](const emu::Counters& c) {
+    for (const auto& b : c.buffers)
+      if (b.name == "kv") return double(b.read);
+    return 0.0;
+  };
+  if (r.ran_decode) x.decode_kv_read = kv_read(r.decode);
+  x.kv_distinct = double(r.kv_distinct_bytes);
+  if (r.ran_prefix) {
+    x.ran_prefix = true;
+    sum(r.prefix, x.prefix_read, x.prefix_read_distinct, x.prefix_written);
+    x.prefix_kv_read = kv_read(r.prefix);
+    x.prefix_macs = double(r.prefix.total.mfma_macs);
+  }
+  {
+    std::set<std::pair<int, int>> q_blocks;
+    for (const auto& u : r.plan.prefix_units) {
+      x.Up += 1;
+      x.Np += u.kv_end - u.kv_start;
+      if (u.row_group == 0) x.Npd += u.kv_end - u.kv_start;
+      if (u.partial >= 0) x.prefix_partial_units += 1;
+      q_blocks.emplace(u.first_request, u.row_group);
+    }
+    x.Gp = double(q_blocks.size());
+  }
   if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_read_distinct, x.reduce_written);
   x.mfma_macs = double(r.decode.total.mfma_macs);
   x.wave_insts = double(r.decode.total.wave_insts);
@@ -190,6 +231,7 @@ nlohmann::json ShapeResult::to_json() const {
                                                               : nlohmann::json(s.kv_lens)},
                             {"num_cus", s.num_cus}, {"units", s.U}, {"tokens", s.N}, {"decode_read", s.decode_read},
                             {"emulator_seconds", s.seconds}});
+  if (cascade) j["shared_prefix"] = cascade->to_json();
   if (shape.pub_aiter_us) j["published_seed001"] = {{"aiter_us", *shape.pub_aiter_us}, {"ours_us", *shape.pub_ours_us}};
   return j;
 }
@@ -259,6 +301,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     r.ratio_read_over_needed = x.traffic_read / x.traffic_needed;
     f.read_per_token = x.decode_read / x.N;  // the model's per-unit split is not fitted here
     f.read_per_unit = 0;
+    f.kv_read_per_token = x.decode_kv_read / x.N;
+    f.macs_per_token = x.mfma_macs / x.N;
     f.write_partial_unit = x.partial_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
     f.write_final_unit = x.final_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
     f.reduce_per_split = x.S ? (x.reduce_read + x.reduce_written) / x.S : 0;
@@ -274,7 +318,13 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
       ym.push_back(x.mfma_macs);
       ytr.push_back(x.traffic_read - x.reduce_read);
     }
-    Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym);
+    std::vector<double> ykv;
+    for (const auto& x : r.samples) ykv.push_back(x.decode_kv_read);
+    Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym), fkv = fit2(xu, xn, ykv);
+    f.kv_read_per_unit = fkv.a;
+    f.kv_read_per_token = fkv.b;
+    f.macs_per_unit = fm.a;
+    f.macs_per_token = fm.b;
     // Distinct reads: Q once per (request, row group), the rest per unit and per token.
     FitN fd = fit_linear(xung, yd);
     // Reduce: samples 0..2 run it (entries 1, 1, 2); bytes = a*entries + b*splits.
@@ -409,6 +459,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
   r.plan_over_best = r.modeled.total_s / r.brute.best_s;
+  if (bs.shared) r.cascade = measure_cascade(bs, r, o);
   return r;
 }
 

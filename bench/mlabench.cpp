@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
       const auto& r = results.back();
       fmt::print(stderr, "  modeled {:.1f} us ({}), bytes moved / (min + partials) {:.4f}, balance {:.3f}\n",
                  r.modeled.total_s * 1e6, r.modeled.bound, r.ratio_moved_over_plan, r.balance);
+      if (r.cascade)
+        fmt::print(stderr, "  cascade ({}): modeled {:.1f} us ({}), KV read / distinct {:.2f} (per request {:.2f})\n",
+                   r.cascade->decision.reason, r.cascade->cascade.total_s * 1e6, r.cascade->cascade.bound,
+                   r.cascade->cascade.kv_read / r.cascade->cascade.kv_distinct,
+                   r.cascade->per_request.kv_read / r.cascade->per_request.kv_distinct);
     }
     auto groups = same_bytes_groups(results);
     const std::string md = markdown_report(results, groups);

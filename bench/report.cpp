@@ -33,6 +33,72 @@ std::vector<SameBytesGroup> same_bytes_groups(const std::vector<ShapeResult>& r)
   return g;
 }
 
+namespace {
+// Shapes with a prefix group: the per-request plan and the cascade plan side by side, the
+// planner's word, and the prefix kernel's hot loop.
+std::string cascade_markdown(const std::vector<ShapeResult>& r) {
+  std::string s;
+  bool any = false;
+  for (const auto& x : r) any = any || x.cascade.has_value();
+  if (!any) return s;
+  s += "\nShared prefix (seed 000: every request shares its first 63,911 tokens; whole pages only, 63,872 at page "
+       "128): the per-request plan vs the planner's full-scale cascade plan. KV bytes and MACs are measured "
+       "(emulator counters, scaled runs extrapolated with the exact plan); times are **modeled** (two launches on one "
+       "stream, decode then prefix, + the reduce; each launch on the machine model with its own kernel's facts).\n\n"
+       "| shape | plan | units decode + prefix (prefix splits) | KV read MB | distinct KV MB | KV read / distinct | "
+       "MACs issued G | partials MB | **modeled** us: launches / decode kernel / prefix kernel / reduce / total | **modeled** "
+       "bound (per launch) |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r) {
+    if (!x.cascade) continue;
+    const auto& c = *x.cascade;
+    for (const PlanSide* p : {&c.per_request, &c.cascade}) {
+      const bool pre = p->prefix_units > 0;
+      const double launches = p->decode.launch_s + (pre ? p->prefix.launch_s : 0);
+      const double reduce = pre ? p->prefix.reduce_s : p->decode.reduce_s;
+      s += fmt::format("| {} | {} | {} + {} ({}) | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} / {:.1f} / {} / {:.1f} / "
+                       "**{:.1f}** | {} |\n",
+                       x.shape.name,
+                       p->cascade ? (c.forced ? "cascade (policy always)" : "cascade (planner's choice)")
+                                  : (c.forced ? "per-request (planner's choice)" : "per-request"),
+                       p->decode_units, p->prefix_units, p->prefix_splits, p->kv_read / 1e6, p->kv_distinct / 1e6,
+                       p->kv_read / p->kv_distinct, p->macs / 1e9, p->partial_bytes / 1e6, launches * 1e6,
+                       p->decode.decode_s * 1e6, pre ? fmt::format("{:.1f}", p->prefix.decode_s * 1e6) : "-", reduce * 1e6,
+                       p->total_s * 1e6, p->bound);
+    }
+  }
+  s += "\nThe planner's word on each group (cost model, token-equivalents, docs/planner.md):\n\n"
+       "| shape | group (first, count, shared) | row groups per member / prefix row groups | cascade | reason | cost "
+       "cascade / per request | prefix splits | prefix launch, worst CU: memory / issue (LDS incl.) / HBM floor us (**modeled**) |\n"
+       "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r) {
+    if (!x.cascade) continue;
+    const auto& d = x.cascade->decision;
+    const ModeledTime& p = x.cascade->cascade.prefix;
+    s += fmt::format("| {} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} | {:.1f} / {:.1f} / {:.1f} |\n",
+                     x.shape.name, d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
+                     d.prefix_row_groups, d.cascade ? "yes" : "no", d.reason, d.cost_cascade, d.cost_per_request,
+                     d.prefix_splits, p.max_cu_mem_s * 1e6, p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
+  }
+  s += "\nPrefix kernel hot loop per tile (static, generated .s; co-issue model **modeled**): matrix-pipe busy "
+       "fraction = MFMA cycles / (co-issue + ring stall).\n\n| kernel | tile tokens | row blocks x consumers | "
+       "instructions | MFMA / VALU / LDS / SALU | MFMA cycles | VALU cycles | co-issue cycles | + ring stall | MFMA "
+       "busy (**modeled**) | tile memory cycles | (co-issue + stall) / (memory x waves / row blocks) |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::map<std::string, bool> seen;
+  for (const auto& x : r) {
+    if (!x.cascade || seen[x.cascade->prefix_kernel]) continue;
+    seen[x.cascade->prefix_kernel] = true;
+    const auto& c = *x.cascade;
+    s += fmt::format("| {} | {} | {} x {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {:.0f} | "
+                     "{:.2f} |\n",
+                     c.prefix_kernel, c.facts.tile_tokens, c.facts.row_blocks, c.facts.consumers, c.hot.insts.size(),
+                     c.hot.mfma, c.hot.valu, c.hot.lds, c.hot.salu, c.hot.mfma_cycles, c.hot.valu_cycles,
+                     c.hot.coissue_cycles, c.hot.ring_stall_cycles, c.mfma_busy, c.tile_mem_cycles, c.coissue_over_mem);
+  }
+  return s;
+}
+}  // namespace
+
 std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g) {
   std::string s;
   s += "Measured = emulator counters of the exact code objects (scaled runs extrapolated linearly with the "
@@ -83,6 +149,7 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
                      x.facts.max_resident_wgs, x.facts.consumers, x.facts.row_blocks, x.issue_over_mem,
                      x.coissue_over_mem, x.lds_over_mem, x.lds_bank_factor);
   }
+  s += cascade_markdown(r);
   return s;
 }
 

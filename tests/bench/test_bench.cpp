@@ -2,6 +2,7 @@
 // extrapolation), and the issue's targets on the counters and the planner (never wall time).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -289,4 +290,117 @@ TEST_CASE("bench: co-issue cycles lie between the wave's issue floor and the ser
     CHECK(r.coissue_over_mem <= r.issue_over_mem);
     CHECK(r.lds_over_mem > 0);
   }
+}
+
+// ---- Shared prefix (cascade) ---------------------------------------------------------------
+
+namespace {
+const BenchShape& k3_c16_pg128() {
+  static const BenchShape s = [] {
+    for (const auto& x : seed000_shapes())
+      if (x.name == "K3 c16 pg128") return x;
+    throw std::runtime_error("no K3 c16 pg128 shape");
+  }();
+  return s;
+}
+}  // namespace
+
+TEST_CASE("bench: a scaled shared problem's cascade reads the prefix once per prefix row group and each unique part once") {
+  // 16 requests x 12 heads = 192 rows: 4 prefix row groups of 48; the per-request plan reads
+  // the prefix 16 times. Exact counts of the kv buffer's global reads (every lane's access).
+  const rt::DecodeShape& s = k3_c16_pg128().shape;
+  const int shared = 1024, n = 16;  // 8 whole pages of 128
+  std::vector<int> lens;
+  double unique = 0, all = 0;
+  for (int i = 0; i < n; ++i) {
+    lens.push_back(shared + 40 + 7 * i);
+    unique += 40 + 7 * i;
+    all += lens.back();
+  }
+  const double row = rt::kQkDim * rt::elem_bytes(s.kv_dtype);
+  const RunSample c = run_sample(s, lens, 4, 3, 1, {{0, n, shared}}, rt::CascadePolicy::always);
+  REQUIRE(c.ran_prefix);
+  CHECK(c.Gp == 4);
+  CHECK(c.Np == 4.0 * shared);
+  CHECK(c.Npd == shared);
+  CHECK(c.prefix_kv_read == 4.0 * shared * row);
+  CHECK(c.decode_kv_read == unique * row);
+  CHECK(c.kv_distinct == (shared + unique) * row);
+  const RunSample p = run_sample(s, lens, 4, 3, 1, {{0, n, shared}}, rt::CascadePolicy::never);
+  CHECK_FALSE(p.ran_prefix);
+  CHECK(p.decode_kv_read == all * row);
+  CHECK(p.kv_distinct == c.kv_distinct);
+}
+
+TEST_CASE("bench: the prefix kernel's fitted facts reproduce a held-out emulator run within 0.5%") {
+  const auto& r = seed_results();
+  const auto it = std::find_if(r.begin(), r.end(), [](const ShapeResult& x) { return x.shape.name == "K3 c16 pg128"; });
+  REQUIRE(it != r.end());
+  REQUIRE(it->cascade);
+  const CascadeResult& c = *it->cascade;
+  CHECK(c.fit_residual <= 1e-3);
+  // Not one of the fitted designs: a group of 12 (3 prefix row groups) on 6 CUs, unequal unique parts.
+  const int shared = 1536;
+  std::vector<int> lens;
+  for (int i = 0; i < 12; ++i) lens.push_back(shared + 33 + 50 * i);
+  const RunSample x = run_sample(k3_c16_pg128().shape, lens, 6, 5, 1, {{0, 12, shared}}, rt::CascadePolicy::always);
+  REQUIRE(x.ran_prefix);
+  const KernelFacts& f = c.facts;
+  auto near = [](double got, double want) { return std::fabs(got / want - 1) <= 5e-3; };
+  INFO("prefix units " << x.Up << ", tokens " << x.Np << ", Q blocks " << x.Gp);
+  CHECK(near(f.read_per_unit * x.Up + f.read_per_token * x.Np, x.prefix_read));
+  CHECK(near(f.distinct_per_unit * x.Up + f.distinct_per_token * x.Npd + f.distinct_per_q_group * x.Gp,
+             x.prefix_read_distinct));
+  CHECK(near(f.write_partial_unit * x.Up, x.prefix_written));
+  CHECK(near(f.kv_read_per_unit * x.Up + f.kv_read_per_token * x.Np, x.prefix_kv_read));
+  CHECK(near(f.macs_per_unit * x.Up + f.macs_per_token * x.Np, x.prefix_macs));
+}
+
+TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the cascade reads less KV") {
+  int shapes = 0;
+  for (const auto& r : seed_results()) {
+    if (!r.shape.shared) {
+      CHECK_FALSE(r.cascade);  // seed 001: no sharing, per-request only
+      continue;
+    }
+    ++shapes;
+    REQUIRE(r.cascade);
+    const CascadeResult& c = *r.cascade;
+    const PlanSide &a = c.per_request, &b = c.cascade;
+    INFO(r.shape.name << ": KV read " << a.kv_read << " -> " << b.kv_read << ", modeled " << a.total_s * 1e6 << " -> "
+                      << b.total_s * 1e6 << " us, " << c.decision.reason);
+    const double row = rt::kQkDim * rt::elem_bytes(r.shape.shape.kv_dtype);
+    const int cut = c.decision.group.shared_tokens;  // the planner's: whole tiles (and pages)
+    CHECK(cut % r.facts.tile_tokens == 0);
+    CHECK(cut <= r.shape.shared->shared_tokens);
+    CHECK(r.shape.shared->shared_tokens - cut < r.facts.tile_tokens);
+    CHECK(c.decision.cascade);  // the cost model cascades every seed-000 group
+    CHECK_FALSE(c.forced);
+    // KV reads: every request's tokens once (per request); the prefix once per prefix row group
+    // and each unique part once (cascade).
+    CHECK(a.kv_read == Approx(r.shape.total_tokens() * row).epsilon(1e-9));
+    const double unique = double(r.shape.total_tokens()) - double(cut) * r.shape.shared->count;
+    CHECK(b.kv_read == Approx((double(c.decision.prefix_row_groups) * cut + unique) * row).epsilon(1e-9));
+    CHECK(b.kv_read < a.kv_read);
+    CHECK(a.kv_distinct == b.kv_distinct);
+    CHECK(b.kv_read >= b.kv_distinct);
+    CHECK(b.macs < a.macs);                   // the prefix's 192 rows fill their MFMA blocks (12 heads pad to 16)
+    CHECK(b.partial_bytes > a.partial_bytes);  // every member merges its prefix and unique partials
+    CHECK(a.prefix_units == 0);
+    CHECK(b.prefix_units == c.decision.prefix_row_groups * b.prefix_splits);
+    // Two launches on one stream + the reduce, each launch max(memory, issue) per CU (modeled).
+    CHECK(b.total_s == Approx(b.decode.total_s + b.prefix.total_s).epsilon(1e-12));
+    CHECK(b.prefix.decode_s >= b.prefix.max_cu_compute_s);
+    CHECK(b.prefix.decode_s >= b.prefix.max_cu_mem_s);
+    CHECK(b.prefix.max_cu_compute_s > 0);
+    // 192 and 288 rows: the prefix launch's issue time exceeds its HBM floor (compute matters).
+    CHECK(b.prefix.max_cu_compute_s > b.prefix.hbm_floor_s);
+    CHECK(b.total_s < a.total_s);
+    // The prefix hot loop: the matrix pipe is busy a fraction of the co-issue cycles.
+    CHECK(c.hot.mfma > 0);
+    CHECK(c.mfma_busy > 0.3);
+    CHECK(c.mfma_busy <= 1.0);
+    CHECK(c.facts.row_blocks == 3);
+  }
+  CHECK(shapes == 4);
 }

@@ -1,0 +1,272 @@
+// Shared-prefix (cascade) evidence: the prefix kernel's counters fitted from scaled emulator runs
+// of one-group problems, extrapolated with the planner's exact full-scale cascade plan, priced as
+// two launches on one stream plus the reduce (docs/performance.md "Shared prefix").
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+#include "runtime/backend.h"
+
+namespace mla::bench {
+
+namespace {
+
+// Distinct (request or group, row group) pairs: the Q blocks a launch reads from HBM once.
+int decode_q_blocks(const rt::Plan& plan) {
+  std::set<std::pair<int, int>> b;
+  for (const auto& u : plan.units) b.emplace(u.batch, u.row_group);
+  return int(b.size());
+}
+int prefix_q_blocks(const rt::Plan& plan) {
+  std::set<std::pair<int, int>> b;
+  for (const auto& u : plan.prefix_units) b.emplace(u.first_request, u.row_group);
+  return int(b.size());
+}
+
+// Shared tokens of the scaled runs: whole tiles and whole pages (the problem generator shares
+// whole pages only).
+int whole(int tokens, int tile, int page) {
+  const int q = std::lcm(tile, page);
+  return std::max(q, (tokens + q - 1) / q * q);
+}
+
+}  // namespace
+
+nlohmann::json PlanSide::to_json() const {
+  nlohmann::json j = {{"cascade", cascade},
+                      {"decode_units", decode_units},
+                      {"prefix_units", prefix_units},
+                      {"prefix_splits", prefix_splits},
+                      {"reduce_entries", reduce_entries},
+                      {"reduce_splits", reduce_splits},
+                      {"kv_read_bytes", kv_read},
+                      {"kv_distinct_bytes", kv_distinct},
+                      {"kv_read_over_distinct", kv_read / kv_distinct},
+                      {"macs_issued", macs},
+                      {"partial_bytes", partial_bytes},
+                      {"modeled_decode_launch", decode.to_json()},
+                      {"modeled_total_us", total_s * 1e6},
+                      {"modeled_bound", bound}};
+  if (prefix_units) j["modeled_prefix_launch_and_reduce"] = prefix.to_json();
+  return j;
+}
+
+nlohmann::json CascadeResult::to_json() const {
+  nlohmann::json j;
+  j["prefix_kernel"] = prefix_kernel;
+  j["planner_decision"] = decision.to_json();
+  j["cascade_side_forced_policy_always"] = forced;
+  j["per_request"] = per_request.to_json();
+  j["cascade"] = cascade.to_json();
+  j["prefix_fit_max_relative_residual"] = fit_residual;
+  j["prefix_kernel_facts"] = {{"read_per_unit", facts.read_per_unit},
+                              {"read_per_token", facts.read_per_token},
+                              {"distinct_per_unit", facts.distinct_per_unit},
+                              {"distinct_per_token", facts.distinct_per_token},
+                              {"distinct_per_q_group", facts.distinct_per_q_group},
+                              {"write_partial_unit", facts.write_partial_unit},
+                              {"kv_read_per_token", facts.kv_read_per_token},
+                              {"macs_per_token", facts.macs_per_token},
+                              {"macs_per_unit", facts.macs_per_unit},
+                              {"consumers", facts.consumers},
+                              {"row_blocks", facts.row_blocks},
+                              {"resident_workgroups_per_cu", facts.max_resident_wgs},
+                              {"inflight_bytes_per_wg", facts.inflight_bytes_per_wg},
+                              {"hot_loop_cycles_modeled", facts.hot_loop_cycles}};
+  j["prefix_hot_loop"] = hot.to_json();
+  j["prefix_hot_loop"]["mfma_busy_fraction_modeled"] = mfma_busy;
+  j["prefix_hot_loop"]["tile_mem_cycles_at_cu_share"] = tile_mem_cycles;
+  j["prefix_hot_loop"]["coissue_over_tile_mem_modeled"] = coissue_over_mem;
+  j["samples"] = nlohmann::json::array();
+  for (const auto& s : samples)
+    j["samples"].push_back({{"requests", s.kv_lens.size()},
+                            {"num_cus", s.num_cus},
+                            {"kv_len_0", s.kv_lens.empty() ? 0 : s.kv_lens[0]},
+                            {"prefix_units", s.Up},
+                            {"prefix_tokens", s.Np},
+                            {"prefix_read", s.prefix_read},
+                            {"emulator_seconds", s.seconds}});
+  return j;
+}
+
+CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const MeasureOptions& o) {
+  CascadeResult c;
+  const rt::DecodeShape& s = bs.shape;
+  const Machine m = machine_for(s.target);
+  const auto& cat = catalog_for(s);
+  const rt::Selection sel = cat.select(s);
+  if (!sel.prefix) throw std::runtime_error("mlabench: the catalog has no prefix kernel for " + s.describe());
+  const rt::CatalogKernel& pk = *sel.prefix;
+  c.prefix_kernel = pk.name;
+  const rt::SelectedKernels k = rt::selected_kernels(sel, s);
+  const rt::PrefixGroup group = *bs.shared;
+
+  // The planner's exact full-scale plan with the group, as the runtime would make it; when the
+  // cost model keeps the per-request plan, the cascade side is the plan policy `always` makes.
+  rt::PlanInputs in = rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0);
+  in.prefix_groups = {group};
+  in.cascade = rt::CascadePolicy::cost_model;
+  rt::Plan plan = rt::plan_decode(in);
+  c.decision = plan.prefix_groups.at(0);
+  if (!c.decision.cascade) {
+    c.forced = true;
+    in.cascade = rt::CascadePolicy::always;
+    plan = rt::plan_decode(in);
+    if (plan.prefix_units.empty())
+      throw std::runtime_error("mlabench: " + bs.name + ": no cascade plan even with policy always: " +
+                               plan.prefix_groups.at(0).reason);
+  }
+  const int Gp = plan.prefix_groups.at(0).prefix_row_groups;
+
+  // Scaled runs, one workgroup per CU, policy `always`: one group of the shape's size (its Gp row
+  // groups) with L and 2L shared tokens on C CUs and 2L on 2C CUs (twice the prefix splits: units
+  // and tokens vary apart), a group of 4 requests (another Gp), and two groups; members add one
+  // tile of their own. L: the full plan's mean prefix unit, in whole tiles and pages.
+  const int T = pk.launch.tile_tokens;
+  double prefix_tokens = 0;
+  for (const auto& u : plan.prefix_units) prefix_tokens += u.kv_end - u.kv_start;
+  const int ut = o.unit_tiles > 0 ? o.unit_tiles
+                                  : std::max(2, int(std::lround(prefix_tokens / double(plan.prefix_units.size()) / T)));
+  const int L = whole(ut * T, T, s.page_size);
+  const int n = group.count;
+  struct Run {
+    std::vector<int> kv_lens;
+    std::vector<rt::ProblemParams::Shared> shared;
+    int cus;
+  };
+  const int Cs = o.scaled_cus;
+  auto one_group = [&](int count, int shared, int cus) {
+    return Run{std::vector<int>(size_t(count), shared + T), {{0, count, shared}}, cus};
+  };
+  std::vector<Run> runs = {one_group(n, L, Cs), one_group(n, 2 * L, Cs), one_group(n, 2 * L, 2 * Cs),
+                           one_group(4, 4 * L, Cs)};
+  {
+    Run two = one_group(n / 2, 2 * L, Cs);
+    Run second = one_group(n - n / 2, L, Cs);
+    two.kv_lens.insert(two.kv_lens.end(), second.kv_lens.begin(), second.kv_lens.end());
+    two.shared.push_back({n / 2, n - n / 2, L});
+    runs.push_back(two);
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    c.samples.push_back(
+        run_sample(s, runs[i].kv_lens, runs[i].cus, 11 + i, 1, runs[i].shared, rt::CascadePolicy::always));
+    const RunSample& x = c.samples.back();
+    if (!x.ran_prefix) throw std::runtime_error("mlabench: scaled cascade run without prefix units");
+    if (o.verbose)
+      fmt::print(stderr, "  scaled cascade run {}: {} requests on {} CUs, {} prefix units, {} prefix tokens, {:.1f} s\n",
+                 i, x.kv_lens.size(), x.num_cus, x.Up, x.Np, x.seconds);
+  }
+
+  // Fits: reads, kv reads and MACs per prefix unit and token (row groups each); distinct reads
+  // per unit, distinct token (each split's range once) and Q block; writes per partial unit.
+  std::vector<double> xu, xn, yr, ykv, ym;
+  std::vector<std::vector<double>> xd;
+  std::vector<double> yd;
+  double wp = 0, np = 0;
+  for (const auto& x : c.samples) {
+    xu.push_back(x.Up);
+    xn.push_back(x.Np);
+    yr.push_back(x.prefix_read);
+    ykv.push_back(x.prefix_kv_read);
+    ym.push_back(x.prefix_macs);
+    xd.push_back({x.Up, x.Npd, x.Gp});
+    yd.push_back(x.prefix_read_distinct);
+    wp += x.prefix_written;
+    np += x.prefix_partial_units;
+  }
+  const Fit2 fr = fit2(xu, xn, yr), fkv = fit2(xu, xn, ykv), fm = fit2(xu, xn, ym);
+  const FitN fd = fit_linear(xd, yd);
+  c.fit_residual = std::max({fr.residual, fkv.residual, fm.residual, fd.residual});
+
+  KernelFacts& f = c.facts;
+  f.tile_tokens = T;
+  f.read_per_unit = fr.a;
+  f.read_per_token = fr.b;
+  f.kv_read_per_unit = fkv.a;
+  f.kv_read_per_token = fkv.b;
+  f.macs_per_unit = fm.a;
+  f.macs_per_token = fm.b;
+  f.distinct_per_unit = fd.c[0];
+  f.distinct_per_token = fd.c[1];  // per distinct token: ModelUnit::first_read = 1/Gp
+  f.distinct_per_q_group = fd.c[2];
+  f.write_partial_unit = np ? wp / np : 0;
+  f.write_final_unit = 0;  // prefix units always write partials
+  f.reduce_per_entry = r.facts.reduce_per_entry;  // the same reduce kernel
+  f.reduce_per_split = r.facts.reduce_per_split;
+  f.consumers = pk.launch.consumers;
+  f.row_blocks = pk.launch.row_blocks;
+  f.row_groups = Gp;
+  f.max_resident_wgs = pk.resident_workgroups_per_cu;
+
+  // Static facts of the prefix kernel's assembly, as measure_shape takes the decode kernel's.
+  const std::string text = prefix_asm_for(s);
+  f.inflight_bytes_per_wg = producer_inflight_bytes(text);
+  c.hot = analyze_hot_loop(text, s.target, o.run_mca);
+  if (pk.launch.ring == 1)
+    c.hot.ring_stall_cycles = std::max(
+        0.0, double(pk.launch.slot_tokens) * double(pk.launch.lds_row_bytes) / 128.0 - c.hot.after_release_cycles);
+  f.hot_loop_cycles = c.hot.coissue_cycles + c.hot.ring_stall_cycles;
+  f.lds_cycles_per_tile = (f.row_blocks * c.hot.lds_bytes + T * double(pk.launch.lds_row_bytes)) / 128.0;
+  c.mfma_busy = c.hot.mfma_cycles / f.hot_loop_cycles;
+  const double kvb = rt::elem_bytes(s.kv_dtype);
+  const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
+  c.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
+  const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
+  c.coissue_over_mem = f.hot_loop_cycles / (c.tile_mem_cycles * waves / f.row_blocks);
+
+  // Distinct KV of the batch: the shared pages once.
+  double kv_distinct = 0;
+  for (int len : bs.kv_lens) kv_distinct += double(len) * rt::kQkDim * kvb;
+  kv_distinct -= double(group.count - 1) * group.shared_tokens * rt::kQkDim * kvb;
+
+  // Per-request side: ShapeResult's plan and model.
+  PlanSide& a = c.per_request;
+  a.decode_units = r.units;
+  a.reduce_entries = r.reduce_entries;
+  a.reduce_splits = r.reduce_splits;
+  {
+    double N = 0;
+    for (int len : bs.kv_lens) N += len;
+    a.kv_read = r.facts.kv_read_per_unit * r.units + r.facts.kv_read_per_token * N * r.facts.row_groups;
+  }
+  a.kv_distinct = kv_distinct;
+  a.macs = r.macs_issued;
+  a.partial_bytes = r.partial_bytes;
+  a.decode = r.modeled;
+  a.total_s = r.modeled.total_s;
+  a.bound = r.modeled.bound;
+
+  // Cascade side: decode launch (lone requests, unique parts), then the prefix launch and the
+  // reduce, one stream: model_time per launch, each with its kernel's facts.
+  PlanSide& b = c.cascade;
+  b.cascade = true;
+  b.decode_units = int(plan.units.size());
+  b.prefix_units = int(plan.prefix_units.size());
+  b.prefix_splits = plan.prefix_groups.at(0).prefix_splits;
+  b.reduce_entries = int(plan.reduces.size());
+  for (const auto& e : plan.reduces) b.reduce_splits += e.num_splits;
+  double Nd = 0, Np = 0;
+  for (const auto& u : plan.units) Nd += u.kv_end - u.kv_start;
+  std::vector<ModelUnit> pu;
+  for (const auto& u : plan.prefix_units) {
+    Np += u.kv_end - u.kv_start;
+    pu.push_back({int64_t(u.kv_end - u.kv_start), true, 1.0 / Gp});
+  }
+  b.kv_read = r.facts.kv_read_per_unit * b.decode_units + r.facts.kv_read_per_token * Nd +
+              f.kv_read_per_unit * b.prefix_units + f.kv_read_per_token * Np;
+  b.kv_distinct = kv_distinct;
+  b.macs = r.facts.macs_per_unit * b.decode_units + r.facts.macs_per_token * Nd + f.macs_per_unit * b.prefix_units +
+           f.macs_per_token * Np;
+  b.partial_bytes = double(plan.partial_o_bytes() + plan.partial_lse_bytes());
+  if (!plan.units.empty()) b.decode = model_time(m, r.facts, model_units(plan), 0, 0, decode_q_blocks(plan));
+  b.prefix = model_time(m, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_blocks(plan));
+  b.total_s = b.decode.total_s + b.prefix.total_s;
+  b.bound = fmt::format("decode launch: {}; prefix launch: {}", plan.units.empty() ? "none" : b.decode.bound,
+                        b.prefix.bound);
+  return c;
+}
+
+}  // namespace mla::bench
