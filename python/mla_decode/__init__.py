@@ -9,6 +9,6 @@ MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime_c.so), MLA_CATALOG_
 <repo>/out), MLA_EMULATOR_TARGET for CPU tensors (default gfx950).
 """
 from ._capi import MlaError, MlaInputError
-from .decode import MlaDecodeMetadata, get_mla_metadata, mla_decode_fwd
+from .decode import MlaDecodeMetadata, mla_decode_fwd
 
-__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "get_mla_metadata", "MlaError", "MlaInputError"]
+__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "MlaError", "MlaInputError"]

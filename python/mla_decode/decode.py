@@ -125,6 +125,8 @@ class MlaDecodeMetadata:
     the grid of the plan it captured: re-capture when the plan's num_units changes).
 
     max_total_tokens bounds the sum of kv lengths of a batch (0: no bound, a larger workspace).
+    allow_padding: accept a kernel with more heads / query rows than the shape (MLA_SELECT_ALLOW_PADDING;
+    `note` says what was chosen); otherwise a shape without an exact kernel is an MlaInputError.
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
@@ -144,8 +146,15 @@ class MlaDecodeMetadata:
         self.selection = C.mla_selection()
         flags = C.MLA_SELECT_ALLOW_PADDING if allow_padding else C.MLA_SELECT_EXACT
         with self.runtime.lock:
-            C.check(L.mla_select(self.runtime.ctx, ctypes.byref(shape), flags, ctypes.byref(self.selection)),
-                    f"mla_select(catalog {self.runtime.catalog_dir}, target {self.runtime.target})")
+            status = L.mla_select(self.runtime.ctx, ctypes.byref(shape), flags, ctypes.byref(self.selection))
+            try:
+                C.check(status, f"mla_select(catalog {self.runtime.catalog_dir}, target {self.runtime.target})")
+            except C.MlaInputError as e:
+                if status != C.MLA_ERROR_NO_KERNEL or allow_padding:
+                    raise
+                # The C message names the C flag; say what the Python caller passes instead.
+                raise C.MlaInputError(e.status, str(e).split(": ", 1)[1] + "\n(from Python: allow_padding=True "
+                                      "runs it on a larger kernel)") from None
             C.check(L.mla_plan_create(self.runtime.ctx, ctypes.byref(self.selection), self.max_batch,
                                       self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
             size = ctypes.c_size_t()
@@ -238,11 +247,6 @@ class MlaDecodeMetadata:
             pass
 
 
-def get_mla_metadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, **kwargs):
-    """MlaDecodeMetadata(...) under the name of aiter's step (get_mla_metadata_info_v1 + buffers)."""
-    return MlaDecodeMetadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, **kwargs)
-
-
 # ---- aiter's index tensors -> kv lengths --------------------------------------------------------
 
 def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
@@ -287,8 +291,8 @@ _cached_metadata = {}
 _cached_lock = threading.Lock()
 
 
-def _cached_for(runtime_device, catalog_dir, shape_key, batch, total_tokens):
-    key = (runtime_device, os.path.abspath(_catalog_dir(catalog_dir)), shape_key)
+def _cached_for(runtime_device, catalog_dir, shape_key, allow_padding, batch, total_tokens):
+    key = (runtime_device, os.path.abspath(_catalog_dir(catalog_dir)), shape_key, allow_padding)
     with _cached_lock:
         m = _cached_metadata.get(key)
         if m is None or m.max_batch < batch or m.max_total_tokens < total_tokens:
@@ -300,7 +304,7 @@ def _cached_for(runtime_device, catalog_dir, shape_key, batch, total_tokens):
                 m.close()
             m = MlaDecodeMetadata(new_batch, qseqlen, heads, q_dtype, kv_dtype, page_size=page_size,
                                   return_lse=lse, logit_cap=cap, max_total_tokens=new_tokens,
-                                  device=runtime_device, catalog_dir=catalog_dir)
+                                  device=runtime_device, catalog_dir=catalog_dir, allow_padding=allow_padding)
             _cached_metadata[key] = m
         return m
 
@@ -343,6 +347,7 @@ def mla_decode_fwd(
     prefix_groups=None,
     detect_shared_prefixes=False,
     catalog_dir=None,
+    allow_padding=False,
 ):
     """MLA decode with aiter's arguments (aiter/mla.py mla_decode_fwd): writes o, returns (o, lse).
 
@@ -352,7 +357,7 @@ def mla_decode_fwd(
     page ids; kv_last_page_lens [batch] (1..page_size). sm_scale defaults to 1/sqrt(576) as aiter's
     (1/sqrt(qk_head_dim), qk_head_dim = kv_buffer.shape[-1]); DeepSeek-style models use
     1/sqrt(192) and vLLM always passes it. q_scale / kv_scale: floats or one-element tensors
-    (read on the host). logit_cap > 0 selects the soft-cap kernels (aiter asserts it is 0).
+    (a tensor is read on the host once, and again after an in-place change). logit_cap > 0 selects the soft-cap kernels (aiter asserts it is 0).
     lse [tokens, heads] f32 is returned when return_lse (into `lse` if given), else None.
 
     aiter's split and persistent-scheduling arguments (num_kv_splits, num_kv_splits_indptr, the
@@ -362,7 +367,8 @@ def mla_decode_fwd(
 
     Keyword-only: metadata (an MlaDecodeMetadata already update()d for this batch: nothing is
     planned, read back or allocated), lse, prefix_groups / detect_shared_prefixes (as in
-    MlaDecodeMetadata.update; without metadata), catalog_dir.
+    MlaDecodeMetadata.update; without metadata), catalog_dir, allow_padding (run a shape without
+    an exact kernel on one with more heads / query rows: the C API's MLA_SELECT_ALLOW_PADDING).
     """
     qt, kvt, ot = Tensor(q, "q"), Tensor(kv_buffer, "kv_buffer"), Tensor(o, "o")
     idx = Tensor(kv_indices, "kv_indices")
@@ -457,7 +463,8 @@ def mla_decode_fwd(
                 i = int(np.nonzero((used < 0) | (used >= num_pages))[0][0])
                 raise ValueError(f"kv_indices[{i}] = {used[i]} is outside 0..num_pages-1 = 0..{num_pages - 1} "
                                  f"(num_pages = kv_buffer.shape[0])")
-        plan_meta = _cached_for(device, catalog_dir, shape_key, len(kv_lens), int(kv_lens.sum(dtype=np.int64)))
+        plan_meta = _cached_for(device, catalog_dir, shape_key, allow_padding, len(kv_lens),
+                                int(kv_lens.sum(dtype=np.int64)))
         plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes)
 
     if return_lse:

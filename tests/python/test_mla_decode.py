@@ -211,6 +211,13 @@ class TestReference(Case):
         o_scaled = bf16_to_f64(o)
         o_plain = bf16_to_f64(run(p, sm_scale=SCALE)[0])
         np.testing.assert_allclose(o_scaled, 2.0 * o_plain, rtol=0.02, atol=1e-3)
+        # A torch scale tensor is read once; an in-place change is seen on the next call.
+        kv_scale = torch.tensor([2.0])
+        o_t = run(p, sm_scale=SCALE, q_scale=0.5, kv_scale=kv_scale)[0]
+        np.testing.assert_array_equal(o_t, o)
+        kv_scale.fill_(1.0)
+        np.testing.assert_array_equal(run(p, sm_scale=SCALE, q_scale=1.0, kv_scale=kv_scale)[0],
+                                      run(p, sm_scale=SCALE)[0])
 
 
 # ---- the metadata object: made once, updated per step ------------------------------------------
@@ -260,7 +267,7 @@ class TestMetadata(Case):
 
 # ---- bad input: the argument, what it got, what is allowed --------------------------------------
 
-class TestErrors(unittest.TestCase):
+class TestErrors(Case):
     def setUp(self):
         self.p = make_problem(np.random.default_rng(30), "fp8", "fp8", 16, [20, 9])
 
@@ -317,6 +324,10 @@ class TestErrors(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"(?s)MLA_ERROR_NO_KERNEL.*heads=12.*Closest:.*mla_decode_fp8fp8_h16_qs1_pg1") as cm:
             run(p, sm_scale=SCALE)
         self.assertIsInstance(cm.exception, mla_decode.MlaInputError)
+        self.assertIn("allow_padding=True", str(cm.exception))
+        # Asked for, the 16-head kernel runs the 12 heads (q padded in the workspace, o copied back).
+        o, _ = run(p, sm_scale=SCALE, allow_padding=True)
+        self.assertClose(o, p, True)
 
     def test_unsupported_arguments(self):
         with self.assertRaisesRegex(ValueError, r"nhead_kv: .*got 2, allowed 1"):
