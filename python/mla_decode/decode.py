@@ -428,7 +428,11 @@ def mla_decode_fwd(
         if getattr(torch.version, "hip", None) is None:
             raise ValueError(f"q: on {device}, but this torch is not a ROCm build; the kernels need an AMD GPU "
                              f"(or pass CPU tensors / NumPy arrays for the emulator)")
-    runtime = _runtime_for(device, catalog_dir)
+    if metadata is not None and not isinstance(metadata, MlaDecodeMetadata):
+        raise TypeError(f"metadata: expected an MlaDecodeMetadata, got {type(metadata).__name__}")
+    if metadata is not None and metadata.device != device:
+        raise ValueError(f"metadata: made for device {metadata.device}, but the tensors are on {device}")
+    runtime = metadata.runtime if metadata is not None else _runtime_for(device, catalog_dir)
     for t in (qt, kvt):
         want = FP8_FLAVOUR.get(runtime.target)
         if t.dtype.startswith("float8") and want and t.dtype != want:
@@ -437,11 +441,9 @@ def mla_decode_fwd(
 
     shape_key = (q_kind, kv_kind, heads, qseqlen, page_size, bool(return_lse), logit_cap > 0)
     if metadata is not None:
-        if not isinstance(metadata, MlaDecodeMetadata):
-            raise TypeError(f"metadata: expected an MlaDecodeMetadata, got {type(metadata).__name__}")
-        if metadata.shape_key != shape_key or metadata.runtime is not runtime:
+        if metadata.shape_key != shape_key:
             raise ValueError(f"metadata: made for (q, kv, heads, qseqlen, page_size, lse, cap) = "
-                             f"{metadata.shape_key} on {metadata.device}, called with {shape_key} on {device}")
+                             f"{metadata.shape_key}, called with {shape_key}")
         if prefix_groups is not None or detect_shared_prefixes:
             raise ValueError("prefix_groups / detect_shared_prefixes: pass them to metadata.update()")
         if metadata.batch * qseqlen != tokens:
@@ -463,9 +465,7 @@ def mla_decode_fwd(
                 i = int(np.nonzero((used < 0) | (used >= num_pages))[0][0])
                 raise ValueError(f"kv_indices[{i}] = {used[i]} is outside 0..num_pages-1 = 0..{num_pages - 1} "
                                  f"(num_pages = kv_buffer.shape[0])")
-        plan_meta = _cached_for(device, catalog_dir, shape_key, allow_padding, len(kv_lens),
-                                int(kv_lens.sum(dtype=np.int64)))
-        plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes)
+        plan_meta = None  # the cached one, planned below under the runtime's lock
 
     if return_lse:
         if lse is None:
@@ -488,7 +488,12 @@ def mla_decode_fwd(
     args.kv_scale = host_scalar(kv_scale, "kv_scale")
     args.logit_cap = float(logit_cap)
     L = C.lib()
+    # One lock over planning and launch: a cached plan is shared by every caller of its shape.
     with runtime.lock:
+        if plan_meta is None:
+            plan_meta = _cached_for(device, catalog_dir, shape_key, allow_padding, len(kv_lens),
+                                    int(kv_lens.sum(dtype=np.int64)))
+            plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes)
         if runtime.is_emulator:
             # The emulator has its own address space: copy the inputs in, the outputs back.
             staged = {}
