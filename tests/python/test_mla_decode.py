@@ -235,6 +235,19 @@ class TestMetadata(Case):
             o_meta, _ = run(p, sm_scale=SCALE, metadata=meta)
             o_plain, _ = run(p, sm_scale=SCALE)
             np.testing.assert_array_equal(o_meta, o_plain)
+        # A repeated step allocates nothing (the emulator's staging buffers are reused too).
+        lib = mla_decode._capi.lib()
+        mallocs = []
+        real_malloc = lib.mla_malloc
+        lib.mla_malloc = lambda *a: mallocs.append(a) or real_malloc(*a)
+        try:
+            o_again, _ = run(p, sm_scale=SCALE, metadata=meta)
+        finally:
+            lib.mla_malloc = real_malloc
+        self.assertEqual(mallocs, [])
+        np.testing.assert_array_equal(o_again, o_meta)
+        with self.assertRaisesRegex(TypeError, r"q_dtype: 'fp16' is not an MLA dtype"):
+            MlaDecodeMetadata(4, 1, 16, "fp16", "fp8")
         # A batch the metadata was not updated for is refused before anything runs.
         p = make_problem(np.random.default_rng(12), "fp8", "fp8", 16, [10])
         with self.assertRaisesRegex(ValueError, r"last updated for 3 requests"):
