@@ -328,6 +328,30 @@ TEST_CASE("mla e2e: batches without sharing are bit-identical with and without t
   }
 }
 
+// fp8/fp8 accuracy at every head count (issue #15): d <= 2e-4 and max error <= 2.5% of max|ref|
+// on N(0,1) inputs, for short requests that run as one work unit and long ones split over
+// the GPU, three seeds each.
+TEST_CASE("mla e2e: fp8/fp8 accuracy bound at every head count, single-unit and split requests") {
+  double worst_d = 0, worst_err = 0;
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950})
+    for (int heads : {1, 8, 12, 16, 24, 32, 64, 96, 128})
+      for (uint64_t seed : {1, 2, 3}) {
+        // Seeds 1-2: the GPU's CUs (every request split over many units); seed 3: 2 CUs (the
+        // short requests one unit each, the long one in a few).
+        auto p = params(t, rt::DType::fp8, rt::DType::fp8, heads, 1, 16, {40, 200, 3000}, 5000 + seed * 131 + uint64_t(heads));
+        rt::EmulatorRunOptions opts;
+        if (seed == 3) opts.num_cus = 2;
+        auto e = test::run_e2e(p, opts);
+        INFO(rt::shape_of(e.problem).describe() << " seed " << seed << ": " << e.cmp.summary());
+        CHECK(e.cmp.clean());
+        CHECK(e.cmp.d <= 2e-4);
+        CHECK(e.cmp.max_abs_err <= 0.025 * e.cmp.max_abs_ref);
+        worst_d = std::max(worst_d, e.cmp.d);
+        worst_err = std::max(worst_err, e.cmp.max_abs_err / e.cmp.max_abs_ref);
+      }
+  WARN("fp8/fp8 worst d " << worst_d << ", worst max error " << 100 * worst_err << "% of max|ref|");
+}
+
 // What the lse output is for (decode context parallelism, vLLM's merge_attn_states): the
 // (o, lse) of two halves of a request's KV, run as two problems, merge by lse into the whole's
 // attention. With fp8 P the lse is the log of the sum of the rounded P that o is normalised by,
