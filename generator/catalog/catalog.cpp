@@ -191,6 +191,19 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
   for (const auto& e : errors)
     if (!e.empty()) failed.push_back(e);
   if (!failed.empty()) {
+    // A kernel llvm-mc rejected left its assembly in the staging folder, which goes away: keep
+    // it under out/failed/ and say so, so that the message names a file that exists.
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const fs::path s_file = mla_dir(staging, specs[i].arch) / (specs[i].name() + ".s");
+      if (errors[i].empty() || !fs::exists(s_file)) continue;
+      const fs::path kept = out / "failed" / fmt::format("{}_{}.s", arch_name(specs[i].arch), specs[i].name());
+      fs::create_directories(kept.parent_path());
+      fs::copy_file(s_file, kept, fs::copy_options::overwrite_existing);
+      errors[i] += fmt::format("\n    (its assembly is kept at {})", kept.string());
+    }
+    failed.clear();
+    for (const auto& e : errors)
+      if (!e.empty()) failed.push_back(e);
     fs::remove_all(staging);
     throw std::runtime_error(fmt::format("{} of {} kernels failed; {} left unchanged:\n  {}", failed.size(),
                                          specs.size(), out.string(), fmt::join(failed, "\n  ")));

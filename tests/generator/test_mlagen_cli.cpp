@@ -97,6 +97,35 @@ TEST_CASE("mlagen build with a bad config exits non-zero and leaves nothing in o
   CHECK_FALSE(fs::exists(out));
 }
 
+TEST_CASE("mlagen build: a kernel the assembler rejects names its assembly where it is kept") {
+  TempDir dir;
+  std::string fake = dir.write("fake-llvm-mc", "#!/bin/sh\necho 'error: rejected by the test' >&2\nexit 3\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  std::string out = (dir.path / "out").string();
+  setenv("MLA_LLVM_MC", fake.c_str(), 1);
+  ToolResult r = mlagen({"build", config_path("pipeline_smoke.json"), "--out", out});
+  unsetenv("MLA_LLVM_MC");
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("rejected by the test"));
+  const fs::path kept = fs::path(out) / "failed" / "gfx942_pipe_vector_copy_b32.s";
+  CHECK_THAT(r.err, Catch::Contains("its assembly is kept at " + kept.string()));
+  CHECK(fs::exists(kept));
+  CHECK_FALSE(fs::exists(fs::path(out) / "hsa"));
+}
+
+TEST_CASE("mlagen: a missing config is an error like any other (file named, exit 1)") {
+  TempDir dir;
+  const std::string missing = (dir.path / "nope.json").string();
+  for (const char* cmd : {"build", "check"}) {
+    std::vector<std::string> args{cmd, missing};
+    if (std::string(cmd) == "build") args.insert(args.end(), {"--out", (dir.path / "out").string()});
+    ToolResult r = mlagen(args);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(missing + ": cannot read config file"));
+  }
+}
+
 TEST_CASE("mlagen build over an existing catalog keeps it when a config is bad") {
   TempDir dir;
   std::string out = (dir.path / "out").string();
