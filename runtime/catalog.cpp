@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace mla::rt {
 
@@ -94,19 +95,29 @@ Catalog Catalog::open_from_env() {
 
 namespace {
 
-// Number of shape fields in which kernel k differs from the request (for "closest" hints).
-int distance(const CatalogKernel& k, const DecodeShape& s) {
+// The shape fields in which kernel k differs from the request, as "field kernel-value (asked
+// value)"; the target counts as four fields (a kernel for another GPU is never close).
+std::vector<std::string> differences(const CatalogKernel& k, const DecodeShape& s) {
   const auto& sh = k.shape;
-  int d = 0;
-  d += k.target != name(s.target) ? 4 : 0;
-  d += sh.value("q_dtype", "") != name(s.q_dtype);
-  d += sh.value("kv_dtype", "") != name(s.kv_dtype);
-  d += sh.value("heads", 0) != s.heads;
-  d += sh.value("qseqlen", 0) != s.qseqlen;
-  d += sh.value("page_size", 0) != s.page_size;
-  d += sh.value("return_lse", false) != s.return_lse;
-  d += sh.value("logit_cap", false) != s.logit_cap;
+  std::vector<std::string> d;
+  auto diff = [&](const char* field, const std::string& have, const std::string& want) {
+    if (have != want) d.push_back(fmt::format("{} {} (asked {})", field, have, want));
+  };
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  diff("target", k.target, std::string(name(s.target)));
+  diff("q_dtype", sh.value("q_dtype", ""), std::string(name(s.q_dtype)));
+  diff("kv_dtype", sh.value("kv_dtype", ""), std::string(name(s.kv_dtype)));
+  diff("heads", std::to_string(sh.value("heads", 0)), std::to_string(s.heads));
+  diff("qseqlen", std::to_string(sh.value("qseqlen", 0)), std::to_string(s.qseqlen));
+  diff("page_size", std::to_string(sh.value("page_size", 0)), std::to_string(s.page_size));
+  diff("return_lse", b(sh.value("return_lse", false)), b(s.return_lse));
+  diff("logit_cap", b(sh.value("logit_cap", false)), b(s.logit_cap));
   return d;
+}
+
+int distance(const CatalogKernel& k, const DecodeShape& s) {
+  const int d = int(differences(k, s).size());
+  return k.target != name(s.target) ? d + 3 : d;
 }
 
 }  // namespace
@@ -133,9 +144,14 @@ Selection Catalog::select(const DecodeShape& s) const {
       if (k.kind == "mla_decode") decs.push_back(&k);
     std::sort(decs.begin(), decs.end(),
               [&](auto* a, auto* b) { return distance(*a, s) < distance(*b, s); });
+    // The closest kernels (fewest differing fields; at most 3, and none more than one field
+    // further than the closest), each with the fields in which it differs.
     std::string hint;
-    for (size_t i = 0; i < std::min<size_t>(3, decs.size()); ++i)
-      hint += fmt::format("\n  {} ({})", decs[i]->name, decs[i]->target);
+    for (size_t i = 0; i < std::min<size_t>(3, decs.size()); ++i) {
+      if (i > 0 && distance(*decs[i], s) > distance(*decs[0], s) + 1) break;
+      hint += fmt::format("\n  {} ({}): differs in {}", decs[i]->name, decs[i]->target,
+                          fmt::join(differences(*decs[i], s), ", "));
+    }
     throw CatalogError(fmt::format(
         "{}: no decode kernel for {} (the runtime runs exact shapes only; add the shape to a config and "
         "rebuild). Closest:{}",

@@ -472,10 +472,12 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
     Session s;
     mla_selection sel;
     mla_shape sh = shape16(32);
-    FAILS(mla_select(s.ctx, &sh, MLA_SELECT_ALLOW_PADDING, &sel), MLA_ERROR_NO_KERNEL, "mla_decode_fp8fp8_h16_qs1_pg16");
+    FAILS(mla_select(s.ctx, &sh, MLA_SELECT_ALLOW_PADDING, &sel), MLA_ERROR_NO_KERNEL,
+          "mla_decode_fp8fp8_h16_qs1_pg16 (gfx942): differs in heads 16 (asked 32)");
     sh = shape16();
     sh.kv_dtype = MLA_DTYPE_BF16;
     FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_NO_KERNEL, "no decode kernel");
+    CHECK_THAT(mla_last_error(), Contains("differs in kv_dtype fp8 (asked bf16)"));
     sh = shape16();
     sh.page_size = 12;
     FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "page_size = 12");
