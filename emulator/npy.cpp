@@ -85,7 +85,7 @@ Array load(const std::string& path) {
   a.dtype = dict_value(header, "descr", path);
   if (a.dtype.size() < 3 || (a.dtype[0] != '<' && a.dtype[0] != '|'))
     throw std::runtime_error(
-        fmt::format("{}: dtype '{}' is not little-endian (allowed: '<u4', '<f4', '|u1', ...)", path, a.dtype));
+        fmt::format("{}: dtype '{}' is not little-endian (allowed: '|u1', '<u2', '<i4', '<u4', '<f4')", path, a.dtype));
   if (dict_value(header, "fortran_order", path) != "False")
     throw std::runtime_error(fmt::format("{}: Fortran-order arrays are not supported; save C-order", path));
   std::string shape = dict_value(header, "shape", path);

@@ -142,7 +142,14 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   expand("return_lse", json(false),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.return_lse = as_bool(x, path, f); });
   expand("logit_cap", json(false),
-         [&](KernelSpec& t, const json& x, const std::string& f) { t.logit_cap = as_bool(x, path, f); });
+         [&](KernelSpec& t, const json& x, const std::string& f) {
+           // The kernel compiles soft-capping in or out; the cap's value is a run-time argument
+           // (problem.json's logit_cap, mla_decode_args.logit_cap), so a number here is an error.
+           if (x.is_number())
+             fail(path, f, fmt::format("{} is not a boolean (allowed: true, false: true builds the _softcap kernel; the "
+                                       "cap value is a run-time argument)", show(x)));
+           t.logit_cap = as_bool(x, path, f);
+         });
   return out;
 }
 

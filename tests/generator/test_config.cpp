@@ -99,6 +99,13 @@ TEST_CASE("heads outside 1..128 are rejected with the allowed range; 7 heads bui
   CHECK(c.kernels[3].name() == "mla_decode_fp8fp8_h96_qs8_pg1");
 }
 
+TEST_CASE("logit_cap is a switch in a config; a cap value is refused with where the value goes") {
+  CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1, "logit_cap": 30.0)")),
+             Catch::Contains("kernels[0].logit_cap: 30.0 is not a boolean (allowed: true, false: true builds the _softcap kernel"));
+  Config c = parse_config(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1, "logit_cap": true)"), "x.json");
+  CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h16_qs1_pg1_softcap");
+}
+
 TEST_CASE("fp8 q with bf16 kv is rejected with the allowed pairs") {
   std::string e = error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "bf16", "page_size": 1)"));
   CHECK_THAT(e, Catch::Contains("kernels[0]"));

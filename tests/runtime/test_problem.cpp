@@ -389,5 +389,7 @@ TEST_CASE("npy: malformed headers and overflowing shapes are errors naming the f
   CHECK_THAT(error_of("{'descr': '<u0', 'fortran_order': False, 'shape': (4,), }"), Contains("dtype '<u0'"));
   CHECK_THAT(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (400000000000000000,), }"),
              Contains(f) && Contains("truncated .npy payload"));
+  CHECK_THAT(error_of("{'descr': '>u2', 'fortran_order': False, 'shape': (4,), }"),
+             Contains("not little-endian (allowed: '|u1', '<u2', '<i4', '<u4', '<f4')"));
   CHECK(error_of("{'descr': '<u4', 'fortran_order': False, 'shape': (4,), }") == "no error");
 }
