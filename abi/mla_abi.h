@@ -154,6 +154,24 @@ inline constexpr KernargField kReduceArgs[] = {
     {"lse", true, "float*", reduce_args::lse, 8},
 };
 
+// merge_attn_states (vLLM's names): o = (w_p prefix_output + w_s suffix_output) / (w_p + w_s),
+// w = exp(lse - max lse), per row of 512 bf16; lse [rows] f32 natural log, rows = tokens * heads
+// (row t * heads + h, the layout of the decode kernel's o and lse); output_lse may be 0.
+namespace merge_args {
+inline constexpr uint32_t output = 0x00, prefix_output = 0x08, prefix_lse = 0x10, suffix_output = 0x18,
+                          suffix_lse = 0x20, output_lse = 0x28, rows = 0x30, reserved = 0x34, size = 0x38;
+}
+inline constexpr KernargField kMergeArgs[] = {
+    {"output", true, "uint16_t*", merge_args::output, 8},
+    {"prefix_output", true, "const uint16_t*", merge_args::prefix_output, 8},
+    {"prefix_lse", true, "const float*", merge_args::prefix_lse, 8},
+    {"suffix_output", true, "const uint16_t*", merge_args::suffix_output, 8},
+    {"suffix_lse", true, "const float*", merge_args::suffix_lse, 8},
+    {"output_lse", true, "float*", merge_args::output_lse, 8},
+    {"rows", false, "uint32_t", merge_args::rows, 4},
+    {"reserved", false, "uint32_t", merge_args::reserved, 4},
+};
+
 // Each table is dense, in offset order, and ends at its size.
 template <size_t N>
 constexpr bool dense(const KernargField (&t)[N], uint32_t size) {
@@ -166,5 +184,6 @@ constexpr bool dense(const KernargField (&t)[N], uint32_t size) {
 }
 static_assert(dense(kDecodeArgs, decode_args::size), "decode kernargs are dense");
 static_assert(dense(kReduceArgs, reduce_args::size), "reduce kernargs are dense");
+static_assert(dense(kMergeArgs, merge_args::size), "merge kernargs are dense");
 
 }  // namespace mla::abi

@@ -205,6 +205,13 @@ Config parse_config(const std::string& text, const std::string& path) {
     x.kind = KernelKind::MlaPrefix;
     x.return_lse = false;
     imply(x);
+    // merge_attn_states (decode context parallelism), one per target.
+    KernelSpec m;
+    m.kind = KernelKind::MlaMerge;
+    m.arch = s.arch;
+    m.source_config = s.source_config;
+    m.deployment = s.deployment;
+    imply(m);
   }
   c.kernels.insert(c.kernels.end(), implied.begin(), implied.end());
   return c;

@@ -15,6 +15,7 @@ Program build_program(const KernelSpec& spec) {
     case KernelKind::MlaDecode:
     case KernelKind::MlaPrefix: build_mla_decode(p, spec); break;
     case KernelKind::MlaReduce: build_mla_reduce(p, spec); break;
+    case KernelKind::MlaMerge: build_mla_merge(p); break;
   }
   return p;
 }

@@ -18,5 +18,6 @@ void build_mfma_tile(Program& p);
 // MLA kernels (see kernels/mla_geometry.h for their geometry and argument layout).
 void build_mla_decode(Program& p, const KernelSpec& spec);
 void build_mla_reduce(Program& p, const KernelSpec& spec);
+void build_mla_merge(Program& p);
 
 }  // namespace mla::gen

@@ -9,6 +9,7 @@ std::string_view kind_name(KernelKind k) {
     case KernelKind::MlaDecode: return "mla_decode";
     case KernelKind::MlaReduce: return "mla_reduce";
     case KernelKind::MlaPrefix: return "mla_prefix";
+    case KernelKind::MlaMerge: return "mla_merge";
     case KernelKind::VectorCopy: return "vector_copy";
     case KernelKind::Fp8Dequant: return "fp8_dequant";
     case KernelKind::MfmaTile: return "mfma_tile";
@@ -27,6 +28,7 @@ std::string KernelSpec::name() const {
                          page_size, logit_cap ? "_softcap" : "");
     case KernelKind::MlaReduce:
       return fmt::format("mla_reduce_h{}_qs{}{}", heads, qseqlen, return_lse ? "_lse" : "");
+    case KernelKind::MlaMerge: return "mla_merge_attn_states";
     case KernelKind::VectorCopy: return "pipe_vector_copy_b32";
     case KernelKind::Fp8Dequant: return "pipe_fp8_dequant_f32";
     case KernelKind::MfmaTile: return "pipe_mfma_16x16x32_fp8";

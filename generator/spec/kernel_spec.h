@@ -14,6 +14,7 @@ enum class KernelKind {
   MlaDecode,     // split-KV MLA decode (builder: issue #4)
   MlaReduce,     // merge of split partials (builder: issue #4)
   MlaPrefix,     // a prefix group's rows over its shared prefix (issue #13; the decode builder)
+  MlaMerge,      // merge_attn_states: two (o, lse) of the same rows into one (issue #14)
   VectorCopy,    // pipeline kernel: grid-stride dword copy through buffer resources
   Fp8Dequant,    // pipeline kernel: fp8 (target format) -> f32 times a scale
   MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B

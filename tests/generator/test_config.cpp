@@ -34,7 +34,7 @@ std::string error_of(const std::string& text, const std::string& path = "configs
 
 TEST_CASE("a good config expands lists into kernels with shape names") {
   Config c = parse_config(entry(kGood), "configs/k3.json");
-  REQUIRE(c.kernels.size() == 5);
+  REQUIRE(c.kernels.size() == 6);
   CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h12_qs1_pg1");
   CHECK(c.kernels[1].name() == "mla_decode_fp8fp8_h12_qs1_pg128");
   CHECK(c.kernels[1].arch == Arch::gfx950);
@@ -43,9 +43,12 @@ TEST_CASE("a good config expands lists into kernels with shape names") {
   CHECK(c.kernels[2].name() == "mla_reduce_h12_qs1");
   CHECK(c.kernels[2].implied);
   CHECK(c.kernels[3].name() == "mla_prefix_fp8fp8_h12_qs1_pg1");
-  CHECK(c.kernels[4].name() == "mla_prefix_fp8fp8_h12_qs1_pg128");
-  CHECK(c.kernels[4].kind == KernelKind::MlaPrefix);
-  CHECK(c.kernels[4].implied);
+  // One merge_attn_states kernel per target.
+  CHECK(c.kernels[4].name() == "mla_merge_attn_states");
+  CHECK(c.kernels[4].kind == KernelKind::MlaMerge);
+  CHECK(c.kernels[5].name() == "mla_prefix_fp8fp8_h12_qs1_pg128");
+  CHECK(c.kernels[5].kind == KernelKind::MlaPrefix);
+  CHECK(c.kernels[5].implied);
 }
 
 TEST_CASE("every field takes a list: the kernels are the cross product") {
@@ -69,7 +72,7 @@ TEST_CASE("every field takes a list: the kernels are the cross product") {
 
 TEST_CASE("variant knobs appear in the kernel name") {
   Config c = parse_config(entry(R"("target": "gfx942", "heads": 16, "q_dtype": "bf16", "kv_dtype": "fp8", "qseqlen": 4, "page_size": 16, "return_lse": true, "logit_cap": true)"), "x.json");
-  REQUIRE(c.kernels.size() == 3);
+  REQUIRE(c.kernels.size() == 4);
   CHECK(c.kernels[0].name() == "mla_decode_bf16fp8_h16_qs4_pg16_lse_softcap");
   CHECK(c.kernels[1].name() == "mla_reduce_h16_qs4_lse");
   CHECK(c.kernels[2].name() == "mla_prefix_bf16fp8_h16_qs4_pg16_softcap");  // partials carry their lse always

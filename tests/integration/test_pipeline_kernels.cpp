@@ -144,3 +144,75 @@ TEST_CASE("integration: one MFMA tile equals the plain matrix product") {
     CHECK(c.total.mfma_macs == 16u * 16u * 32u);
   }
 }
+
+// merge_attn_states (abi::merge_args) against the merge computed here in double precision from
+// the same bf16 / f32 inputs: random rows, rows with one side empty (lse -inf), and a row with
+// both sides empty (o 0, lse -inf); with and without output_lse.
+TEST_CASE("integration: merge_attn_states merges two (o, lse) by lse weights") {
+  auto bf16_bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  };
+  auto bf16_value = [](uint16_t h) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return double(f);
+  };
+  for (gen::Arch arch : kArchs)
+    for (bool with_lse : {true, false}) {
+      INFO(gen::arch_name(arch) << (with_lse ? " with output_lse" : " without output_lse"));
+      Built k = build_kernel(gen::KernelKind::MlaMerge, arch);
+      emu::Device dev(gfx_of(arch));
+      const uint32_t rows = 3 * 12 + 1;
+      std::mt19937 rng(99 + int(arch));
+      std::normal_distribution<float> n01;
+      std::uniform_real_distribution<float> lse_d(-6.f, 6.f);
+      std::vector<uint16_t> po(rows * 512), so(rows * 512);
+      std::vector<float> pl(rows), sl(rows);
+      for (auto& v : po) v = bf16_bits(n01(rng));
+      for (auto& v : so) v = bf16_bits(n01(rng));
+      for (uint32_t r = 0; r < rows; ++r) pl[r] = lse_d(rng), sl[r] = lse_d(rng);
+      pl[3] = -INFINITY;                    // only the suffix saw tokens
+      sl[5] = -INFINITY;                    // only the prefix
+      pl[rows - 1] = sl[rows - 1] = -INFINITY;  // neither
+      uint64_t d_po = dev.alloc(po.size() * 2, 256, "prefix_output"), d_so = dev.alloc(so.size() * 2, 256, "suffix_output");
+      uint64_t d_pl = dev.alloc(rows * 4, 256, "prefix_lse"), d_sl = dev.alloc(rows * 4, 256, "suffix_lse");
+      uint64_t d_o = dev.alloc(rows * 512 * 2, 256, "output", 0xff);
+      uint64_t d_ol = with_lse ? dev.alloc(rows * 4, 256, "output_lse", 0xff) : 0;
+      dev.write(d_po, po.data(), po.size() * 2);
+      dev.write(d_so, so.data(), so.size() * 2);
+      dev.write(d_pl, pl.data(), rows * 4);
+      dev.write(d_sl, sl.data(), rows * 4);
+      namespace A = abi::merge_args;
+      emu::KernargBuilder ka;
+      ka.put<uint64_t>(A::output, d_o).put<uint64_t>(A::prefix_output, d_po).put<uint64_t>(A::prefix_lse, d_pl);
+      ka.put<uint64_t>(A::suffix_output, d_so).put<uint64_t>(A::suffix_lse, d_sl).put<uint64_t>(A::output_lse, d_ol);
+      ka.put<uint32_t>(A::rows, rows).put<uint32_t>(A::reserved, 0);
+      dev.dispatch(k.co, k.name, {rows, 1, 1}, {64, 1, 1}, ka.bytes);
+      auto o = dev.read_vector<uint16_t>(d_o, rows * 512);
+      std::vector<float> ol = with_lse ? dev.read_vector<float>(d_ol, rows) : std::vector<float>();
+      double worst = 0;
+      for (uint32_t r = 0; r < rows; ++r) {
+        const double a = pl[r], s = sl[r], m = std::max(a, s);
+        const double wa = std::isinf(m) ? 0 : std::exp(a - m), ws = std::isinf(m) ? 0 : std::exp(s - m);
+        for (int c = 0; c < 512; ++c) {
+          const size_t i = size_t(r) * 512 + size_t(c);
+          const double want = wa + ws > 0 ? (wa * bf16_value(po[i]) + ws * bf16_value(so[i])) / (wa + ws) : 0.0;
+          const double got = bf16_value(o[i]);
+          // bf16 rounding of the result (half an ulp, 2^-9 relative) plus f32 arithmetic.
+          const double err = std::abs(got - want), tol = std::ldexp(std::abs(want), -8) + 1e-6;
+          worst = std::max(worst, err / (std::abs(want) + 1e-30));
+          if (err > tol) FAIL_CHECK("row " << r << " col " << c << ": got " << got << ", want " << want);
+        }
+        if (with_lse) {
+          const double want_lse = wa + ws > 0 ? m + std::log(wa + ws) : -INFINITY;
+          if (std::isinf(want_lse)) CHECK(std::isinf(ol[r]));
+          else CHECK(std::abs(ol[r] - want_lse) <= 1e-5 * std::max(1.0, std::abs(want_lse)));
+        }
+      }
+      CHECK(worst <= std::ldexp(1.0, -8));
+      CHECK(worst > 0);  // the bf16 rounding shows: the comparison sees the kernel's output
+    }
+}
