@@ -54,6 +54,7 @@ void check_contract_args(const CatalogKernel& k) {
   std::span<const abi::KernargField> table;
   if (k.kind == "mla_decode" || k.kind == "mla_prefix") table = abi::kDecodeArgs;
   else if (k.kind == "mla_reduce") table = abi::kReduceArgs;
+  else if (k.kind == "mla_merge") table = abi::kMergeArgs;
   else return;
   if (k.args.size() != table.size())
     throw RtError(MLA_ERROR_KERNARG_MISMATCH, fmt::format("{}: kernel {} has {} arguments, the contract (abi/mla_abi.h) {}",
@@ -301,6 +302,21 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
     if (k.return_lse) copy_rows(t.lse, ws.lse_pad, 4, false, "copy lse out of padded lse");
   }
   return ops;
+}
+
+DecodeOp merge_op(const CatalogKernel& kernel, const MergeTensors& t) {
+  KernargPacker mk(kernel);
+  mk.ptr("output", t.output).ptr("prefix_output", t.prefix_output).ptr("prefix_lse", t.prefix_lse);
+  mk.ptr("suffix_output", t.suffix_output).ptr("suffix_lse", t.suffix_lse).ptr("output_lse", t.output_lse);
+  mk.u32("rows", t.rows);
+  DecodeOp op;
+  op.kind = DecodeOp::Launch;
+  op.kernel = &kernel;
+  op.grid = {t.rows, 1, 1};
+  op.block = {64, 1, 1};
+  op.kernarg = mk.finish();
+  op.what = "merge_attn_states";
+  return op;
 }
 
 // ---- Emulator backend ----------------------------------------------------------------------

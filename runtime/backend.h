@@ -114,6 +114,13 @@ struct DeviceTensors {
 std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int batch, const DeviceTensors& t,
                                  const WorkspaceAddrs& ws);
 
+// merge_attn_states (abi::merge_args): one launch of the catalog's mla_merge kernel.
+struct MergeTensors {
+  uint64_t output = 0, prefix_output = 0, prefix_lse = 0, suffix_output = 0, suffix_lse = 0, output_lse = 0;
+  uint32_t rows = 0;
+};
+DecodeOp merge_op(const CatalogKernel& kernel, const MergeTensors& t);
+
 // The HIP launch configuration of a kernarg buffer: the `extra` array hipModuleLaunchKernel gets
 // ({HIP_LAUNCH_PARAM_BUFFER_POINTER, data, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, END}).
 struct HipKernargConfig {

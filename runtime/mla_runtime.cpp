@@ -749,3 +749,32 @@ extern "C" mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const m
     ctx->dev->be->run(ops, stream);
   });
 }
+
+extern "C" mla_status mla_merge_attn_states(mla_context* ctx, const mla_merge_args* args, void* stream) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(args, "args");
+    for (auto [ptr, field] : {std::pair{args->output, "output"}, {args->prefix_output, "prefix_output"},
+                              {args->prefix_lse, "prefix_lse"}, {args->suffix_output, "suffix_output"},
+                              {args->suffix_lse, "suffix_lse"}})
+      if (!ptr) bad(fmt::format("args.{} is a null device pointer", field));
+    if (args->num_heads < 1 || args->num_heads > 1024)
+      bad(fmt::format("args.num_heads = {} (allowed: 1..1024)", args->num_heads));
+    // One workgroup per row: the grid's x is 32-bit.
+    if (args->num_tokens < 1 || args->num_tokens > (int64_t(1) << 31) / args->num_heads)
+      bad(fmt::format("args.num_tokens = {} (allowed: 1..2^31 / num_heads = {})", args->num_tokens,
+                      (int64_t(1) << 31) / args->num_heads));
+    const std::string t(name(device_target(ctx)));
+    const CatalogKernel* k = nullptr;
+    for (const auto& c : ctx->cat.kernels())
+      if (c.kind == "mla_merge" && c.target == t) k = &c;
+    if (!k)
+      throw RtError(MLA_ERROR_NO_KERNEL, fmt::format("{}: no mla_merge_attn_states kernel for {} (it is built with "
+                                                     "every decode shape: rebuild the catalog)",
+                                                     ctx->cat.dir(), t));
+    ctx->dev->be->ensure_module(*k);
+    MergeTensors m{args->output, args->prefix_output, args->prefix_lse, args->suffix_output, args->suffix_lse,
+                   args->output_lse, uint32_t(args->num_tokens * args->num_heads)};
+    ctx->dev->be->run({merge_op(*k, m)}, stream);
+  });
+}

@@ -279,6 +279,26 @@ typedef struct mla_decode_args {
 mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args, uint64_t workspace,
                       size_t workspace_bytes, void* stream);
 
+/* ---- merge_attn_states --------------------------------------------------------------------- */
+
+/* vLLM's merge_attn_states for decode context parallelism: the (o, lse) of the same rows over
+ * two disjoint KV ranges (e.g. two ranks' shards, each decoded with return_lse) merged into the
+ * attention over both: o = (w_p prefix_output + w_s suffix_output) / (w_p + w_s),
+ * w = exp(lse - max), output_lse = max + ln(w_p + w_s). Rows = num_tokens * num_heads, row
+ * t * num_heads + h, contiguous (the layout of mla_decode's o and lse). A row whose two lse
+ * are -inf gets o = 0 and lse = -inf. Runs the catalog's mla_merge_attn_states kernel. */
+typedef struct mla_merge_args {
+  uint64_t output;         /* [num_tokens, num_heads, 512] bf16 */
+  uint64_t prefix_output;  /* [num_tokens, num_heads, 512] bf16 */
+  uint64_t prefix_lse;     /* [num_tokens, num_heads] f32, natural log */
+  uint64_t suffix_output;  /* [num_tokens, num_heads, 512] bf16 */
+  uint64_t suffix_lse;     /* [num_tokens, num_heads] f32, natural log */
+  uint64_t output_lse;     /* [num_tokens, num_heads] f32, or 0 */
+  int64_t num_tokens;
+  int num_heads;
+} mla_merge_args;
+mla_status mla_merge_attn_states(mla_context* ctx, const mla_merge_args* args, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

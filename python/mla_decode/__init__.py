@@ -10,5 +10,6 @@ MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime_c.so), MLA_CATALOG_
 """
 from ._capi import MlaError, MlaInputError
 from .decode import MlaDecodeMetadata, mla_decode_fwd
+from .merge import merge_attn_states
 
-__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "MlaError", "MlaInputError"]
+__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "merge_attn_states", "MlaError", "MlaInputError"]

@@ -64,6 +64,12 @@ class mla_decode_args(ctypes.Structure):
                 ("logit_cap", c_float)]
 
 
+class mla_merge_args(ctypes.Structure):
+    _fields_ = [("output", c_uint64), ("prefix_output", c_uint64), ("prefix_lse", c_uint64),
+                ("suffix_output", c_uint64), ("suffix_lse", c_uint64), ("output_lse", c_uint64),
+                ("num_tokens", c_int64), ("num_heads", c_int)]
+
+
 class MlaError(RuntimeError):
     """A C API call failed: `status` is the mla_status name, the message is mla_last_error()."""
 
@@ -108,6 +114,7 @@ def _declare(lib):
         "mla_plan_get_info": (c_int, [c_void_p, P(mla_plan_info)]),
         "mla_plan_describe_json": (c_char_p, [c_void_p]),
         "mla_decode": (c_int, [c_void_p, c_void_p, P(mla_decode_args), c_uint64, c_size_t, c_void_p]),
+        "mla_merge_attn_states": (c_int, [c_void_p, P(mla_merge_args), c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

@@ -351,3 +351,76 @@ class TestErrors(Case):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# ---- merge_attn_states (decode context parallelism) ----------------------------------------------
+
+def halves(p, cut):
+    """Two page-1 problems holding tokens [0, cut[b]) and [cut[b], L) of each request of p."""
+    out = []
+    for part in (0, 1):
+        idx, indptr, last = [], [0], []
+        for b in range(len(p["kv_indptr"]) - 1):
+            pages = p["kv_indices"][p["kv_indptr"][b]:p["kv_indptr"][b + 1]]
+            mine = pages[:cut[b]] if part == 0 else pages[cut[b]:]
+            idx.extend(mine)
+            indptr.append(indptr[-1] + len(mine))
+            last.append(1)
+        h = dict(p)
+        h["kv_indices"] = np.array(idx, np.int32)
+        h["kv_indptr"] = np.array(indptr, np.int32)
+        h["kv_last_page_lens"] = np.array(last, np.int32)
+        h["o"] = np.full_like(p["o"], 0xFFFF)
+        out.append(h)
+    return out
+
+
+class TestMerge(Case):
+    def test_two_halves_merge_to_the_whole(self):
+        # Each rank of decode context parallelism holds part of every request's KV; the engine
+        # merges the ranks' (o, lse): the result is the attention over the whole KV.
+        p = make_problem(np.random.default_rng(11), "fp8", "fp8", 16, [300, 150, 77])
+        a, b = halves(p, [100, 149, 40])
+        oa, la = run(a, sm_scale=SCALE, return_lse=True)
+        ob, lb = run(b, sm_scale=SCALE, return_lse=True)
+        out = np.full_like(p["o"], 0xFFFF)
+        out_lse = np.full(la.shape, np.nan, np.float32)
+        mla_decode.merge_attn_states(out, oa, la, ob, lb, out_lse)
+        self.assertClose(out, p, True, out_lse)
+        # And exactly the merge of the two halves, computed here in float64 (to bf16 rounding).
+        m = np.maximum(la, lb).astype(np.float64)
+        wa, wb = np.exp(la - m)[..., None], np.exp(lb - m)[..., None]
+        want = (wa * bf16_to_f64(oa) + wb * bf16_to_f64(ob)) / (wa + wb)
+        got = bf16_to_f64(out)
+        self.assertLessEqual(np.max(np.abs(got - want) / (np.abs(want) + 1e-30)), 2.0 ** -8)
+        np.testing.assert_allclose(out_lse, m + np.log((wa + wb)[..., 0]), rtol=1e-5, atol=1e-5)
+
+    def test_torch_bf16_and_no_output_lse(self):
+        rng = np.random.default_rng(12)
+        o1 = torch.from_numpy(random_bits(rng, "bf16", (5, 3, 512)).view(np.int16)).view(torch.bfloat16)
+        o2 = torch.from_numpy(random_bits(rng, "bf16", (5, 3, 512)).view(np.int16)).view(torch.bfloat16)
+        l1 = torch.from_numpy(rng.uniform(-3, 3, (5, 3)).astype(np.float32))
+        l2 = torch.from_numpy(rng.uniform(-3, 3, (5, 3)).astype(np.float32))
+        l1[0, 0] = -math.inf  # only the suffix saw tokens: its o comes through unchanged
+        out = torch.empty(5, 3, 512, dtype=torch.bfloat16)
+        res, res_lse = mla_decode.merge_attn_states(out, o1, l1, o2, l2)
+        self.assertIs(res, out)
+        self.assertIsNone(res_lse)
+        self.assertTrue(torch.equal(out[0, 0], o2[0, 0]))
+        w1 = torch.exp(l1 - torch.maximum(l1, l2)).double()[..., None]
+        w2 = torch.exp(l2 - torch.maximum(l1, l2)).double()[..., None]
+        want = (w1 * o1.double() + w2 * o2.double()) / (w1 + w2)
+        self.assertLessEqual(float(((out.double() - want).abs() / (want.abs() + 1e-30)).max()), 2.0 ** -8)
+
+    def test_bad_input(self):
+        o = np.zeros((2, 4, 512), np.uint16)
+        lse = np.zeros((2, 4), np.float32)
+        merge = mla_decode.merge_attn_states
+        with self.assertRaisesRegex(ValueError, r"prefix_lse: shape \[4, 2\], expected \[2, 4\]"):
+            merge(o, o, lse.T.copy(), o, lse)
+        with self.assertRaisesRegex(TypeError, r"suffix_lse: dtype numpy.float64 is not allowed; expected float32"):
+            merge(o, o, lse, o, lse.astype(np.float64))
+        with self.assertRaisesRegex(ValueError, r"output: expected \[tokens, heads, 512\] bf16, got shape \[2, 4, 256\]"):
+            merge(np.zeros((2, 4, 256), np.uint16), o, lse, o, lse)
+        with self.assertRaisesRegex(ValueError, r"prefix_output"):
+            merge(o, np.zeros((2, 4, 1024), np.uint16)[:, :, ::2], lse, o, lse)

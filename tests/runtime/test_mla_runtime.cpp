@@ -435,6 +435,20 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
     OK(mla_plan_create(s.ctx, &sel, 4, 0, &plan));
     mla_plan_destroy(plan);
   }
+  SECTION("merge_attn_states: pointers and sizes are checked before any launch") {
+    Session s;
+    mla_merge_args m{};
+    FAILS(mla_merge_attn_states(s.ctx, &m, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.output is a null device pointer");
+    uint64_t buf = 0;
+    OK(mla_malloc(s.dev, 4096, &buf));
+    m.output = m.prefix_output = m.prefix_lse = m.suffix_output = m.suffix_lse = buf;
+    m.num_tokens = 1;
+    FAILS(mla_merge_attn_states(s.ctx, &m, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.num_heads = 0 (allowed: 1..1024)");
+    m.num_heads = 16;
+    m.num_tokens = int64_t(1) << 40;
+    FAILS(mla_merge_attn_states(s.ctx, &m, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args.num_tokens = 1099511627776");
+    FAILS(mla_merge_attn_states(s.ctx, nullptr, nullptr), MLA_ERROR_INVALID_ARGUMENT, "args");
+  }
   SECTION("null pointers") {
     FAILS(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", nullptr), MLA_ERROR_INVALID_ARGUMENT, "NULL");
     mla_context* ctx = nullptr;
