@@ -298,14 +298,15 @@ TEST_CASE("mla e2e: shared prefixes are read once per 48-row prefix group, exact
       for (int l : c.lens) all += l;
       want = all * plan.row_groups;
       for (const auto& g : c.shared) {
-        const int64_t shared = g.tokens / T * T, Gp = (int64_t(g.count) * M + 47) / 48;
+        const int64_t P = plan.prefix_rows_per_group, shared = g.tokens / T * T, Gp = (int64_t(g.count) * M + P - 1) / P;
         want -= int64_t(g.count) * plan.row_groups * shared - Gp * shared;
       }
       const auto j = e.result.traffic.to_json();
       CHECK(j["kv"]["read"].get<int64_t>() == want * kvb);
-      // Requests of one row group and groups of at most 48 rows: every KV byte is read once.
+      // Requests of one row group and groups of one prefix row group: every KV byte is read once.
       bool once = plan.row_groups == 1;
-      for (const auto& g : c.shared) once = once && g.count * M <= 48;
+      for (const auto& g : c.shared) once = once && g.count * M <= plan.prefix_rows_per_group;
+      CHECK(plan.prefix_rows_per_group == 48);  // 3 row blocks (docs/shared-prefix.md)
       if (once) CHECK(e.result.stats()["kv_read_over_distinct"].get<double>() <= 1.25);
     }
 }
