@@ -292,12 +292,6 @@ std::vector<SameBytesGroup> same_bytes_groups(const std::vector<ShapeResult>& r)
 std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g);
 nlohmann::json json_report(const std::vector<ShapeResult>& r, const std::vector<SameBytesGroup>& g);
 
-// PNG (zlib stored blocks, CRC32, Adler32) and a two-panel bar plot.
-std::vector<uint8_t> encode_png(int w, int h, const std::vector<uint8_t>& rgb);
-uint32_t crc32(const uint8_t* p, size_t n, uint32_t crc = 0);
-uint32_t adler32(const uint8_t* p, size_t n);
-std::vector<uint8_t> plot_png(const std::vector<ShapeResult>& r, int& w, int& h);
-
 // ---- Hardware mode -------------------------------------------------------------------------
 struct HipOptions {
   int runs = 100, warmup = 10, rotate = 0;  // rotate: input sets (0: enough to exceed 2x LLC)

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench.h"
+#include "codeobj/tools.h"
 
 using namespace mla::bench;
 
@@ -73,11 +74,15 @@ int main(int argc, char** argv) {
     const std::string md = markdown_report(results, groups);
     std::ofstream(out_dir + "/table.md") << md;
     std::ofstream(out_dir + "/bench.json") << json_report(results, groups).dump(2) << "\n";
-    int w = 0, h = 0;
-    auto png = plot_png(results, w, h);
-    std::ofstream(out_dir + "/bench.png", std::ios::binary).write(reinterpret_cast<const char*>(png.data()), png.size());
     std::cout << md;
-    fmt::print(stderr, "mlabench: wrote {0}/table.md, {0}/bench.json, {0}/bench.png\n", out_dir);
+    fmt::print(stderr, "mlabench: wrote {0}/table.md, {0}/bench.json\n", out_dir);
+    // The plot: matplotlib reading bench.json (bench/plot.py); a failure is an error, not a
+    // silently missing picture.
+    const mla::gen::ToolResult plot =
+        mla::gen::run_tool({MLA_PYTHON3, MLA_PLOT_SCRIPT, out_dir + "/bench.json", out_dir + "/bench.png"});
+    if (plot.exit_code != 0)
+      throw std::runtime_error(fmt::format("bench/plot.py failed (exit {}): {}", plot.exit_code, plot.err));
+    fmt::print(stderr, "mlabench: wrote {}/bench.png (matplotlib)\n", out_dir);
   } catch (const std::exception& e) {
     std::cerr << "mlabench: " << e.what() << "\n";
     return 1;

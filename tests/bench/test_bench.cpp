@@ -1,4 +1,4 @@
-// mlabench: the PNG writer, the linear scaling of the emulator counters (the basis of the
+// mlabench: the plot script's series labels, the linear scaling of the emulator counters (the basis of the
 // extrapolation), and the targets on the counters and the planner (never wall time).
 #include <catch2/catch.hpp>
 
@@ -12,25 +12,6 @@ using namespace mla;
 using namespace mla::bench;
 
 namespace {
-
-// Inflates zlib stored blocks (the only kind encode_png writes).
-std::vector<uint8_t> inflate_stored(const uint8_t* z, size_t n) {
-  std::vector<uint8_t> out;
-  size_t i = 2;
-  for (;;) {
-    REQUIRE(i + 5 <= n);
-    const bool last = z[i] & 1;
-    REQUIRE((z[i] & 6) == 0);
-    const size_t len = z[i + 1] | (z[i + 2] << 8), nlen = z[i + 3] | (z[i + 4] << 8);
-    REQUIRE(len == (~nlen & 0xffff));
-    out.insert(out.end(), z + i + 5, z + i + 5 + len);
-    i += 5 + len;
-    if (last) break;
-  }
-  return out;
-}
-
-uint32_t rd32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 
 // The scaled runs measure every seed kernel on units of this many tiles; the linear-scaling
 // test below checks that the unit length does not matter.
@@ -53,33 +34,6 @@ const std::vector<ShapeResult>& seed_results() {
 }
 
 }  // namespace
-
-TEST_CASE("png: CRC-32 and Adler-32 check values, and an image that inflates back to its pixels") {
-  const char* s = "123456789";
-  CHECK(crc32(reinterpret_cast<const uint8_t*>(s), 9) == 0xCBF43926u);  // the standard CRC-32 check value
-  const char* w = "Wikipedia";
-  CHECK(adler32(reinterpret_cast<const uint8_t*>(w), 9) == 0x11E60398u);  // RFC 1950's worked example
-  const int W = 300, H = 250;  // > 65535 raw bytes: several stored blocks
-  std::vector<uint8_t> rgb(size_t(W) * H * 3);
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(i * 7 + i / 13);
-  auto png = encode_png(W, H, rgb);
-  REQUIRE(png.size() > 33);
-  CHECK(std::memcmp(png.data(), "\x89PNG\r\n\x1a\n", 8) == 0);
-  CHECK(std::memcmp(png.data() + 12, "IHDR", 4) == 0);
-  CHECK(rd32(png.data() + 16) == uint32_t(W));
-  CHECK(rd32(png.data() + 20) == uint32_t(H));
-  CHECK(rd32(png.data() + 29) == crc32(png.data() + 12, 17));
-  const size_t idat_len = rd32(png.data() + 33);
-  REQUIRE(std::memcmp(png.data() + 37, "IDAT", 4) == 0);
-  const uint8_t* z = png.data() + 41;
-  auto raw = inflate_stored(z, idat_len);
-  REQUIRE(raw.size() == size_t(H) * (W * 3 + 1));
-  CHECK(rd32(z + idat_len - 4) == adler32(raw.data(), raw.size()));
-  for (int y = 0; y < H; ++y) {
-    CHECK(raw[size_t(y) * (W * 3 + 1)] == 0);
-    REQUIRE(std::memcmp(&raw[size_t(y) * (W * 3 + 1) + 1], &rgb[size_t(y) * W * 3], size_t(W) * 3) == 0);
-  }
-}
 
 TEST_CASE("bench: decode counters scale linearly with tokens and units, and the extrapolation matches full-scale emulation") {
   // The seed-001 kernel (gfx942 bf16 q, fp8 KV, 16 heads, page 1) on a shape small enough to
