@@ -175,7 +175,7 @@ TEST_CASE("C API: open, list, select, plan, decode, read outputs (emulator backe
   Session s;
   size_t n = 0;
   OK(mla_kernel_count(s.ctx, &n));
-  REQUIRE(n == 3);  // decode, reduce, prefix
+  REQUIRE(n == 4);  // decode, reduce, prefix, merge_attn_states
   bool saw_decode = false;
   for (size_t i = 0; i < n; ++i) {
     mla_kernel_info k;
