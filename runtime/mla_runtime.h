@@ -58,6 +58,12 @@
 extern "C" {
 #endif
 
+/* The C API is libmla_runtime.so's only interface: visible even where the library builds with
+ * -fvisibility=hidden. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef enum mla_status {
   MLA_SUCCESS = 0,
   MLA_ERROR_INVALID_ARGUMENT = 1,  /* null pointer, bad enum, bad stride, bad kv length, ... */
@@ -278,6 +284,10 @@ typedef struct mla_decode_args {
  * mla_plan_workspace_size bytes, not used by anything else until the stream has passed. */
 mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args, uint64_t workspace,
                       size_t workspace_bytes, void* stream);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 
 #include "catalog/catalog.h"
 #include "config/config.h"
+#include "runtime/emulator_backend.h"
 #include "runtime/mla_runtime.h"
 #include "runtime/mla_runtime_internal.h"
 #include "runtime/problem.h"
