@@ -671,7 +671,7 @@ std::string read_outcome(const std::vector<uint8_t>& b, mla_status* status) {
 
 }  // namespace
 
-TEST_CASE("code objects: libelf + msgpack read the target, kernels and arguments; hostile bytes are errors",
+TEST_CASE("code objects: libelf and msgpack read the target and kernel arguments and reject hostile bytes",
           "[runtime][codeobject]") {
   const std::vector<uint8_t> good = read_bytes(decode_co(catalog_dir()));
   const rt::CodeObjectInfo info = rt::read_code_object_info(good, "co");
