@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/mla_runtime.h"
+#include <mla/mla_runtime.h>
 
 #define CHECK(call)                                                                      \
   do {                                                                                   \

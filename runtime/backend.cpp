@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "runtime/emulator_backend.h"
 
 namespace mla::rt {
 
@@ -16,36 +15,45 @@ namespace {
 
 size_t align_up(size_t v, size_t a = 256) { return (v + a - 1) / a * a; }
 
-const char* mach_name(unsigned mach) {
-  switch (mach) {
-    case 0x3f: return "gfx90a";
-    case 0x40: return "gfx940";
-    case 0x4b: return "gfx941";
-    case 0x4c: return "gfx942";
-    case 0x4f: return "gfx950";
-    case 0x41: return "gfx1100";
-    case 0x30: return "gfx908";
-    case 0x2f: return "gfx906";
-    default: return nullptr;
-  }
-}
-
 }  // namespace
 
-std::string elf_gfx_target(const std::vector<uint8_t>& b, const std::string& path) {
-  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0)
-    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: not a code object (no ELF header; {} bytes)", path, b.size()));
-  if (b[4] != 2 || b[5] != 1)
-    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: not a little-endian ELF64 code object", path));
-  uint16_t machine = uint16_t(b[18] | (b[19] << 8));
-  if (machine != 224)
-    throw RtError(MLA_ERROR_CODE_OBJECT,
-                  fmt::format("{}: ELF machine {} is not AMDGPU (224): not a GPU code object", path, machine));
-  uint32_t flags;
-  std::memcpy(&flags, b.data() + 48, 4);
-  unsigned mach = flags & 0xffu;
-  const char* n = mach_name(mach);
-  return n ? n : fmt::format("unknown-mach-0x{:x}", mach);
+KernargPacker& KernargPacker::put(const std::string& name, const void* v, uint32_t size) {
+  const KernelArgInfo& a = k_.arg(name);
+  if (a.size != size)
+    throw CatalogError(fmt::format("kernel {}: argument '{}' is {} bytes in the catalog, packed as {}", k_.name, name,
+                                   a.size, size));
+  if (a.offset + size > bytes_.size())
+    throw CatalogError(fmt::format("kernel {}: argument '{}' at {} overruns the {}-byte kernarg segment", k_.name,
+                                   name, a.offset, bytes_.size()));
+  std::memcpy(bytes_.data() + a.offset, v, size);
+  set_[size_t(&a - k_.args.data())] = true;
+  return *this;
+}
+
+std::vector<uint8_t> KernargPacker::finish() const {
+  for (size_t i = 0; i < k_.args.size(); ++i)
+    if (!set_[i] && k_.args[i].name != "reserved")
+      throw CatalogError(fmt::format("kernel {}: argument '{}' was not packed", k_.name, k_.args[i].name));
+  return bytes_;
+}
+
+void check_kernel_interface(const CatalogKernel& k, const CodeObjectInfo& co) {
+  const CodeObjectKernel* ek = co.kernel(k.name);
+  if (!ek) throw CatalogError(fmt::format("{}: code object has no kernel '{}'", k.co_path, k.name));
+  if (ek->args.size() != k.args.size())
+    throw CatalogError(fmt::format("{}: kernel {} declares {} arguments in its metadata, the catalog {}", k.co_path,
+                                   k.name, ek->args.size(), k.args.size()));
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    const auto& a = k.args[i];
+    const auto& b = ek->args[i];
+    if (a.name != b.name || a.offset != b.offset || a.size != b.size)
+      throw CatalogError(fmt::format(
+          "{}: kernel {} argument {}: catalog says '{}' at {} ({} bytes), code object says '{}' at {} ({} bytes)",
+          k.co_path, k.name, i, a.name, a.offset, a.size, b.name, b.offset, b.size));
+  }
+  if (ek->kernarg_segment_size < k.kernarg_size)
+    throw CatalogError(fmt::format("{}: kernel {} kernarg size {} < catalog's {}", k.co_path, k.name,
+                                   ek->kernarg_segment_size, k.kernarg_size));
 }
 
 // The argument list of a decode or reduce kernel is the contract's (abi/mla_abi.h), which the
@@ -85,16 +93,11 @@ CheckedCode load_checked_code(const CatalogKernel& k, const std::string& dev) {
                   fmt::format("{}: code object is built for {}, the device is {} (only code objects of the device's "
                               "target are loaded; regenerate the catalog for {})",
                               k.co_path, t, dev, dev));
+  c.info = read_code_object_info(c.bytes, k.co_path);
+  if (!c.info.kernel(k.name))
+    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: code object has no kernel '{}'", k.co_path, k.name));
   try {
-    c.co = emu::CodeObject::load_bytes(c.bytes, k.co_path);
-  } catch (const std::exception& e) {
-    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("corrupt code object: {}", e.what()));
-  }
-  bool found = false;
-  for (const auto& kk : c.co->kernels()) found |= kk.name == k.name;
-  if (!found) throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("{}: code object has no kernel '{}'", k.co_path, k.name));
-  try {
-    check_kernel_interface(k, *c.co);
+    check_kernel_interface(k, c.info);
   } catch (const CatalogError& e) {
     throw RtError(MLA_ERROR_KERNARG_MISMATCH, e.what());
   }
@@ -318,98 +321,4 @@ DecodeOp merge_op(const CatalogKernel& kernel, const MergeTensors& t) {
   op.what = "merge_attn_states";
   return op;
 }
-
-// ---- Emulator backend ----------------------------------------------------------------------
-
-EmulatorBackend::EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts) : gfx_(gfx), opts_(opts), dev_(gfx) {}
-
-namespace {
-template <class F>
-auto emu_call(const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const emu::Error& e) {
-    throw RtError(MLA_ERROR_BACKEND, fmt::format("emulator {}: {}", what, e.what()));
-  }
-}
-}  // namespace
-
-uint64_t EmulatorBackend::alloc(size_t bytes) { return alloc_named(bytes, "", 0); }
-
-uint64_t EmulatorBackend::alloc_named(size_t bytes, const std::string& name, uint8_t fill) {
-  std::lock_guard lk(mu_);
-  if (bytes > (size_t(1) << 40))
-    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("emulator alloc of {} bytes: too large", bytes));
-  return emu_call("alloc", [&] { return dev_.alloc(std::max<size_t>(bytes, 4), 256, name, fill); });
-}
-
-void EmulatorBackend::free(uint64_t ptr) {
-  std::lock_guard lk(mu_);
-  const emu::Allocation* a = dev_.find(ptr, 1);
-  if (!a || a->base != ptr)
-    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("free: 0x{:x} is not an allocation of this device", ptr));
-  emu_call("free", [&] { dev_.free(ptr); });
-}
-
-void EmulatorBackend::h2d(uint64_t dst, const void* src, size_t n) {
-  std::lock_guard lk(mu_);
-  if (!dev_.find(dst, n))
-    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("copy to device: [0x{:x}, +{}) is not inside one allocation", dst, n));
-  emu_call("write", [&] { dev_.write(dst, src, n); });
-}
-
-void EmulatorBackend::d2h(void* dst, uint64_t src, size_t n) {
-  std::lock_guard lk(mu_);
-  if (!dev_.find(src, n))
-    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("copy from device: [0x{:x}, +{}) is not inside one allocation", src, n));
-  emu_call("read", [&] { dev_.read(src, dst, n); });
-}
-
-void EmulatorBackend::memset(uint64_t dst, int value, size_t n) {
-  std::lock_guard lk(mu_);
-  emu::Allocation* a = dev_.find(dst, n);
-  if (!a)
-    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("memset: [0x{:x}, +{}) is not inside one allocation", dst, n));
-  std::memset(a->data.data() + (dst - a->base), value, n);
-}
-
-void EmulatorBackend::ensure_module(const CatalogKernel& k) {
-  std::lock_guard lk(mu_);
-  if (modules_.count(k.co_path)) return;
-  modules_[k.co_path] = load_checked_code(k, target()).co;
-}
-
-void EmulatorBackend::run(const std::vector<DecodeOp>& ops, void*) {
-  for (const auto& op : ops) {
-    switch (op.kind) {
-      case DecodeOp::H2D: h2d(op.dst, op.host, op.bytes); break;
-      case DecodeOp::Memset: memset(op.dst, op.value, op.bytes); break;
-      case DecodeOp::Copy2D: {
-        std::vector<uint8_t> row(op.width);
-        for (size_t i = 0; i < op.height; ++i) {
-          d2h(row.data(), op.src + i * op.spitch, op.width);
-          h2d(op.dst + i * op.dpitch, row.data(), op.width);
-        }
-        break;
-      }
-      case DecodeOp::Launch: {
-        ensure_module(*op.kernel);
-        std::lock_guard lk(mu_);
-        auto co = modules_.at(op.kernel->co_path);
-        auto dispatch = [&] { return dev_.dispatch(co, op.kernel->name, op.grid, op.block, op.kernarg, opts_); };
-        emu::Counters c = wrap_ ? emu_call(op.what.c_str(), dispatch) : dispatch();
-        if (record_) log_.push_back({op.kernel->name, op.grid, op.block, op.kernarg, std::move(c)});
-        break;
-      }
-    }
-  }
-}
-
-std::vector<EmulatorBackend::Dispatched> EmulatorBackend::take_log() {
-  std::lock_guard lk(mu_);
-  return std::exchange(log_, {});
-}
-
 }  // namespace mla::rt

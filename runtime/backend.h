@@ -14,31 +14,49 @@
 #include <string>
 #include <vector>
 
-#include "emulator/code_object.h"
-#include "emulator/counters.h"
-#include "emulator/device.h"
 #include "runtime/catalog.h"
+#include "runtime/code_object_info.h"
 #include "runtime/mla_runtime.h"
 #include "runtime/planner.h"
+#include "runtime/rt_error.h"
 
 namespace mla::rt {
 
-// An error with the C API status it maps to.
-struct RtError : std::runtime_error {
-  mla_status status;
-  RtError(mla_status s, const std::string& msg) : std::runtime_error(msg), status(s) {}
+// A launch grid or workgroup (the emulator's emu::Dim3 has the same fields; the runtime does not
+// depend on the emulator).
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
 };
 
-// The gfx target of an ELF code object from its header (e_flags mach), e.g. "gfx942"; throws
-// RtError(CODE_OBJECT) if `bytes` is not an AMDGPU ELF64.
-std::string elf_gfx_target(const std::vector<uint8_t>& bytes, const std::string& path);
+// Packs kernel arguments by name; every declared argument must be given with its declared
+// size, and the catalog's layout must equal the code object's metadata (CatalogError names
+// the field otherwise).
+class KernargPacker {
+ public:
+  explicit KernargPacker(const CatalogKernel& k) : k_(k), bytes_(k.kernarg_size, 0), set_(k.args.size(), false) {}
+  KernargPacker& ptr(const std::string& name, uint64_t address) { return put(name, &address, 8); }
+  KernargPacker& f32(const std::string& name, float v) { return put(name, &v, 4); }
+  KernargPacker& u32(const std::string& name, uint32_t v) { return put(name, &v, 4); }
+  // All arguments set; returns the bytes.
+  std::vector<uint8_t> finish() const;
+
+ private:
+  KernargPacker& put(const std::string& name, const void* v, uint32_t size);
+  const CatalogKernel& k_;
+  std::vector<uint8_t> bytes_;
+  std::vector<bool> set_;
+};
+
+// The catalog's argument list for `kernel` must match the code object's metadata exactly
+// (CatalogError naming the field otherwise).
+void check_kernel_interface(const CatalogKernel& kernel, const CodeObjectInfo& co);
 
 // A code object read from disk and checked for the device: AMDGPU ELF, the device's target
 // (TARGET_MISMATCH otherwise), parseable with its kernel present (CODE_OBJECT), and the
 // catalog's argument list equal to the code object's metadata (KERNARG_MISMATCH naming the field).
 struct CheckedCode {
   std::vector<uint8_t> bytes;
-  std::shared_ptr<const emu::CodeObject> co;
+  CodeObjectInfo info;
 };
 CheckedCode load_checked_code(const CatalogKernel& k, const std::string& device_target);
 // A decode or reduce kernel's argument list must be the contract's table (abi/mla_abi.h):
@@ -54,7 +72,7 @@ struct DecodeOp {
   int value = 0;                      // Memset
   size_t dpitch = 0, spitch = 0, width = 0, height = 0;  // Copy2D
   const CatalogKernel* kernel = nullptr;                  // Launch
-  emu::Dim3 grid, block;
+  Dim3 grid, block;
   std::vector<uint8_t> kernarg;       // Launch: the packed kernel arguments
   std::string what;                   // for messages ("decode", "copy q into padded q", ...)
 };
@@ -148,55 +166,19 @@ class Backend {
   virtual void run(const std::vector<DecodeOp>& ops, void* stream) = 0;
   // Loads (once per device) and checks the code object of `k`.
   virtual void ensure_module(const CatalogKernel& k) = 0;
+  // MLA_OPTION_RECORD_LAUNCHES: keep every dispatch's kernarg bytes (the emulator; others ignore it).
+  virtual void set_recording(bool) {}
 };
 
-// The emulator backend: an emu::Device, kernels dispatched synchronously.
-class EmulatorBackend : public Backend {
- public:
-  explicit EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts = {});
-  mla_backend kind() const override { return MLA_BACKEND_EMULATOR; }
-  std::string target() const override { return std::string(emu::gfx_name(gfx_)); }
-  std::string device_name() const override { return "mla emulator " + target(); }
-  int num_cus() const override { return abi::facts(gfx_ == emu::Gfx::gfx942 ? Target::gfx942 : Target::gfx950).num_cus; }
-  uint64_t alloc(size_t bytes) override;
-  uint64_t alloc_named(size_t bytes, const std::string& name, uint8_t fill);
-  void free(uint64_t ptr) override;
-  void h2d(uint64_t dst, const void* src, size_t n) override;
-  void d2h(void* dst, uint64_t src, size_t n) override;
-  void memset(uint64_t dst, int value, size_t n) override;
-  void synchronize(void*) override {}
-  void run(const std::vector<DecodeOp>& ops, void* stream) override;
-  void ensure_module(const CatalogKernel& k) override;
-
-  struct Dispatched {
-    std::string kernel;
-    emu::Dim3 grid, block;
-    std::vector<uint8_t> kernarg;  // the exact bytes handed to emu::Device::dispatch
-    emu::Counters counters;
-  };
-  // Every dispatch since the last clear (when recording), in order.
-  void set_recording(bool on) { record_ = on; }
-  // false: a failing dispatch throws the emulator's own emu::Error (C++ callers); true (default):
-  // RtError(MLA_ERROR_BACKEND) naming the launch.
-  void set_wrap_errors(bool on) { wrap_ = on; }
-  std::vector<Dispatched> take_log();
-  emu::DispatchOptions& dispatch_options() { return opts_; }
-  emu::Device& device() { return dev_; }
-
- private:
-  emu::Gfx gfx_;
-  emu::DispatchOptions opts_;
-  std::mutex mu_;
-  emu::Device dev_;
-  std::map<std::string, std::shared_ptr<const emu::CodeObject>> modules_;  // by co path
-  bool record_ = false, wrap_ = true;
-  std::vector<Dispatched> log_;
-};
+// The emulator backend (runtime/emulator_backend.h) for "gfx942" / "gfx950". In the static
+// library it is linked in; libmla_runtime.so loads it from the emulator plugin
+// (runtime/emulator_plugin.h), RtError(NO_DEVICE) naming the paths tried when it is missing.
+std::unique_ptr<Backend> make_emulator_backend(const std::string& target);
 
 // HIP backend for device `ordinal`; throws RtError(NO_DEVICE) with the HIP error when there is
-// no such device (or the runtime was built without HIP headers).
+// no such device, or naming the paths tried when no libamdhip64 can be loaded.
 std::unique_ptr<Backend> make_hip_backend(int ordinal);
-// Whether the HIP backend was compiled in.
+// Whether a HIP runtime (libamdhip64 with the entry points the backend uses) can be loaded.
 bool hip_backend_available();
 
 }  // namespace mla::rt

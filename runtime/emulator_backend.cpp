@@ -10,46 +10,106 @@
 
 namespace mla::rt {
 
-KernargPacker& KernargPacker::put(const std::string& name, const void* v, uint32_t size) {
-  const KernelArgInfo& a = k_.arg(name);
-  if (a.size != size)
-    throw CatalogError(fmt::format("kernel {}: argument '{}' is {} bytes in the catalog, packed as {}", k_.name, name,
-                                   a.size, size));
-  if (a.offset + size > bytes_.size())
-    throw CatalogError(fmt::format("kernel {}: argument '{}' at {} overruns the {}-byte kernarg segment", k_.name,
-                                   name, a.offset, bytes_.size()));
-  std::memcpy(bytes_.data() + a.offset, v, size);
-  set_[size_t(&a - k_.args.data())] = true;
-  return *this;
-}
+// ---- Emulator backend ----------------------------------------------------------------------
 
-std::vector<uint8_t> KernargPacker::finish() const {
-  for (size_t i = 0; i < k_.args.size(); ++i)
-    if (!set_[i] && k_.args[i].name != "reserved")
-      throw CatalogError(fmt::format("kernel {}: argument '{}' was not packed", k_.name, k_.args[i].name));
-  return bytes_;
-}
+EmulatorBackend::EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts) : gfx_(gfx), opts_(opts), dev_(gfx) {}
 
-void check_kernel_interface(const CatalogKernel& k, const emu::CodeObject& co) {
-  const emu::Kernel* ek = nullptr;
-  for (const auto& kk : co.kernels())
-    if (kk.name == k.name) ek = &kk;
-  if (!ek) throw CatalogError(fmt::format("{}: code object has no kernel '{}'", k.co_path, k.name));
-  if (ek->args.size() != k.args.size())
-    throw CatalogError(fmt::format("{}: kernel {} declares {} arguments in its metadata, the catalog {}", k.co_path,
-                                   k.name, ek->args.size(), k.args.size()));
-  for (size_t i = 0; i < k.args.size(); ++i) {
-    const auto& a = k.args[i];
-    const auto& b = ek->args[i];
-    if (a.name != b.name || a.offset != b.offset || a.size != b.size)
-      throw CatalogError(fmt::format(
-          "{}: kernel {} argument {}: catalog says '{}' at {} ({} bytes), code object says '{}' at {} ({} bytes)",
-          k.co_path, k.name, i, a.name, a.offset, a.size, b.name, b.offset, b.size));
+namespace {
+template <class F>
+auto emu_call(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const emu::Error& e) {
+    throw RtError(MLA_ERROR_BACKEND, fmt::format("emulator {}: {}", what, e.what()));
   }
-  if (ek->kd.kernarg_size < k.kernarg_size)
-    throw CatalogError(fmt::format("{}: kernel {} kernarg size {} < catalog's {}", k.co_path, k.name,
-                                   ek->kd.kernarg_size, k.kernarg_size));
 }
+}  // namespace
+
+uint64_t EmulatorBackend::alloc(size_t bytes) { return alloc_named(bytes, "", 0); }
+
+uint64_t EmulatorBackend::alloc_named(size_t bytes, const std::string& name, uint8_t fill) {
+  std::lock_guard lk(mu_);
+  if (bytes > (size_t(1) << 40))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("emulator alloc of {} bytes: too large", bytes));
+  return emu_call("alloc", [&] { return dev_.alloc(std::max<size_t>(bytes, 4), 256, name, fill); });
+}
+
+void EmulatorBackend::free(uint64_t ptr) {
+  std::lock_guard lk(mu_);
+  const emu::Allocation* a = dev_.find(ptr, 1);
+  if (!a || a->base != ptr)
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("free: 0x{:x} is not an allocation of this device", ptr));
+  emu_call("free", [&] { dev_.free(ptr); });
+}
+
+void EmulatorBackend::h2d(uint64_t dst, const void* src, size_t n) {
+  std::lock_guard lk(mu_);
+  if (!dev_.find(dst, n))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("copy to device: [0x{:x}, +{}) is not inside one allocation", dst, n));
+  emu_call("write", [&] { dev_.write(dst, src, n); });
+}
+
+void EmulatorBackend::d2h(void* dst, uint64_t src, size_t n) {
+  std::lock_guard lk(mu_);
+  if (!dev_.find(src, n))
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("copy from device: [0x{:x}, +{}) is not inside one allocation", src, n));
+  emu_call("read", [&] { dev_.read(src, dst, n); });
+}
+
+void EmulatorBackend::memset(uint64_t dst, int value, size_t n) {
+  std::lock_guard lk(mu_);
+  emu::Allocation* a = dev_.find(dst, n);
+  if (!a)
+    throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("memset: [0x{:x}, +{}) is not inside one allocation", dst, n));
+  std::memset(a->data.data() + (dst - a->base), value, n);
+}
+
+void EmulatorBackend::ensure_module(const CatalogKernel& k) {
+  std::lock_guard lk(mu_);
+  if (modules_.count(k.co_path)) return;
+  // The runtime's checks first (target, metadata vs catalog), then the emulator's own loader.
+  CheckedCode c = load_checked_code(k, target());
+  try {
+    modules_[k.co_path] = emu::CodeObject::load_bytes(c.bytes, k.co_path);
+  } catch (const std::exception& e) {
+    throw RtError(MLA_ERROR_CODE_OBJECT, fmt::format("corrupt code object: {}", e.what()));
+  }
+}
+
+void EmulatorBackend::run(const std::vector<DecodeOp>& ops, void*) {
+  for (const auto& op : ops) {
+    switch (op.kind) {
+      case DecodeOp::H2D: h2d(op.dst, op.host, op.bytes); break;
+      case DecodeOp::Memset: memset(op.dst, op.value, op.bytes); break;
+      case DecodeOp::Copy2D: {
+        std::vector<uint8_t> row(op.width);
+        for (size_t i = 0; i < op.height; ++i) {
+          d2h(row.data(), op.src + i * op.spitch, op.width);
+          h2d(op.dst + i * op.dpitch, row.data(), op.width);
+        }
+        break;
+      }
+      case DecodeOp::Launch: {
+        ensure_module(*op.kernel);
+        std::lock_guard lk(mu_);
+        auto co = modules_.at(op.kernel->co_path);
+        const emu::Dim3 grid{op.grid.x, op.grid.y, op.grid.z}, block{op.block.x, op.block.y, op.block.z};
+        auto dispatch = [&] { return dev_.dispatch(co, op.kernel->name, grid, block, op.kernarg, opts_); };
+        emu::Counters c = wrap_ ? emu_call(op.what.c_str(), dispatch) : dispatch();
+        if (record_) log_.push_back({op.kernel->name, grid, block, op.kernarg, std::move(c)});
+        break;
+      }
+    }
+  }
+}
+
+std::vector<EmulatorBackend::Dispatched> EmulatorBackend::take_log() {
+  std::lock_guard lk(mu_);
+  return std::exchange(log_, {});
+}
+
 
 uint64_t Traffic::needed() const {
   uint64_t n = 0;
@@ -203,6 +263,17 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     be.d2h(r.lse.data(), t.lse, r.lse.size() * 4);
   }
   return r;
+}
+
+}  // namespace mla::rt
+
+namespace mla::rt {
+
+// Linked in (tools, tests, the plugin itself): the backend directly.
+std::unique_ptr<Backend> make_emulator_backend(const std::string& target) {
+  auto g = emu::parse_gfx(target);
+  if (!g) throw RtError(MLA_ERROR_INVALID_ARGUMENT, fmt::format("emulator target '{}' (allowed: gfx942, gfx950)", target));
+  return std::make_unique<EmulatorBackend>(*g);
 }
 
 }  // namespace mla::rt

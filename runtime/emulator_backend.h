@@ -1,40 +1,64 @@
-// Runs decode (+ reduce) for a Problem on the CPU emulator, with exactly the kernarg bytes a
-// GPU launch would send: plan on the host, pack kernargs from the catalog's argument list
-// (checked against the code object's own metadata), dispatch, read back.
+// The emulator backend, and decode (+ reduce) for a Problem on the CPU emulator with exactly the
+// kernarg bytes a GPU launch would send: plan on the host, pack kernargs from the catalog's
+// argument list (checked against the code object's own metadata), dispatch, read back.
 #pragma once
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "emulator/code_object.h"
 #include "emulator/counters.h"
 #include "emulator/device.h"
+#include "runtime/backend.h"
 #include "runtime/catalog.h"
 #include "runtime/planner.h"
 #include "runtime/problem.h"
 
 namespace mla::rt {
 
-// Packs kernel arguments by name; every declared argument must be given with its declared
-// size, and the catalog's layout must equal the code object's metadata (CatalogError names
-// the field otherwise).
-class KernargPacker {
+// The emulator backend: an emu::Device, kernels dispatched synchronously. Lives outside
+// libmla_runtime.so (in the emulator plugin, or linked into the in-tree tools and tests).
+class EmulatorBackend : public Backend {
  public:
-  explicit KernargPacker(const CatalogKernel& k) : k_(k), bytes_(k.kernarg_size, 0), set_(k.args.size(), false) {}
-  KernargPacker& ptr(const std::string& name, uint64_t address) { return put(name, &address, 8); }
-  KernargPacker& f32(const std::string& name, float v) { return put(name, &v, 4); }
-  KernargPacker& u32(const std::string& name, uint32_t v) { return put(name, &v, 4); }
-  // All arguments set; returns the bytes.
-  std::vector<uint8_t> finish() const;
+  explicit EmulatorBackend(emu::Gfx gfx, emu::DispatchOptions opts = {});
+  mla_backend kind() const override { return MLA_BACKEND_EMULATOR; }
+  std::string target() const override { return std::string(emu::gfx_name(gfx_)); }
+  std::string device_name() const override { return "mla emulator " + target(); }
+  int num_cus() const override { return abi::facts(gfx_ == emu::Gfx::gfx942 ? Target::gfx942 : Target::gfx950).num_cus; }
+  uint64_t alloc(size_t bytes) override;
+  uint64_t alloc_named(size_t bytes, const std::string& name, uint8_t fill);
+  void free(uint64_t ptr) override;
+  void h2d(uint64_t dst, const void* src, size_t n) override;
+  void d2h(void* dst, uint64_t src, size_t n) override;
+  void memset(uint64_t dst, int value, size_t n) override;
+  void synchronize(void*) override {}
+  void run(const std::vector<DecodeOp>& ops, void* stream) override;
+  void ensure_module(const CatalogKernel& k) override;
+
+  struct Dispatched {
+    std::string kernel;
+    emu::Dim3 grid, block;
+    std::vector<uint8_t> kernarg;  // the exact bytes handed to emu::Device::dispatch
+    emu::Counters counters;
+  };
+  // Every dispatch since the last clear (when recording), in order.
+  void set_recording(bool on) override { record_ = on; }
+  // false: a failing dispatch throws the emulator's own emu::Error (C++ callers); true (default):
+  // RtError(MLA_ERROR_BACKEND) naming the launch.
+  void set_wrap_errors(bool on) { wrap_ = on; }
+  std::vector<Dispatched> take_log();
+  emu::DispatchOptions& dispatch_options() { return opts_; }
+  emu::Device& device() { return dev_; }
 
  private:
-  KernargPacker& put(const std::string& name, const void* v, uint32_t size);
-  const CatalogKernel& k_;
-  std::vector<uint8_t> bytes_;
-  std::vector<bool> set_;
+  emu::Gfx gfx_;
+  emu::DispatchOptions opts_;
+  std::mutex mu_;
+  emu::Device dev_;
+  std::map<std::string, std::shared_ptr<const emu::CodeObject>> modules_;  // by co path
+  bool record_ = false, wrap_ = true;
+  std::vector<Dispatched> log_;
 };
-
-// The catalog's argument list for `kernel` must match the code object's metadata exactly.
-void check_kernel_interface(const CatalogKernel& kernel, const emu::CodeObject& co);
 
 struct EmulatorRunOptions {
   int num_cus = 0;            // 0: the target's CU count (304 / 256)

@@ -69,8 +69,6 @@ mla_status guard(F&& f) {
     return fail(MLA_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const std::invalid_argument& e) {
     return fail(MLA_ERROR_INVALID_ARGUMENT, e.what());
-  } catch (const mla::emu::Error& e) {
-    return fail(MLA_ERROR_BACKEND, std::string("emulator: ") + e.what());
   } catch (const std::bad_alloc&) {
     return fail(MLA_ERROR_INTERNAL, "out of host memory");
   } catch (const std::exception& e) {
@@ -205,7 +203,6 @@ const CatalogKernel* padded_candidate(const mla_context* ctx, const DecodeShape&
 namespace mla::rt {
 
 Backend& backend_of(mla_device* dev) { return *dev->be; }
-EmulatorBackend* emulator_of(mla_device* dev) { return dynamic_cast<EmulatorBackend*>(dev->be.get()); }
 const Plan& plan_of(const mla_plan* plan) { return plan->plan; }
 
 }  // namespace mla::rt
@@ -246,10 +243,9 @@ mla_status mla_device_open(mla_backend backend, int ordinal, const char* emulato
       const char* t = emulator_target;
       if (!t || !*t) t = std::getenv("MLA_EMULATOR_TARGET");
       if (!t || !*t) t = "gfx942";
-      auto g = mla::emu::parse_gfx(t);
-      if (!g || std::strlen(t) != 6)
+      if (std::strcmp(t, "gfx942") != 0 && std::strcmp(t, "gfx950") != 0)
         bad(fmt::format("emulator target '{}' (allowed: gfx942, gfx950)", t));
-      d->be = std::make_unique<EmulatorBackend>(*g);
+      d->be = make_emulator_backend(t);
     } else {
       bad(fmt::format("backend = {} (allowed: MLA_BACKEND_HIP, MLA_BACKEND_EMULATOR)", int(backend)));
     }
@@ -366,7 +362,7 @@ mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
         break;
       case MLA_OPTION_RECORD_LAUNCHES: {
         ctx->record = v != 0;
-        if (auto* e = emulator_of(ctx->dev)) e->set_recording(ctx->record);
+        ctx->dev->be->set_recording(ctx->record);
         break;
       }
       default: bad(fmt::format("option {} is not an mla_option", int(opt)));

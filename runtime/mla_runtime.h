@@ -6,9 +6,10 @@
  * launches decode + reduce on a stream. Two backends run the same calls:
  *
  *   MLA_BACKEND_HIP       a real AMD GPU through hipModuleLoadData / hipModuleGetFunction /
- *                         hipModuleLaunchKernel (libamdhip64);
+ *                         hipModuleLaunchKernel (libamdhip64, loaded when a HIP device is opened);
  *   MLA_BACKEND_EMULATOR  the project's CPU emulator running the same .co bytes with the same
- *                         kernarg bytes (no GPU needed; every call completes synchronously).
+ *                         kernarg bytes (no GPU needed; every call completes synchronously); in
+ *                         libmla_runtime.so a plugin, libmla_runtime_emulator.so next to it.
  *
  * Typical sequence (examples/mla_example.c is a complete program):
  *
@@ -58,6 +59,12 @@
 extern "C" {
 #endif
 
+/* The C API is libmla_runtime.so's only interface: visible even where the library builds with
+ * -fvisibility=hidden. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef enum mla_status {
   MLA_SUCCESS = 0,
   MLA_ERROR_INVALID_ARGUMENT = 1,  /* null pointer, bad enum, bad stride, bad kv length, ... */
@@ -91,9 +98,11 @@ typedef enum mla_dtype { MLA_DTYPE_FP8 = 0, MLA_DTYPE_BF16 = 1, MLA_DTYPE_MAX_EN
 typedef struct mla_device mla_device;
 
 /* Opens a device. HIP: `ordinal` is the HIP device id; `emulator_target` is ignored. Fails with
- * MLA_ERROR_NO_DEVICE and a message when there is no AMD GPU (hipErrorNoDevice) or the ordinal
- * is out of range. EMULATOR: `ordinal` is ignored; `emulator_target` is "gfx942" or "gfx950"
- * (NULL: $MLA_EMULATOR_TARGET, else "gfx942"). */
+ * MLA_ERROR_NO_DEVICE and a message when no libamdhip64 can be loaded (naming the paths tried),
+ * there is no AMD GPU (hipErrorNoDevice) or the ordinal is out of range. EMULATOR: `ordinal` is
+ * ignored; `emulator_target` is "gfx942" or "gfx950" (NULL: $MLA_EMULATOR_TARGET, else "gfx942");
+ * MLA_ERROR_NO_DEVICE when the emulator plugin cannot be loaded ($MLA_EMULATOR_LIB, else next to
+ * libmla_runtime.so). */
 mla_status mla_device_open(mla_backend backend, int ordinal, const char* emulator_target, mla_device** out);
 void mla_device_close(mla_device* dev); /* NULL is ignored */
 
@@ -298,6 +307,10 @@ typedef struct mla_merge_args {
   int num_heads;
 } mla_merge_args;
 mla_status mla_merge_attn_states(mla_context* ctx, const mla_merge_args* args, void* stream);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,9 @@
 namespace mla::rt {
 
 Backend& backend_of(mla_device* dev);
-// The emulator backend of `dev`, or nullptr for a HIP device.
+class EmulatorBackend;  // runtime/emulator_backend.h
+// The emulator backend of `dev`, or nullptr for a HIP device. Defined with the emulator backend
+// (the static mla_runtime library), not in libmla_runtime.so.
 EmulatorBackend* emulator_of(mla_device* dev);
 // The operations mla_decode would run for these arguments (without validation or running).
 std::vector<DecodeOp> decode_ops_of(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args,

@@ -3,7 +3,8 @@
 # Sourced by ./generate.sh and ./test.sh; safe to run any number of times.
 set -euo pipefail
 PKGS=(cmake g++ ninja-build llvm-22 lld-22 llvm-22-dev clang-22 libfmt-dev libcli11-dev
-      nlohmann-json3-dev catch2 libamdhip64-dev python3 python3-numpy python3-torch python3-matplotlib)
+      nlohmann-json3-dev catch2 libamdhip64-dev libelf-dev libmsgpack-cxx-dev pkg-config python3 python3-numpy
+      python3-torch python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

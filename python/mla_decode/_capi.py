@@ -1,4 +1,4 @@
-"""ctypes bindings of runtime/mla_runtime.h (libmla_runtime_c.so), loaded on first use.
+"""ctypes bindings of runtime/mla_runtime.h (libmla_runtime.so), loaded on first use.
 
 The structs mirror the header field for field; ctypes applies the same C alignment rules, so
 the layouts match the library's. Only the calls the package makes are declared.
@@ -10,7 +10,7 @@ from ctypes import POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int32,
 
 # The repository root: python/mla_decode/_capi.py -> ../../
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "runtime", "libmla_runtime_c.so")
+DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "runtime", "libmla_runtime.so")
 DEFAULT_CATALOG = os.path.join(REPO_ROOT, "out")
 
 MLA_SUCCESS = 0
@@ -134,8 +134,8 @@ def lib():
             path = library_path()
             if not os.path.exists(path):
                 raise OSError(f"mla_decode: the runtime library {path} does not exist; build it "
-                              f"(./generate.sh, or ninja -C build mla_runtime_c) or set MLA_RUNTIME_LIB "
-                              f"to a libmla_runtime_c.so")
+                              f"(./generate.sh, or ninja -C build mla_runtime_shared) or set MLA_RUNTIME_LIB "
+                              f"to a libmla_runtime.so")
             handle = ctypes.CDLL(path)
             _declare(handle)
             _lib = handle

@@ -6,19 +6,25 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "abi/mla_abi.h"
 #include "catalog/catalog.h"
 #include "config/config.h"
+#include "runtime/code_object_info.h"
+#include "runtime/emulator_backend.h"
 #include "runtime/mla_runtime.h"
 #include "runtime/mla_runtime_internal.h"
 #include "runtime/problem.h"
@@ -635,6 +641,110 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
       OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
       FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG, "geometry.tile_tokens is missing");
       mla_device_close(dev);
+    }
+  }
+}
+
+namespace {
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+template <class T>
+T get_le(const std::vector<uint8_t>& b, size_t at) {
+  T v;
+  std::memcpy(&v, b.data() + at, sizeof v);
+  return v;
+}
+template <class T>
+void put_le(std::vector<uint8_t>& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+
+// Offset of the first PT_NOTE program header (ELF64: e_phoff at 32, e_phentsize at 54, e_phnum at 56).
+size_t note_phdr(const std::vector<uint8_t>& b) {
+  const uint64_t phoff = get_le<uint64_t>(b, 32);
+  const uint16_t phent = get_le<uint16_t>(b, 54), phnum = get_le<uint16_t>(b, 56);
+  for (uint16_t i = 0; i < phnum; ++i)
+    if (get_le<uint32_t>(b, phoff + size_t(i) * phent) == 4 /* PT_NOTE */) return phoff + size_t(i) * phent;
+  FAIL("no PT_NOTE program header");
+  return 0;
+}
+
+// The code-object reader on `b`: its info, or the RtError's status and message.
+std::string read_outcome(const std::vector<uint8_t>& b, mla_status* status) {
+  try {
+    rt::read_code_object_info(b, "co");
+    *status = MLA_SUCCESS;
+    return "";
+  } catch (const rt::RtError& e) {
+    *status = e.status;
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("code objects: libelf and msgpack read the target and kernel arguments and reject hostile bytes",
+          "[runtime][codeobject]") {
+  const std::vector<uint8_t> good = read_bytes(decode_co(catalog_dir()));
+  const rt::CodeObjectInfo info = rt::read_code_object_info(good, "co");
+  CHECK(info.target == "gfx942");
+  REQUIRE(info.kernels.size() == 1);
+  const rt::CodeObjectKernel& k = info.kernels[0];
+  CHECK(k.name == "mla_decode_fp8fp8_h16_qs1_pg16");
+  REQUIRE(k.args.size() == std::size(abi::kDecodeArgs));
+  for (size_t i = 0; i < k.args.size(); ++i) {
+    CHECK(k.args[i].name == abi::kDecodeArgs[i].name);
+    CHECK(k.args[i].offset == abi::kDecodeArgs[i].offset);
+    CHECK(k.args[i].size == abi::kDecodeArgs[i].size);
+  }
+  CHECK(k.kernarg_segment_size >= k.args.back().offset + k.args.back().size);
+
+  mla_status st;
+  const size_t ph = note_phdr(good);
+  SECTION("note segment alignment other than 4 or 8") {
+    auto b = good;
+    put_le<uint64_t>(b, ph + 48, 2);
+    CHECK_THAT(read_outcome(b, &st), Contains("note segment alignment 2"));
+    CHECK(st == MLA_ERROR_CODE_OBJECT);
+  }
+  SECTION("note segment past the end of the file") {
+    auto b = good;
+    put_le<uint64_t>(b, ph + 32, uint64_t(1) << 40);
+    CHECK_THAT(read_outcome(b, &st), Contains("outside"));
+    CHECK(st == MLA_ERROR_CODE_OBJECT);
+  }
+  SECTION("a note whose descriptor size overruns the segment") {
+    auto b = good;
+    put_le<uint32_t>(b, get_le<uint64_t>(good, ph + 8) + 4, 0x7fffffff);  // first note's n_descsz
+    read_outcome(b, &st);
+    CHECK(st == MLA_ERROR_CODE_OBJECT);
+  }
+  SECTION("malformed msgpack in the metadata note") {
+    auto b = good;
+    const uint8_t name[] = {'A', 'M', 'D', 'G', 'P', 'U', 0};
+    auto it = std::search(b.begin() + get_le<uint64_t>(good, ph + 8), b.end(), std::begin(name), std::end(name));
+    REQUIRE(it != b.end());
+    size_t desc = size_t(it - b.begin()) + 8;  // name padded to 4 bytes
+    b[desc] = 0xc1;                            // the one byte msgpack never uses
+    CHECK_THAT(read_outcome(b, &st), Contains("msgpack"));
+    CHECK(st == MLA_ERROR_CODE_OBJECT);
+  }
+  SECTION("every truncation and random byte flips: an answer or RtError(CODE_OBJECT), never a crash") {
+    for (size_t n = 0; n < good.size(); n += 1 + n / 16) {
+      std::vector<uint8_t> b(good.begin(), good.begin() + ptrdiff_t(n));
+      read_outcome(b, &st);  // losing only the section headers still leaves a readable note
+      CHECK((st == MLA_SUCCESS || st == MLA_ERROR_CODE_OBJECT));
+    }
+    std::mt19937 rng(14);
+    for (int i = 0; i < 300; ++i) {
+      auto b = good;
+      for (int j = 0; j < 8; ++j) b[rng() % std::min<size_t>(b.size(), 4096)] = uint8_t(rng());
+      read_outcome(b, &st);
+      CHECK((st == MLA_SUCCESS || st == MLA_ERROR_CODE_OBJECT));
     }
   }
 }
