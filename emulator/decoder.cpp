@@ -96,6 +96,14 @@ bool decode_one(McContext& mc, const uint8_t* p, size_t n, uint64_t addr, unsign
   // is invalid.
   uint8_t buf[32] = {};
   std::memcpy(buf, p, std::min<size_t>(n, 16));
+  // LLVM's AMDGPU instruction printer crashes (a null register name) on a MUBUF or MTBUF word
+  // whose soffset field is 255, the literal code, which these encodings cannot carry (fuzz
+  // finding, issue #15; llvm-objdump-22 crashes on it too): such bytes are invalid here.
+  const uint32_t w0 = load_u32(buf), major = w0 >> 26;
+  if ((major == 0x38 || major == 0x3a) && buf[7] == 0xff) {
+    size = 4;
+    return false;
+  }
   std::lock_guard<std::mutex> lock(mc.mu);
   auto st = mc.dis->getInstruction(mi, sz, llvm::ArrayRef<uint8_t>(buf, sizeof buf), addr, cs);
   if (st != llvm::MCDisassembler::Success || sz == 0 || sz > n) {
