@@ -122,11 +122,19 @@ void check_plan(const mla_plan* plan, const std::vector<int32_t>& lens) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  mla_context* ctx = nullptr;
-  if (mla_context_create(device(), MLA_FUZZ_CATALOG_DIR, &ctx) != MLA_SUCCESS) {
-    std::fprintf(stderr, "fuzz_capi: mla_context_create: %s\n", mla_last_error());
-    std::abort();
-  }
+  // One context for the process (opening the catalog per input took most of the time); each
+  // input starts from the default options, so it replays alone exactly as in the run.
+  static mla_context* const ctx = [] {
+    mla_context* c = nullptr;
+    if (mla_context_create(device(), MLA_FUZZ_CATALOG_DIR, &c) != MLA_SUCCESS) {
+      std::fprintf(stderr, "fuzz_capi: mla_context_create: %s\n", mla_last_error());
+      std::abort();
+    }
+    return c;
+  }();
+  for (mla_option o : {MLA_OPTION_VALIDATE, MLA_OPTION_NUM_CUS, MLA_OPTION_WORKGROUPS_PER_CU, MLA_OPTION_RECORD_LAUNCHES,
+                       MLA_OPTION_CASCADE})
+    if (mla_context_set_option(ctx, o, 0) != MLA_SUCCESS) contract_broken("resetting an option to its default failed");
   const int num_options = in.ConsumeIntegralInRange(0, 3);
   for (int i = 0; i < num_options; ++i) {
     const int opt = pick(in, {MLA_OPTION_NUM_CUS, MLA_OPTION_WORKGROUPS_PER_CU, MLA_OPTION_CASCADE, MLA_OPTION_VALIDATE});
@@ -144,10 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shape.logit_cap = pick(in, {0, 0, 1});
   const unsigned flags = in.ConsumeBool() ? MLA_SELECT_ALLOW_PADDING : in.ConsumeIntegral<unsigned>() & 3u;
   mla_selection sel{};
-  if (mla_select(ctx, &shape, flags, &sel) != MLA_SUCCESS) {
-    mla_context_destroy(ctx);
-    return 0;
-  }
+  if (mla_select(ctx, &shape, flags, &sel) != MLA_SUCCESS) return 0;
   // A caller may hand back a selection it changed; the plan must refuse what does not fit.
   if (in.ConsumeIntegral<uint8_t>() < 16) {
     sel.kernel_heads = pick(in, {16, 8, 32, 0});
@@ -159,10 +164,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int max_batch = pick(in, {1, 4, 16, 64, 0});
   const int64_t max_tokens = in.ConsumeBool() ? 0 : in.ConsumeIntegralInRange<int64_t>(-1, 1 << 20);
   mla_plan* plan = nullptr;
-  if (mla_plan_create(ctx, &sel, max_batch, max_tokens, &plan) != MLA_SUCCESS) {
-    mla_context_destroy(ctx);
-    return 0;
-  }
+  if (mla_plan_create(ctx, &sel, max_batch, max_tokens, &plan) != MLA_SUCCESS) return 0;
   size_t ws = 0;
   (void)mla_plan_workspace_size(plan, &ws);
   const int updates = in.ConsumeIntegralInRange(1, 3);
@@ -201,6 +203,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t ws_after = 0;
   if (mla_plan_workspace_size(plan, &ws_after) == MLA_SUCCESS && ws_after != ws) contract_broken("workspace size changed");
   mla_plan_destroy(plan);
-  mla_context_destroy(ctx);
   return 0;
 }
