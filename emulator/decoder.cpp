@@ -96,6 +96,19 @@ bool decode_one(McContext& mc, const uint8_t* p, size_t n, uint64_t addr, unsign
   // is invalid.
   uint8_t buf[32] = {};
   std::memcpy(buf, p, std::min<size_t>(n, 16));
+  // LLVM's AMDGPU disassembler crashes (printing a null name into its comment stream) on an
+  // operand field holding 255, the literal code, in a gfx9 encoding that cannot carry a literal:
+  // a MUBUF / MTBUF soffset, a VOP3 / VOP3P source (fuzz findings, issue #15; llvm-objdump-22
+  // crashes on both too). Such bytes are invalid here. A VOP3 source field an instruction does
+  // not use is rejected as well: assemblers write 0 there.
+  const uint32_t w0 = load_u32(buf), w1 = load_u32(buf + 4), major = w0 >> 26;
+  const bool literal_soffset = (major == 0x38 || major == 0x3a) && (w1 >> 24) == 0xff;
+  const bool literal_vop3_src = major == 0x34 && ((w1 & 0x1ff) == 0xff || ((w1 >> 9) & 0x1ff) == 0xff ||
+                                                  ((w1 >> 18) & 0x1ff) == 0xff);
+  if (literal_soffset || literal_vop3_src) {
+    size = 4;
+    return false;
+  }
   std::lock_guard<std::mutex> lock(mc.mu);
   auto st = mc.dis->getInstruction(mi, sz, llvm::ArrayRef<uint8_t>(buf, sizeof buf), addr, cs);
   if (st != llvm::MCDisassembler::Success || sz == 0 || sz > n) {

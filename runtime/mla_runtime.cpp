@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -85,10 +86,23 @@ void need(const T* p, const char* what) {
   if (!p) bad(fmt::format("{} is NULL", what));
 }
 
-DType dtype_of(mla_dtype d, const char* field) {
-  if (d == MLA_DTYPE_FP8) return DType::fp8;
-  if (d == MLA_DTYPE_BF16) return DType::bf16;
-  bad(fmt::format("{} = {} is not a dtype (allowed: MLA_DTYPE_FP8, MLA_DTYPE_BF16)", field, int(d)));
+// The int a caller stored in an enum argument or field, read as its bits. A C enum may hold any
+// int, negative ones too, and loading a value outside the enumerators' range (0..0x7fffffff here)
+// through the C++ enum type is undefined behaviour (fuzz finding, issue #15): every caller enum is
+// read with this before it is compared.
+template <class E>
+int32_t enum_bits(const E& e) {
+  static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int32_t));
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+DType dtype_of(const mla_dtype& d, const char* field) {
+  const int32_t v = enum_bits(d);
+  if (v == MLA_DTYPE_FP8) return DType::fp8;
+  if (v == MLA_DTYPE_BF16) return DType::bf16;
+  bad(fmt::format("{} = {} is not a dtype (allowed: MLA_DTYPE_FP8, MLA_DTYPE_BF16)", field, v));
 }
 
 void copy_str(char* dst, size_t cap, const std::string& s) {
@@ -237,9 +251,10 @@ mla_status mla_device_open(mla_backend backend, int ordinal, const char* emulato
     need(out, "out (mla_device**)");
     *out = nullptr;
     auto d = std::make_unique<mla_device>();
-    if (backend == MLA_BACKEND_HIP) {
+    const int32_t backend_bits = enum_bits(backend);
+    if (backend_bits == MLA_BACKEND_HIP) {
       d->be = make_hip_backend(ordinal);
-    } else if (backend == MLA_BACKEND_EMULATOR) {
+    } else if (backend_bits == MLA_BACKEND_EMULATOR) {
       const char* t = emulator_target;
       if (!t || !*t) t = std::getenv("MLA_EMULATOR_TARGET");
       if (!t || !*t) t = "gfx942";
@@ -247,7 +262,7 @@ mla_status mla_device_open(mla_backend backend, int ordinal, const char* emulato
         bad(fmt::format("emulator target '{}' (allowed: gfx942, gfx950)", t));
       d->be = make_emulator_backend(t);
     } else {
-      bad(fmt::format("backend = {} (allowed: MLA_BACKEND_HIP, MLA_BACKEND_EMULATOR)", int(backend)));
+      bad(fmt::format("backend = {} (allowed: MLA_BACKEND_HIP, MLA_BACKEND_EMULATOR)", backend_bits));
     }
     *out = d.release();
   });
@@ -345,7 +360,8 @@ void mla_context_destroy(mla_context* ctx) { delete ctx; }
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
   return guard([&] {
     need(ctx, "ctx");
-    switch (opt) {
+    const int32_t opt_bits = enum_bits(opt);
+    switch (opt_bits) {
       case MLA_OPTION_VALIDATE: ctx->validate = v != 0; break;
       case MLA_OPTION_NUM_CUS:
         if (v < 0 || v > 65536) bad(fmt::format("MLA_OPTION_NUM_CUS = {} (allowed: 0..65536, 0 = the device's)", v));
@@ -365,7 +381,7 @@ mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
         ctx->dev->be->set_recording(ctx->record);
         break;
       }
-      default: bad(fmt::format("option {} is not an mla_option", int(opt)));
+      default: bad(fmt::format("option {} is not an mla_option", opt_bits));
     }
   });
 }
@@ -465,8 +481,9 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
                         "one mla_select names)",
                         ks.prefix->name, ks.decode.name));
     }
-    if (sel->fallback != MLA_FALLBACK_NONE && sel->fallback != MLA_FALLBACK_PADDED)
-      bad(fmt::format("selection: fallback = {} (allowed: MLA_FALLBACK_NONE, MLA_FALLBACK_PADDED)", int(sel->fallback)));
+    const int32_t fallback_bits = enum_bits(sel->fallback);
+    if (fallback_bits != MLA_FALLBACK_NONE && fallback_bits != MLA_FALLBACK_PADDED)
+      bad(fmt::format("selection: fallback = {} (allowed: MLA_FALLBACK_NONE, MLA_FALLBACK_PADDED)", fallback_bits));
     check_selection(ks, s, *sel);
     auto p = std::make_unique<mla_plan>();
     p->k = selected_kernels(ks, s);

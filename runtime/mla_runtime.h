@@ -87,9 +87,9 @@ const char* mla_status_name(mla_status s);
  * on this thread. */
 const char* mla_last_error(void);
 
-/* Each enum ends in a _MAX_ENUM entry (as Vulkan's do) so that any int a C caller passes is a value
- * of the type in C++ too: the runtime then rejects a value outside the list by name, instead of
- * the conversion being undefined behaviour. */
+/* Each enum ends in a _MAX_ENUM entry (as Vulkan's do) so that it is 32 bits wide in C and C++
+ * alike. A C caller may store any int in one, negative ones too: the runtime reads every enum
+ * argument and field as its int bits and rejects a value outside the list by name. */
 typedef enum mla_backend { MLA_BACKEND_HIP = 0, MLA_BACKEND_EMULATOR = 1, MLA_BACKEND_MAX_ENUM = 0x7fffffff } mla_backend;
 typedef enum mla_dtype { MLA_DTYPE_FP8 = 0, MLA_DTYPE_BF16 = 1, MLA_DTYPE_MAX_ENUM = 0x7fffffff } mla_dtype;
 

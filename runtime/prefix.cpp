@@ -55,7 +55,9 @@ void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vect
                                               g.count, g.shared_tokens, what));
     };
     if (g.first < 0 || g.first >= batch) bad(fmt::format("first = {} (allowed: 0..batch-1 = {})", g.first, batch - 1));
-    if (g.count < 2 || g.first + g.count > batch)
+    // count > batch - first, not first + count > batch: a count near INT32_MAX overflowed that
+    // sum (fuzz finding, issue #15); first is in 0..batch-1 here.
+    if (g.count < 2 || g.count > batch - g.first)
       bad(fmt::format("count = {} (allowed: 2..batch - first = {})", g.count, batch - g.first));
     if (g.first < end) bad(fmt::format("overlaps the previous group, which ends before request {} (groups in batch order, disjoint)", end));
     if (g.shared_tokens < 1 || g.shared_tokens % page_size)

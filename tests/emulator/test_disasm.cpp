@@ -1,6 +1,8 @@
 // Decoder: the emulator's disassembly equals llvm-objdump -d on several code objects.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -91,5 +93,42 @@ TEST_CASE("disasm: a text section that ends in a truncated literal decodes witho
     bool flagged = false;
     for (const auto& l : lines) flagged |= l.text.find("v_mov_b32") == std::string::npos && l.address >= lines[1].address;
     CHECK(flagged);  // the last word is not decoded as a v_mov_b32 with a literal from beyond the section
+  }
+}
+
+// Fuzzing found these (issue #15): 255, the literal code, in an operand field of a gfx9 encoding
+// that cannot carry a literal (a MUBUF / MTBUF soffset, a VOP3 / VOP3P source) crashed LLVM's
+// disassembler (llvm-objdump-22 too). The decoder calls those bytes invalid before LLVM sees them.
+TEST_CASE("disasm: literal codes in MUBUF / MTBUF soffset and VOP3 sources are invalid, not a crash") {
+  // buffer_load_dwordx4 v[16:19], v2, s[4:7], <255> offen offset:16 (the fuzzer's input),
+  // tbuffer_load_format_x and buffer_load_dword with soffset 255; v_fma_f32 with src2 = 255 (the
+  // fuzzer's input), src0 = 255 and src1 = 255; v_add_f32_e64 src1 = 255; v_fma_mix_f32 src0 = 255.
+  const std::vector<std::array<uint32_t, 2>> words = {
+      {0xe05c1010, 0xff818002}, {0xe05c1010, 0xff011002}, {0xe8001000, 0xff011002}, {0xe0500000, 0xff010002},
+      {0xd1cb000f, 0x7bffff03}, {0xd1cb000f, 0x043e2eff}, {0xd1cb000f, 0x043dfe03}, {0xd101000f, 0x0001fe03},
+      {0xd3a0400f, 0x180204ff}};
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950})
+    for (const auto& w : words) {
+      uint8_t bytes[8];
+      std::memcpy(bytes, w.data(), 8);
+      unsigned size = 0;
+      CHECK(decode_text(g, bytes, 8, 0x1000, &size).empty());
+      CHECK(size == 4);
+    }
+  // The same word with soffset 0 (the inline constant 128) still decodes.
+  uint8_t ok[8];
+  const uint32_t good[2] = {0xe05c1010, 0x80011002};
+  std::memcpy(ok, good, 8);
+  CHECK_THAT(decode_text(Gfx::gfx942, ok, 8, 0x1000, nullptr), Catch::StartsWith("buffer_load_dwordx4 v[16:19], v2, s[4:7], 0 offen offset:16"));
+  const uint32_t fma[2] = {0xd1cb000f, 0x043e2f03};  // v_fma_f32 v15, v3, v23, v15
+  std::memcpy(ok, fma, 8);
+  CHECK(decode_text(Gfx::gfx942, ok, 8, 0x1000, nullptr) == "v_fma_f32 v15, v3, v23, v15");
+  // In a kernel: disassembly and the program build go on past it.
+  const std::string body = "  s_endpgm\n  .long 0xe05c1010\n  .long 0xff818002\n  .long 0xd1cb000f\n  .long 0x7bffff03\n  s_endpgm";
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950}) {
+    auto co = assemble(kernel_src("lit_soffset", g, body), g, "lit_soffset");
+    std::vector<DisasmLine> lines;
+    REQUIRE_NOTHROW(lines = disassemble(*co));
+    REQUIRE_NOTHROW(build_program(co, co->kernels().at(0)));
   }
 }

@@ -1,6 +1,8 @@
 // Shared-prefix groups: detection from the page table, caller-given groups, the cost model.
 #include <catch2/catch.hpp>
 
+#include <climits>
+
 #include "runtime/planner.h"
 #include "runtime/prefix.h"
 #include "runtime/problem.h"
@@ -66,6 +68,11 @@ TEST_CASE("prefix groups: caller-given groups are checked against the batch", "[
   CHECK_NOTHROW(rt::check_prefix_groups({{0, 3, 96}}, lens, 16, 1));
   CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 3, 32}}, lens, 16, 1), Contains("count = 3 (allowed: 2..batch - first = 2)"));
   CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 1, 32}}, lens, 16, 1), Contains("count = 1"));
+  // Fuzzing found it (issue #15): first + count overflowed int (the fuzzer's first 2, count
+  // INT32_MAX, through mla_plan_update_shared); now an error naming the count.
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, INT32_MAX, 32}}, lens, 16, 1),
+                    Contains("count = 2147483647 (allowed: 2..batch - first = 2)"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups({{3, INT32_MAX - 2, 16}}, lens, 16, 1), Contains("count = 2147483645"));
   CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 40}}, lens, 16, 1), Contains("multiple of page_size = 16"));
   CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 32}, {1, 2, 32}}, lens, 16, 1), Contains("overlaps the previous group"));
   CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 2, 64}}, lens, 16, 2),
