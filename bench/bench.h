@@ -229,6 +229,9 @@ struct CascadeResult {
   HotLoop hot;                   // the prefix kernel's hot loop (static)
   double tile_mem_cycles = 0, coissue_over_mem = 0;
   double mfma_busy = 0;          // matrix-pipe cycles / (co-issue + ring stall) per tile (modeled)
+  // With the per-request side at full scale (--full-scale-tokens): the exact cascade plan
+  // emulated end to end once, its counters beside the extrapolated ones of `cascade`.
+  std::optional<RunSample> full_scale;
   nlohmann::json to_json() const;
 };
 

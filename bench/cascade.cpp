@@ -76,6 +76,19 @@ nlohmann::json CascadeResult::to_json() const {
                               {"resident_workgroups_per_cu", facts.max_resident_wgs},
                               {"inflight_bytes_per_wg", facts.inflight_bytes_per_wg},
                               {"hot_loop_cycles_modeled", facts.hot_loop_cycles}};
+  if (full_scale)
+    j["full_scale_emulation"] = {{"kv_read", full_scale->decode_kv_read + full_scale->prefix_kv_read},
+                                 {"kv_read_extrapolated", cascade.kv_read},
+                                 {"macs", full_scale->mfma_macs + full_scale->prefix_macs},
+                                 {"macs_extrapolated", cascade.macs},
+                                 {"prefix_read", full_scale->prefix_read},
+                                 {"prefix_written", full_scale->prefix_written},
+                                 {"decode_read", full_scale->decode_read},
+                                 {"reduce_read", full_scale->reduce_read},
+                                 {"kv_distinct", full_scale->kv_distinct},
+                                 {"decode_units", full_scale->U},
+                                 {"prefix_units", full_scale->Up},
+                                 {"emulator_seconds", full_scale->seconds}};
   j["prefix_hot_loop"] = hot.to_json();
   j["prefix_hot_loop"]["mfma_busy_fraction_modeled"] = mfma_busy;
   j["prefix_hot_loop"]["tile_mem_cycles_at_cu_share"] = tile_mem_cycles;
@@ -266,6 +279,20 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   b.total_s = b.decode.total_s + b.prefix.total_s;
   b.bound = fmt::format("decode launch: {}; prefix launch: {}", plan.units.empty() ? "none" : b.decode.bound,
                         b.prefix.bound);
+
+  if (r.full_scale) {
+    // The same problem shape at full scale, on all CUs with the kernels' occupancy: the plan the
+    // runtime makes from the problem's page table must be the one priced above.
+    RunSample x = run_sample(s, bs.kv_lens, m.cus, 21, 0, {{group.first, group.count, group.shared_tokens}},
+                             c.forced ? rt::CascadePolicy::always : rt::CascadePolicy::cost_model);
+    if (!x.ran_prefix || x.U != b.decode_units || x.Up != b.prefix_units || x.Np != Np)
+      throw std::runtime_error(fmt::format(
+          "mlabench: {}: the full-scale cascade run planned {} + {} units ({} prefix tokens), the priced plan {} + {} ({})",
+          bs.name, x.U, x.Up, x.Np, b.decode_units, b.prefix_units, Np));
+    if (o.verbose)
+      fmt::print(stderr, "  full-scale cascade run: {} + {} units on {} CUs, {:.1f} s\n", x.U, x.Up, m.cus, x.seconds);
+    c.full_scale = x;
+  }
   return c;
 }
 

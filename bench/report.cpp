@@ -66,6 +66,22 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
                        p->total_s * 1e6, p->bound);
     }
   }
+  bool full = false;
+  for (const auto& x : r) full = full || (x.cascade && x.cascade->full_scale);
+  if (full) {
+    s += "\nThe cascade plan emulated end to end at full scale (measured, emulator counters) beside its extrapolation:\n\n"
+         "| shape | units decode + prefix | KV read MB: full scale / extrapolated | distinct KV MB | MACs issued G: full scale / "
+         "extrapolated | emulator s |\n|---|---|---|---|---|---|\n";
+    for (const auto& x : r) {
+      if (!x.cascade || !x.cascade->full_scale) continue;
+      const RunSample& f = *x.cascade->full_scale;
+      const PlanSide& b = x.cascade->cascade;
+      const double kv = f.decode_kv_read + f.prefix_kv_read, macs = f.mfma_macs + f.prefix_macs;
+      s += fmt::format("| {} | {:.0f} + {:.0f} | {:.3f} / {:.3f} ({:.6f}) | {:.3f} | {:.4f} / {:.4f} ({:.6f}) | {:.0f} |\n", x.shape.name,
+                       f.U, f.Up, kv / 1e6, b.kv_read / 1e6, kv / b.kv_read, f.kv_distinct / 1e6, macs / 1e9, b.macs / 1e9,
+                       macs / b.macs, f.seconds);
+    }
+  }
   s += "\nThe planner's word on each group (cost model, token-equivalents, docs/planner.md):\n\n"
        "| shape | group (first, count, shared) | row groups per member / prefix row groups | cascade | reason | cost "
        "cascade / per request | prefix splits | prefix launch, worst CU: memory / issue (LDS incl.) / HBM floor us (**modeled**) |\n"

@@ -362,3 +362,25 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
   }
   CHECK(shapes == 4);
 }
+
+TEST_CASE("bench: at full scale the cascade plan is emulated end to end, and its counters match the extrapolation") {
+  // A K3-like group small enough to emulate on all 256 CUs: 16 requests sharing 4,096 tokens
+  // (32 pages of 128) with 200..305 of their own.
+  BenchShape s = parse_shape("gfx950:fp8/fp8:h12:pg128:4296,4303,4310,4317,4324,4331,4338,4345,4352,4359,4366,4373,4380,4387,4394,4401");
+  s.shared = rt::PrefixGroup{0, 16, 4096};
+  MeasureOptions o = quick();
+  o.full_scale_max_tokens = 1 << 30;
+  const ShapeResult r = measure_shape(s, o);
+  REQUIRE(r.full_scale);
+  REQUIRE(r.cascade);
+  REQUIRE(r.cascade->full_scale);
+  const RunSample& f = *r.cascade->full_scale;
+  const PlanSide& b = r.cascade->cascade;
+  INFO("full scale: " << f.U << " + " << f.Up << " units; priced plan " << b.decode_units << " + " << b.prefix_units);
+  CHECK(f.U == b.decode_units);
+  CHECK(f.Up == b.prefix_units);
+  // KV reads are exact per token; MACs gain at most one partly used tile per unit over the fit.
+  CHECK(f.decode_kv_read + f.prefix_kv_read == Approx(b.kv_read).epsilon(1e-6));
+  CHECK(f.mfma_macs + f.prefix_macs == Approx(b.macs).epsilon(5e-3));
+  CHECK(f.kv_distinct == Approx(b.kv_distinct).epsilon(1e-9));
+}
