@@ -151,5 +151,12 @@ TEST_CASE("aiter: the emulator's in-flight load counter on our decode kernel agr
   INFO("static producer " << stat << " B, emulator peak per wave " << wave << " B, per workgroup " << wg << " B");
   REQUIRE(stat > 0);
   CHECK(wg >= wave);
-  CHECK(wave == Approx(stat).epsilon(0.05));
+  // The KV part agrees exactly: one 36 KiB slot (4 tiles x 16 tokens x 576 B) in flight. The
+  // static replay keeps the page ids of 4 tiles outstanding at its peak (1 KiB); on the emulator's
+  // interleaving one 256-byte page-id load is outstanding then (37,888 vs 37,120 B).
+  const double slot = 4 * 16 * 576;
+  CHECK(wave >= slot);
+  CHECK(stat >= slot);
+  CHECK(std::fabs(wave - stat) <= 1024);
+  CHECK(wave == Approx(stat).epsilon(0.03));
 }
