@@ -55,6 +55,7 @@ struct AiterSample {
   double partial_units = 0, final_units = 0;
   double read = 0, read_distinct = 0, written = 0, kv_read = 0, macs = 0;
   double issue_cycles = 0;                  // serial issue table over every executed wave-instruction
+  std::map<std::string, double> issue_cycles_by_kind;  // the same by mnemonic kind (mfma, valu, lds, salu, vmem, other)
   double wave_insts = 0;
   std::map<std::string, double> insts_by_class;
   std::map<std::string, double> read_by_buffer, written_by_buffer;  // global bytes per allocation
@@ -74,6 +75,7 @@ struct AiterKernelFit {
   std::vector<AiterSample> samples;
   double fit_residual = 0;
   double issue_per_token = 0, issue_per_unit = 0;  // serial issue cycles, all waves of a workgroup
+  std::map<std::string, double> issue_per_token_by_kind;  // its per-token slope by mnemonic kind
   double macs_per_token = 0, macs_per_unit = 0;
   double inflight_peak_wg = 0, inflight_peak_wave = 0;
   KernelFacts facts;              // model_time's view (see measure_aiter_kernel)
