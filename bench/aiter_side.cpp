@@ -375,6 +375,70 @@ AiterLaunch aiter_launch_for(const BenchShape& s, int num_cu) {
   return l;
 }
 
+AiterLaunch aiter_v1_2_launch_for(const BenchShape& s, int num_cu, int gran) {
+  AiterLaunch l = aiter_launch_for(s, num_cu);  // the kernel (and the not-run reason)
+  if (l.stem.empty()) return l;
+  l.item_tokens.clear();
+  l.item_partial.clear();
+  l.cu_of_item.clear();
+  l.reduce_entries = l.reduce_splits = 0;
+  const int overhead = 16;  // fixed_over_head_num_blocks = max(1, ceil(16 / page_size)) at page size 1
+  const int B = int(s.kv_lens.size());
+  auto blocks = [&](int b) { return (s.kv_lens[size_t(b)] + gran - 1) / gran; };
+  int64_t sum = 0;
+  for (int b = 0; b < B; ++b) sum += blocks(b) + overhead;
+  const int payload = int((sum + num_cu - 1) / num_cu) + overhead;
+  std::vector<int> item_batch;
+  int batch = 0, kv_block = 0;
+  bool tail_done = false;
+  for (int c = 0; c < num_cu && batch < B; ++c) {
+    int remain = payload;
+    while (batch < B) {
+      const int len = s.kv_lens[size_t(batch)];
+      const int rest = blocks(batch) - kv_block;
+      if (remain >= rest + overhead || tail_done) {  // the request's rest fits this CU
+        l.item_tokens.push_back(len - kv_block * gran);
+        l.cu_of_item.push_back(c);
+        item_batch.push_back(batch);
+        remain -= rest + overhead;
+        ++batch;
+        kv_block = 0;
+        tail_done = false;
+        continue;
+      }
+      if (remain > overhead) {  // this CU takes what its payload has left of the request
+        const int take = remain - overhead;
+        const int end = std::min((kv_block + take) * gran, len);
+        if (len - end < 1) {  // that is the request's end: recorded by the branch above
+          tail_done = true;
+          continue;
+        }
+        l.item_tokens.push_back(end - kv_block * gran);
+        l.cu_of_item.push_back(c);
+        item_batch.push_back(batch);
+        kv_block += take;
+      }
+      break;  // next CU
+    }
+  }
+  if (batch < B) throw std::runtime_error("aiter_v1_2_launch_for: requests left after the last CU");
+  std::vector<int> n(size_t(B), 0);
+  for (int b : item_batch) ++n[size_t(b)];
+  for (int b : item_batch) l.item_partial.push_back(n[size_t(b)] > 1);
+  l.splits = 0;
+  for (int b = 0; b < B; ++b) {
+    l.splits = std::max(l.splits, n[size_t(b)]);
+    if (n[size_t(b)] > 1) {
+      l.reduce_entries += 1;
+      l.reduce_splits += n[size_t(b)];
+    }
+  }
+  l.launch = fmt::format("v1_2 (fast_mode, get_mla_metadata_v1's default): payload {} blocks of {} tokens per CU "
+                         "(+16 per request), up to {} splits per request, CUs in order",
+                         payload, gran, l.splits);
+  return l;
+}
+
 nlohmann::json AiterSide::to_json() const {
   if (!ran) return {{"ran", false}, {"not_run", not_run}};
   nlohmann::json j = {{"ran", true},
@@ -439,12 +503,14 @@ void add_aiter_sides(std::vector<ShapeResult>& r, const AiterSideOptions& o) {
   for (auto& x : r) {
     if (o.aiter_dir.empty()) {
       x.aiter = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (no --aiter-dir)"));
+      x.aiter_spread = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (no --aiter-dir)"));
       continue;
     }
     const Machine m = machine_for(x.shape.shape.target);
     const AiterLaunch l = aiter_launch_for(x.shape, m.cus);
     if (l.stem.empty()) {
       x.aiter = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (" + l.not_run + ")"));
+      x.aiter_spread = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (" + l.not_run + ")"));
       continue;
     }
     const std::string key = std::string(rt::name(x.shape.shape.target)) + "/" + l.stem;
@@ -453,6 +519,8 @@ void add_aiter_sides(std::vector<ShapeResult>& r, const AiterSideOptions& o) {
       fits[key] = std::make_shared<AiterKernelFit>(measure_aiter_kernel(o.aiter_dir, x.shape.shape.target, l.stem, o));
     }
     x.aiter = std::make_shared<AiterSide>(aiter_side(x.shape, fits[key], l, x.modeled.total_s));
+    x.aiter_spread = std::make_shared<AiterSide>(
+        aiter_side(x.shape, fits[key], aiter_v1_2_launch_for(x.shape, m.cus), x.modeled.total_s));
     fmt::print(stderr, "mlabench: {}: aiter modeled {:.1f} us ({}){}\n", x.shape.name, x.aiter->modeled.total_s * 1e6,
                x.aiter->modeled.bound,
                x.aiter->published_us ? fmt::format(", published {:.1f} us, model / published {:.3f}", *x.aiter->published_us,
@@ -471,12 +539,13 @@ std::string aiter_markdown(const std::vector<ShapeResult>& r) {
        "overlapped (model_time takes their max).\n\n"
        "| shape | aiter kernel | splits / work items / CUs with work | aiter **modeled** us | **modeled** bound | worst "
        "CU memory / issue us (**modeled**) | no overlap: memory + issue (**modeled** bracket) us | aiter published us "
-       "(seed 001) | model / published | no overlap / published | ours **modeled** us | ours / aiter **modeled** |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "(seed 001) | model / published | no overlap / published | ours **modeled** us | ours / aiter **modeled** | v1_2 "
+       "(fast_mode) spread: max splits / items / CUs | v1_2 aiter **modeled** us | v1_2 bound |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, std::shared_ptr<const AiterKernelFit>> fits;
   for (const auto& x : r) {
     if (!x.aiter || !x.aiter->ran) {
-      s += fmt::format("| {} | {} | | not run | | | | {} | | | {:.1f} | |\n", x.shape.name,
+      s += fmt::format("| {} | {} | | not run | | | | {} | | | {:.1f} | | | not run | |\n", x.shape.name,
                        x.aiter ? x.aiter->not_run : std::string("not run"),
                        x.shape.pub_aiter_us ? fmt::format("{:.2f}", *x.shape.pub_aiter_us) : "", x.modeled.total_s * 1e6);
       continue;
@@ -484,13 +553,17 @@ std::string aiter_markdown(const std::vector<ShapeResult>& r) {
     const auto& a = *x.aiter;
     fits[a.kernel] = a.fit;
     const double no_overlap = a.modeled.total_s + std::min(a.modeled.max_cu_mem_s, a.modeled.max_cu_compute_s);
-    s += fmt::format("| {} | {} | {} / {} / {} | {:.1f} | {} | {:.1f} / {:.1f} | {:.1f} | {} | {} | {} | {:.1f} | {:.3f} |\n",
+    const bool sp = x.aiter_spread && x.aiter_spread->ran;
+    s += fmt::format("| {} | {} | {} / {} / {} | {:.1f} | {} | {:.1f} / {:.1f} | {:.1f} | {} | {} | {} | {:.1f} | {:.3f} | {} | {} | {} |\n",
                      x.shape.name, a.kernel, a.splits, a.items, a.cus_used, a.modeled.total_s * 1e6, a.modeled.bound,
                      a.modeled.max_cu_mem_s * 1e6, a.modeled.max_cu_compute_s * 1e6, no_overlap * 1e6,
                      a.published_us ? fmt::format("{:.2f}", *a.published_us) : "",
                      a.published_us ? fmt::format("{:.3f}", a.model_over_published) : "",
                      a.published_us ? fmt::format("{:.3f}", no_overlap * 1e6 / *a.published_us) : "",
-                     x.modeled.total_s * 1e6, a.ours_over_aiter_modeled);
+                     x.modeled.total_s * 1e6, a.ours_over_aiter_modeled,
+                     sp ? fmt::format("{} / {} / {}", x.aiter_spread->splits, x.aiter_spread->items, x.aiter_spread->cus_used) : "",
+                     sp ? fmt::format("{:.1f}", x.aiter_spread->modeled.total_s * 1e6) : "not run",
+                     sp ? x.aiter_spread->modeled.bound : "");
   }
   if (fits.empty()) return s;
   s += "\naiter kernels, **measured** on the emulator (scaled runs; per work item and per token fits) and the model's view "

@@ -122,6 +122,15 @@ struct AiterLaunch {
 };
 AiterLaunch aiter_launch_for(const BenchShape& s, int num_cu);
 
+// The same kernel with get_mla_metadata_v1's default `fast_mode` layout (v1_2,
+// csrc/kernels/mla/metadata/v1_2_device.cuh `kn_get_mla_metadata_v1_2`), restated for one qo
+// tile per request (qseqlen 1, 16 heads), page size 1, no max_split_per_batch: every request
+// costs ceil(len / gran) blocks + 16 (fixed_over_head_num_blocks at page size 1); each CU's
+// payload is ceil(sum / num_cu) + 16; CUs are filled in order, a request's rest going to the
+// current CU when it fits with its overhead, else the CU takes payload - 16 blocks of it (if more
+// than 16 remain) and the next CU goes on. gran = kv_granularity (get_mla_metadata_v1's default 16).
+AiterLaunch aiter_v1_2_launch_for(const BenchShape& s, int num_cu, int gran = 16);
+
 // Prices one shape (ours_total_s: our modeled time for the ours / aiter column).
 AiterSide aiter_side(const BenchShape& s, const std::shared_ptr<const AiterKernelFit>& fit, const AiterLaunch& l,
                      double ours_total_s);

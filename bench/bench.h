@@ -269,6 +269,7 @@ struct ShapeResult {
   double modeled_tbps = 0;
   std::optional<CascadeResult> cascade;  // shapes with a prefix group
   std::shared_ptr<AiterSide> aiter;      // add_aiter_sides (null: not asked; ran = false: not run)
+  std::shared_ptr<AiterSide> aiter_spread;  // the same kernel with v1_2 (fast_mode) metadata
   nlohmann::json to_json() const;
 };
 

@@ -160,3 +160,27 @@ TEST_CASE("aiter: the emulator's in-flight load counter on our decode kernel agr
   CHECK(std::fabs(wave - stat) <= 1024);
   CHECK(wave == Approx(stat).epsilon(0.03));
 }
+
+TEST_CASE("aiter: v1_2 (fast_mode) metadata spreads a request over the CUs, by hand") {
+  // 32K x1, 304 CUs, 16-token blocks: 2048 blocks + 16 overhead = 2064; payload ceil(2064/304) +
+  // 16 = 23, so each CU takes 23 - 16 = 7 blocks (112 tokens); CU 292 finds 4 blocks left, which
+  // fit with their overhead (4 + 16 <= 23): 292 items of 112 tokens and one of 64, on CUs 0..292.
+  const AiterLaunch l = aiter_v1_2_launch_for(seed001_shapes()[0], 304);
+  REQUIRE(l.item_tokens.size() == 293);
+  CHECK(l.item_tokens[0] == 112);
+  CHECK(l.item_tokens[291] == 112);
+  CHECK(l.item_tokens[292] == 64);
+  CHECK(l.cu_of_item[292] == 292);
+  CHECK(l.splits == 293);
+  CHECK(l.reduce_entries == 1);
+  CHECK(l.reduce_splits == 293);
+  CHECK(l.item_partial[0]);
+  // Two short requests (100 and 50 tokens: 7 and 4 blocks) on 4 CUs: payload ceil(43/4) + 16 = 27;
+  // CU 0 takes request 0 whole (7 + 16 <= 27) and has 4 left, too few for request 1 (4 + 16),
+  // and no more than the overhead to split it: request 1 goes whole to CU 1. No reduce.
+  const AiterLaunch m = aiter_v1_2_launch_for(parse_shape("gfx942:bf16/fp8:h16:pg1:100,50"), 4);
+  CHECK(m.item_tokens == std::vector<int>{100, 50});
+  CHECK(m.cu_of_item == std::vector<int>{0, 1});
+  CHECK(m.item_partial == std::vector<bool>{false, false});
+  CHECK(m.reduce_entries == 0);
+}
