@@ -58,7 +58,14 @@ struct Machine {
   std::string name;       // "MI300X"
   rt::Target target;
   int cus;                // from generator/target (304 / 256)
-  double hbm_bytes_per_s; // from generator/target (5.3e12 / 8e12)
+  // The model's HBM ceiling: the achievable bandwidth from generator/target (4.1e12 measured on
+  // MI300X / 6.0e12 estimated on MI355X), never the datasheet peak (5.3e12 / 8e12), which is
+  // reported beside it.
+  double hbm_bytes_per_s;
+  double hbm_peak_bytes_per_s;
+  std::string hbm_source;   // where the ceiling comes from ("measured: ...", "estimate: ...")
+  // "MI300X achievable 4.1 TB/s (measured: ...; 0.77 of the 5.3 TB/s datasheet peak)"
+  std::string ceiling_text() const;
   double clock_hz;        // peak engine clock (2.1 GHz / 2.4 GHz)
   double little_latency_s = 2e-6;   // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
   double unit_fill_s = 1e-6;        // per work unit: page id then KV row, 2 dependent ~500 ns trips

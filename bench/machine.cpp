@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "bench/bench.h"
 #include "target/target.h"
 
@@ -13,7 +15,9 @@ Machine machine_for(rt::Target t) {
   m.target = t;
   m.name = t == rt::Target::gfx942 ? "MI300X" : "MI355X";
   m.cus = tgt.num_cus;
-  m.hbm_bytes_per_s = tgt.hbm_bytes_per_s;
+  m.hbm_bytes_per_s = tgt.hbm_achievable_bytes_per_s;
+  m.hbm_peak_bytes_per_s = tgt.hbm_peak_bytes_per_s;
+  m.hbm_source = std::string(tgt.hbm_achievable_source);
   m.clock_hz = t == rt::Target::gfx942 ? 2.1e9 : 2.4e9;
   return m;
 }
@@ -23,12 +27,21 @@ nlohmann::json Machine::to_json() const {
           {"target", rt::name(target)},
           {"cus", cus},
           {"hbm_bytes_per_s", hbm_bytes_per_s},
+          {"hbm_ceiling", "achievable"},
+          {"hbm_source", hbm_source},
+          {"hbm_peak_bytes_per_s", hbm_peak_bytes_per_s},
+          {"hbm_achievable_over_peak", hbm_bytes_per_s / hbm_peak_bytes_per_s},
           {"clock_hz", clock_hz},
           {"little_latency_s", little_latency_s},
           {"unit_fill_s", unit_fill_s},
           {"cu_port_bytes_per_clk", cu_port_bytes_per_clk},
           {"launch_s", launch_s},
           {"little_bytes_per_cu", little_bytes_per_cu()}};
+}
+
+std::string Machine::ceiling_text() const {
+  return fmt::format("{} achievable {:.1f} TB/s ({}; {:.2f} of the {:.1f} TB/s datasheet peak)", name, hbm_bytes_per_s / 1e12,
+                     hbm_source, hbm_bytes_per_s / hbm_peak_bytes_per_s, hbm_peak_bytes_per_s / 1e12);
 }
 
 nlohmann::json ModeledTime::to_json() const {

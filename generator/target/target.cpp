@@ -93,7 +93,7 @@ const HazardNumbers kHazards950{
 };
 
 // Name, target ID, CU count, LDS and fp8 format from the contract (abi::facts); the rest here.
-Target describe(Arch arch, double hbm_bytes_per_s, bool cdna4, std::vector<MfmaShape> mfma, HazardNumbers hazards) {
+Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_view hbm_source, bool cdna4, std::vector<MfmaShape> mfma, HazardNumbers hazards) {
   const abi::TargetFacts& f = abi::facts(arch);
   return Target{.arch = arch,
                 .name = f.name,
@@ -105,7 +105,9 @@ Target describe(Arch arch, double hbm_bytes_per_s, bool cdna4, std::vector<MfmaS
                 .max_agprs = 256,
                 .unified_vgprs = 512,
                 .fp8 = f.fp8_fnuz ? Fp8Format::FNUZ : Fp8Format::OCP,
-                .hbm_bytes_per_s = hbm_bytes_per_s,
+                .hbm_peak_bytes_per_s = hbm_peak,
+                .hbm_achievable_bytes_per_s = hbm_achievable,
+                .hbm_achievable_source = hbm_source,
                 .has_lds_transpose = cdna4,
                 .has_global_load_lds_x4 = cdna4,
                 .has_cvt_pk_bf16 = cdna4,
@@ -113,8 +115,16 @@ Target describe(Arch arch, double hbm_bytes_per_s, bool cdna4, std::vector<MfmaS
                 .mfma = std::move(mfma),
                 .hazards = hazards};
 }
-const Target kGfx942 = describe(Arch::gfx942, 5.3e12, false, kMfma942, kHazards942);
-const Target kGfx950 = describe(Arch::gfx950, 8.0e12, true, kMfma950, kHazards950);
+// Achievable HBM bandwidth (DESIGN.md, "Facts about users, peers and limits"). MI300X: BabelStream
+// measures Copy 4.11 / Triad 4.09 TB/s of the 5.3 TB/s datasheet peak. MI355X: no public STREAM
+// figure; the best published MI355X decode kernels reach ~6 TB/s of 8, so 6 TB/s is an estimate
+// until a measurement is cited.
+const Target kGfx942 = describe(Arch::gfx942, 5.3e12, 4.1e12,
+                                "measured: BabelStream on MI300X, Copy 4.11 / Triad 4.09 TB/s", false, kMfma942,
+                                kHazards942);
+const Target kGfx950 = describe(Arch::gfx950, 8.0e12, 6.0e12,
+                                "estimate: the best published MI355X decode kernels reach ~6 TB/s (no STREAM figure)",
+                                true, kMfma950, kHazards950);
 
 }  // namespace
 

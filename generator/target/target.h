@@ -80,7 +80,11 @@ struct Target {
   int max_agprs;               // accumulation registers a0..a255
   int unified_vgprs;           // accum_offset + agprs must fit in this
   Fp8Format fp8;
-  double hbm_bytes_per_s;
+  // HBM bandwidth: the datasheet peak, and the achievable figure the performance model prices
+  // memory at (AMD calls the peak not achievable), with where that figure comes from.
+  double hbm_peak_bytes_per_s;
+  double hbm_achievable_bytes_per_s;
+  std::string_view hbm_achievable_source;
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
   bool has_global_load_lds_x4; // global_load_lds_dwordx4 (gfx950)
   bool has_cvt_pk_bf16;        // v_cvt_pk_bf16_f32 (gfx950); gfx942 rounds to bf16 with integer ops
