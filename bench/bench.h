@@ -8,6 +8,7 @@
 //   hardware  - `--backend hip`: wall-clock timing on an AMD GPU (none here).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -235,6 +236,8 @@ struct CascadeResult {
   nlohmann::json to_json() const;
 };
 
+struct AiterSide;  // bench/aiter_side.h: aiter's code objects on the same counters and model
+
 struct ShapeResult {
   BenchShape shape;
   std::string decode_kernel;
@@ -275,6 +278,8 @@ struct ShapeResult {
   double plan_over_best = 0;
   double modeled_tbps = 0;
   std::optional<CascadeResult> cascade;  // shapes with a prefix group
+  std::shared_ptr<AiterSide> aiter;      // add_aiter_sides (null: not asked; ran = false: not run)
+  std::shared_ptr<AiterSide> aiter_spread;  // the same kernel with v1_2 (fast_mode) metadata
   nlohmann::json to_json() const;
 };
 

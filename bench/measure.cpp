@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/aiter_side.h"
 #include "bench/bench.h"
 #include "catalog/catalog.h"
 #include "catalog/compile.h"
@@ -233,6 +234,9 @@ nlohmann::json ShapeResult::to_json() const {
                             {"emulator_seconds", s.seconds}});
   if (cascade) j["shared_prefix"] = cascade->to_json();
   if (shape.pub_aiter_us) j["published_seed001"] = {{"aiter_us", *shape.pub_aiter_us}, {"ours_us", *shape.pub_ours_us}};
+  // aiter's code objects on the same counters and model (mlabench --aiter-dir); "not run" without it.
+  j["aiter"] = aiter ? aiter->to_json() : nlohmann::json{{"ran", false}, {"not_run", "not run (no --aiter-dir)"}};
+  j["aiter_v1_2"] = aiter_spread ? aiter_spread->to_json() : nlohmann::json{{"ran", false}, {"not_run", "not run (no --aiter-dir)"}};
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/aiter_side.h"
 #include "bench/bench.h"
 #include "codeobj/tools.h"
 
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
   MeasureOptions mo;
   mo.verbose = true;
   HipOptions ho;
+  AiterSideOptions ao;
+  ao.verbose = true;
   app.add_option("--backend", backend, "emulator (measured counters + modeled times) or hip (timing on an AMD GPU)")
       ->check(CLI::IsMember({"emulator", "hip"}));
   app.add_option("--out", out_dir, "output folder (table.md, bench.json, bench.png)");
@@ -36,6 +39,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", ho.warmup, "hip: warm-up runs");
   app.add_option("--rotate", ho.rotate, "hip: input sets rotated (0: enough to exceed 2x the LLC)");
   app.add_option("--catalog", ho.catalog_dir, "hip: catalog dir (default: built per shape)");
+  app.add_option("--aiter-dir", ao.aiter_dir,
+                 "an aiter checkout: run aiter's own code objects (hsa/<gfx>/mla) through the same counters and machine "
+                 "model, side by side with ours and with seed 001's published aiter times (without it: 'not run')");
+  app.add_option("--aiter-unit-tokens", ao.unit_tokens, "tokens per work item of aiter's scaled runs (multiple of 128)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<BenchShape> shapes;
@@ -70,6 +77,7 @@ int main(int argc, char** argv) {
                    r.cascade->cascade.kv_read / r.cascade->cascade.kv_distinct,
                    r.cascade->per_request.kv_read / r.cascade->per_request.kv_distinct);
     }
+    add_aiter_sides(results, ao);
     auto groups = same_bytes_groups(results);
     const std::string md = markdown_report(results, groups);
     std::ofstream(out_dir + "/table.md") << md;

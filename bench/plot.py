@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench.json (mlabench) -> bench.png with matplotlib: per shape, the latency on a log axis
-(ours modeled, the cascade modeled where a prefix is shared, aiter and the seed's kernel as
-published), the fraction of the HBM ceiling the modeled time achieves, and the bytes moved.
+(ours modeled, the cascade modeled where a prefix is shared, aiter's code objects on the same
+model with --aiter-dir, aiter and the seed's kernel as published), the fraction of the HBM ceiling the modeled time achieves, and the bytes moved.
 Every series says whether it is modeled, measured or published.
 
     python3 bench/plot.py out/bench/bench.json out/bench/bench.png
@@ -37,6 +37,8 @@ def series(bench):
         ("latency", "ours, per-request plan (modeled)", [get(["modeled", "modeled_total_us"], s) for s in shapes]),
         ("latency", "ours, shared-prefix cascade (modeled)",
          [get(["shared_prefix", "cascade", "modeled_total_us"], s) for s in shapes]),
+        ("latency", "aiter's code objects, same model (modeled; mlabench --aiter-dir)",
+         [get(["aiter", "modeled", "modeled_total_us"], s) for s in shapes]),
         ("latency", "aiter (published, seed 001)", [get(["published_seed001", "aiter_us"], s) for s in shapes]),
         ("latency", "seed 001's kernel (published)", [get(["published_seed001", "ours_us"], s) for s in shapes]),
         ("ceiling", "modeled bandwidth / achievable HBM ceiling (modeled; " + ceilings + ")", [fraction(s) for s in shapes]),

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/aiter_side.h"
 #include "bench/bench.h"
 
 namespace mla::bench {
@@ -125,17 +126,23 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
   s += "\n";
   s += "| shape | kernel | units | CUs with work | max/mean work | read / min | moved / (min + partials) | distinct moved / (min + partials) | partials / KV "
        "| MACs issued / useful | in flight per CU vs Little | hot-loop issue / tile mem: serial table / co-issue (**modeled**) | **modeled** us | **modeled** "
-       "TB/s (of the achievable ceiling) | **modeled** plan / brute force | published aiter us | published seed kernel us |\n";
-  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "TB/s (of the achievable ceiling) | **modeled** plan / brute force | published aiter us | published seed kernel us | "
+       "aiter **modeled** us | aiter model / published | ours / aiter **modeled** |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     s += fmt::format(
         "| {} | {} | {} | {}/{} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.4f} | {:.2f} | {:.1f} / {:.1f} KiB ({:.0f}%) | {:.2f} / {:.2f} | {:.1f} | "
-        "{:.2f} ({:.0f}%) | {:.3f} (best s={}, {} WG/CU) | {} | {} |\n",
+        "{:.2f} ({:.0f}%) | {:.3f} (best s={}, {} WG/CU) | {} | {} | {} | {} | {} |\n",
         x.shape.name, x.decode_kernel, x.units, x.cus_used, x.cus, x.balance, x.ratio_read_over_min,
         x.ratio_moved_over_plan, x.ratio_distinct_moved_over_plan, x.partial_over_kv, x.mac_ratio, x.inflight_per_cu / 1024, x.little_per_cu / 1024,
         100 * x.inflight_per_cu / x.little_per_cu, x.issue_over_mem, x.coissue_over_mem, x.modeled.total_s * 1e6, x.modeled_tbps,
         100 * x.modeled_tbps * 1e12 / machine_for(x.shape.shape.target).hbm_bytes_per_s, x.plan_over_best, x.brute.best_splits, x.facts.max_resident_wgs, x.shape.pub_aiter_us ? fmt::format("{:.2f}", *x.shape.pub_aiter_us) : "",
-        x.shape.pub_ours_us ? fmt::format("{:.2f}", *x.shape.pub_ours_us) : "");
+        x.shape.pub_ours_us ? fmt::format("{:.2f}", *x.shape.pub_ours_us) : "",
+        // aiter's code objects on the same model (bench/aiter_side.h); "not run" without --aiter-dir.
+        x.aiter && x.aiter->ran ? fmt::format("{:.1f}", x.aiter->modeled.total_s * 1e6) : "not run",
+        x.aiter && x.aiter->ran ? (x.aiter->published_us ? fmt::format("{:.3f}", x.aiter->model_over_published) : "")
+                                : "not run",
+        x.aiter && x.aiter->ran ? fmt::format("{:.3f}", x.aiter->ours_over_aiter_modeled) : "not run");
   }
   if (!g.empty()) {
     s += "\nSame total bytes (seed 001 groups): **modeled** time range and spread, next to the seed's published "
@@ -169,6 +176,7 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
                      x.coissue_over_mem, x.lds_over_mem, x.lds_bank_factor);
   }
   s += cascade_markdown(r);
+  s += aiter_markdown(r);
   return s;
 }
 
@@ -179,6 +187,14 @@ nlohmann::json json_report(const std::vector<ShapeResult>& r, const std::vector<
   j["machines"] = {machine_for(rt::Target::gfx942).to_json(), machine_for(rt::Target::gfx950).to_json()};
   j["shapes"] = nlohmann::json::array();
   for (const auto& x : r) j["shapes"].push_back(x.to_json());
+  // aiter's kernels as fitted for the aiter columns (mlabench --aiter-dir): samples and facts.
+  j["aiter_kernels"] = nlohmann::json::array();
+  std::map<std::string, bool> fitted;
+  for (const auto& x : r)
+    if (x.aiter && x.aiter->ran && x.aiter->fit && !fitted[x.aiter->kernel]) {
+      fitted[x.aiter->kernel] = true;
+      j["aiter_kernels"].push_back(x.aiter->fit->to_json());
+    }
   j["same_bytes_groups"] = nlohmann::json::array();
   for (const auto& x : g) {
     nlohmann::json e = {{"members", x.members}, {"modeled_us_lo", x.lo}, {"modeled_us_hi", x.hi}, {"modeled_spread", x.spread}};

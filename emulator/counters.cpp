@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "emulator/counters.h"
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@ void WorkgroupCounters::add(const WorkgroupCounters& o) {
   barriers += o.barriers;
   lds_bank_cycles += o.lds_bank_cycles;
   lds_ideal_cycles += o.lds_ideal_cycles;
+  vm_load_peak_wave_bytes = std::max(vm_load_peak_wave_bytes, o.vm_load_peak_wave_bytes);
+  vm_load_peak_wg_bytes = std::max(vm_load_peak_wg_bytes, o.vm_load_peak_wg_bytes);
   waves += o.waves;
 }
 
@@ -39,6 +42,8 @@ static nlohmann::json wg_json(const WorkgroupCounters& c) {
   j["mfma_macs"] = c.mfma_macs;
   j["barriers"] = c.barriers;
   j["lds_bank_cycles_modeled"] = c.lds_bank_cycles;
+  j["vm_load_peak_wave_bytes"] = c.vm_load_peak_wave_bytes;
+  j["vm_load_peak_workgroup_bytes"] = c.vm_load_peak_wg_bytes;
   j["lds_ideal_cycles_modeled"] = c.lds_ideal_cycles;
   j["waves"] = c.waves;
   return j;

@@ -27,6 +27,12 @@ struct WorkgroupCounters {
   // group takes as many clocks as the most distinct dwords any one bank holds (one dword read
   // by several lanes is a broadcast). ideal = the groups' count, as if conflict-free.
   uint64_t lds_bank_cycles = 0, lds_ideal_cycles = 0;
+  // Measurement only (no effect on execution): the peak bytes of vector-memory loads issued and
+  // not yet retired by an s_waitcnt vmcnt (the waitcnt scoreboard), per wave and summed over the
+  // workgroup's waves at one moment of the interleaving. A retirement happens at the wait that
+  // covers the load (or at s_endpgm), so this is the bytes the code keeps in flight as its
+  // waits allow, i.e. an upper bound of what hardware may have outstanding. add() keeps the max.
+  uint64_t vm_load_peak_wave_bytes = 0, vm_load_peak_wg_bytes = 0;
   unsigned waves = 0;
   void add(const WorkgroupCounters& o);
 };

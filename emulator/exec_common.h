@@ -97,6 +97,9 @@ PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds);
 
 // Retires outstanding operations until at most vm / lgkm remain (s_waitcnt semantics).
 void wait_counts(Wave& w, unsigned vm, unsigned lgkm);
+// Measurement only: records `bytes` of a vector-memory load as outstanding until `op` retires
+// (WorkgroupCounters::vm_load_peak_*).
+void count_vm_load(Wave& w, PendingOp& op, uint64_t bytes);
 // Marks the LDS range of an LDS-DMA op as invisible until its vmcnt retires.
 void register_dma(Wave& w, PendingOp& op);
 void barrier_rerecord(Wave& w);

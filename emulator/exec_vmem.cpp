@@ -3,6 +3,7 @@
 // Data is read/written when the instruction issues; the destination registers stay locked in
 // the waitcnt scoreboard until an s_waitcnt covers the operation (see executor.cpp).
 #include <algorithm>
+#include <bit>
 #include <fmt/format.h>
 
 #include "emulator/exec_common.h"
@@ -166,6 +167,7 @@ void buffer_op(Wave& w, const Inst& in) {
   else {
     PendingOp& op = push_pending(w, Queue::VM, false, lds);
     pend = &op;
+    count_vm_load(w, op, uint64_t(std::popcount(mask)) * bytes);
     if (lds) {
       op.lds_lo = lds_base;
       op.lds_hi = lds_base + 64 * bytes;
@@ -213,6 +215,7 @@ void global_op(Wave& w, const Inst& in) {
   if (store) push_pending(w, Queue::VM, false, false);
   else {
     PendingOp& op = push_pending(w, Queue::VM, false, lds);
+    count_vm_load(w, op, uint64_t(std::popcount(mask)) * bytes);
     if (lds) {
       op.lds_lo = lds_base;
       op.lds_hi = lds_base + 64 * bytes;

@@ -265,7 +265,22 @@ PendingOp& push_pending(Wave& w, Queue q, bool smem, bool lds) {
   return queue.back();
 }
 
+void count_vm_load(Wave& w, PendingOp& op, uint64_t bytes) {
+  op.vm_load_bytes = uint32_t(bytes);
+  w.vm_load_outstanding += bytes;
+  w.ctr->vm_load_peak_wave_bytes = std::max(w.ctr->vm_load_peak_wave_bytes, w.vm_load_outstanding);
+  if (w.wg) {
+    w.wg->vm_load_outstanding += bytes;
+    w.ctr->vm_load_peak_wg_bytes = std::max(w.ctr->vm_load_peak_wg_bytes, w.wg->vm_load_outstanding);
+  }
+}
+
 static void retire(Wave& w, PendingOp& op) {
+  if (op.vm_load_bytes) {
+    w.vm_load_outstanding -= op.vm_load_bytes;
+    if (w.wg) w.wg->vm_load_outstanding -= op.vm_load_bytes;
+    op.vm_load_bytes = 0;
+  }
   for (unsigned k = 0; k < op.nregs; ++k)
     for (unsigned i = 0; i < op.regs[k].count; ++i) w.pend[op.regs[k].first + i]--;
   if (op.lds && op.lds_hi > op.lds_lo)
@@ -580,6 +595,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
         for (unsigned gx = 0; gx < grid.x; ++gx) {
           wg.id[0] = gx; wg.id[1] = gy; wg.id[2] = gz;
           wg.ctr = WorkgroupCounters{};
+          wg.vm_load_outstanding = 0;
           wg.ctr.id[0] = gx; wg.ctr.id[1] = gy; wg.ctr.id[2] = gz;
           wg.ctr.waves = nwaves;
           std::fill(wg.lds.begin(), wg.lds.end(), 0);
@@ -593,6 +609,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
             std::fill(w.hist.begin(), w.hist.end(), RegHist{});
             std::fill(w.pend.begin(), w.pend.end(), 0);
             w.vmq.clear(); w.lgkmq.clear();
+            w.vm_load_outstanding = 0;
             w.nrecent = 0;
             w.ninst_in_wave = 0;
             w.scc = false; w.pc = prog.entry; w.done = false; w.at_barrier = false;

@@ -36,6 +36,9 @@ struct PendingOp {
   // Relaxed mode with EarlyRead::previous_value: the destination registers' contents before
   // the load (regs[0..nregs) in order; 1 dword per SGPR, 64 per VGPR/AGPR).
   std::vector<uint32_t> old_vals;
+  // Measurement only (WorkgroupCounters::vm_load_peak_*): bytes a vector-memory load brings
+  // (active lanes x bytes per lane, LDS-DMA included); 0 for stores and LGKM operations.
+  uint32_t vm_load_bytes = 0;
 };
 
 // Per-register hazard history.
@@ -78,6 +81,7 @@ struct Wave {
   std::vector<RegHist> hist;  // kNumRegIds
   std::vector<uint8_t> pend;  // kNumRegIds: outstanding load writes
   std::deque<PendingOp> vmq, lgkmq;
+  uint64_t vm_load_outstanding = 0;  // measurement only: bytes of the vmq's loads not yet retired
   uint64_t next_seq = 1;
   uint32_t ninst_in_wave = 0;
   uint32_t recent[8] = {};    // indices of the last executed instructions (error context)
@@ -112,6 +116,7 @@ struct Workgroup {
   std::vector<uint8_t> lds;
   std::vector<std::unique_ptr<Wave>> waves;
   WorkgroupCounters ctr;
+  uint64_t vm_load_outstanding = 0;  // measurement only: the sum of its waves' outstanding load bytes
 };
 
 }  // namespace mla::emu

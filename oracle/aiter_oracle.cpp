@@ -261,13 +261,10 @@ WorkPlan plan_work(const rt::Problem& p, int S, int qseqlen) {
   WorkPlan w;
   w.partials_of.resize(p.batch());
   for (int b = 0; b < p.batch(); ++b) {
-    const int kv0 = p.kv_indptr[b], kv1 = p.kv_indptr[b + 1], len = kv1 - kv0;
-    const int payload = ((len + S - 1) / S + 127) / 128 * 128;
+    const int kv0 = p.kv_indptr[b], kv1 = p.kv_indptr[b + 1];
     std::vector<WorkItem> items;
-    for (int st = kv0; st < kv1; st += payload) {
-      const int end = std::min(st + payload, kv1);
-      items.push_back({b, 0, p.qo_indptr[b], p.qo_indptr[b + 1], st, end, kv1 - end, 0});
-    }
+    for (auto [st, end] : persistent_item_ranges(kv1 - kv0, S))
+      items.push_back({b, 0, p.qo_indptr[b], p.qo_indptr[b + 1], kv0 + st, kv0 + end, kv1 - (kv0 + end), 0});
     for (auto& it : items) {
       if (items.size() == 1) it.partial_qo_loc = -1;
       else {
@@ -279,6 +276,17 @@ WorkPlan plan_work(const rt::Problem& p, int S, int qseqlen) {
   }
   return w;
 }
+
+}  // namespace
+
+std::vector<std::pair<int, int>> persistent_item_ranges(int len, int S) {
+  std::vector<std::pair<int, int>> r;
+  const int payload = ((len + S - 1) / S + 127) / 128 * 128;
+  for (int st = 0; st < len; st += payload) r.push_back({st, std::min(st + payload, len)});
+  return r;
+}
+
+namespace {
 
 // Findings per rule and one line per site: "rule +0xPC `text` xN: <the rule's words> (distance)".
 void record_findings(RunResult& res, const std::vector<emu::Finding>& findings) {
@@ -361,7 +369,9 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   if (std::string why = unsupported_reason(k); !why.empty()) throw OracleError(k.stem() + ": " + why);
   if (cfg.kv_split < 1) throw OracleError("kv_split must be >= 1");
 
-  const int qseqlen = std::max(1, k.qseqlen), H = k.gqa, S = cfg.kv_split;
+  if (cfg.qseqlen > std::max(1, k.qseqlen))
+    throw OracleError(fmt::format("{}: qseqlen {} is more than the kernel's {}", k.stem(), cfg.qseqlen, std::max(1, k.qseqlen)));
+  const int qseqlen = cfg.qseqlen > 0 ? cfg.qseqlen : std::max(1, k.qseqlen), H = k.gqa, S = cfg.kv_split;
   rt::ProblemParams pp;
   pp.target = k.gfx == Gfx::gfx942 ? rt::Target::gfx942 : rt::Target::gfx950;
   pp.heads = H;
@@ -466,7 +476,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   opt.quantum = cfg.quantum;
   std::ostringstream quiet;
   opt.warnings = cfg.show_warnings ? &std::cerr : &quiet;
-  opt.count_distinct = false;  // per-allocation byte counts stay on
+  opt.count_distinct = cfg.count_distinct;  // per-allocation byte counts stay on
   std::vector<uint64_t> counts;
   opt.exec_counts = &counts;
   emu::Counters c;
@@ -485,6 +495,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     return res;
   }
   res.ran = true;
+  res.counters = c;
+  res.work_items = k.ps ? int(plan.items.size()) : batch * S;
   for (auto& b : c.buffers)
     if (b.written) res.written[b.name] = b.written;
   res.wave_insts = c.total.wave_insts;
@@ -492,7 +504,10 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   record_findings(res, c.findings);
   auto prog = emu::build_program(co, *kern);
   for (size_t i = 0; i < counts.size() && i < prog->insts.size(); ++i)
-    if (counts[i]) res.forms[emu::inst_form(prog->insts[i])] += counts[i];
+    if (counts[i]) {
+      res.forms[emu::inst_form(prog->insts[i])] += counts[i];
+      res.inst_counts.push_back({prog->insts[i].text, counts[i]});
+    }
 
   if (k.ps) return finish_persistent(res, k, p, dev, final_o, ps_out, ps_lse, plan.num_partials, plan.partials_of, qseqlen);
 

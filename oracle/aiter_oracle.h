@@ -99,6 +99,12 @@ struct RunConfig {
   size_t input_slack = 0;
   uint64_t sched_seed = 0;  // wave interleaving: 0 round robin, else random with this seed
   unsigned quantum = 1;     // instructions per wave turn
+  // mlabench (bench/aiter_side.cpp): distinct global bytes per allocation (costs a bitmap each).
+  bool count_distinct = false;
+  // Query rows per request; 0: the catalog's qSeqLen (1 for its generic 0). A smaller count runs a
+  // kernel as asm_mla.cu pads to it (e.g. qseqlen 1 on the qSeqLen-4 bf16/fp8 `_ps` kernel, s_MQA
+  // = gqa x 1).
+  int qseqlen = 0;
 };
 
 struct RunResult {
@@ -119,11 +125,22 @@ struct RunResult {
   double seconds = 0;
   std::map<std::string, uint64_t> forms;     // inst_form -> wave-instructions executed
   std::map<std::string, uint64_t> written;   // allocation name -> bytes the kernel stored there
+  // The dispatch's counters (global bytes per allocation, instructions by class, MACs, peak
+  // outstanding load bytes) and every executed instruction's text with its wave-instruction
+  // count (mlabench prices them on its issue table).
+  emu::Counters counters;
+  std::vector<std::pair<std::string, uint64_t>> inst_counts;
+  int work_items = 0;   // persistent kernels: work items (= workgroups); else batch x kv_split
 };
 
 // Runs `k` on a random problem (N(0,1) inputs quantised to the kernel's dtypes; page size 1)
 // and compares with the fp64 reference. Never throws for emulator errors (they land in
 // RunResult::error); throws OracleError for a kernel it cannot set up.
 RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg);
+
+// The work items the oracle gives a persistent kernel for a request of `len` tokens and
+// `kv_split` splits (as get_mla_metadata_v1's v1_0 layout: ranges aligned to 128 tokens, at most
+// kv_split of them): [start, end) token ranges within the request.
+std::vector<std::pair<int, int>> persistent_item_ranges(int len, int kv_split);
 
 }  // namespace mla::oracle

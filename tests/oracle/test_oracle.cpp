@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "emulator/emu_test_util.h"
+#include "bench/aiter_side.h"
 #include "oracle/aiter_oracle.h"
 
 using namespace mla;
@@ -278,4 +279,38 @@ TEST_CASE("oracle: mlaoracle CLI table, --json and --forms-out on the stand-in",
   REQUIRE(forms["runs"].size() == 1);
   CHECK(forms["runs"][0]["forms"].size() > 5);
   CHECK(forms["runs"][0]["forms"].contains("s_endpgm"));
+}
+
+TEST_CASE("oracle: mlabench's aiter side fits a persistent stand-in and predicts a held-out run", "[oracle]") {
+  // bench/aiter_side.cpp on the stand-in (no aiter): four scaled runs of 128-token items, the fit
+  // per item and per token, then a run it did not see (two requests of 384 and 640 tokens in two
+  // splits: 4 items, 1024 tokens) predicted from the fit.
+  bench::AiterSideOptions o;
+  o.unit_tokens = 128;
+  const bench::AiterKernelFit f =
+      bench::measure_aiter_kernel(fake_aiter_dir(), rt::Target::gfx942, "stand_in_mla_ps", o);
+  REQUIRE(f.samples.size() == 4);
+  for (const auto& x : f.samples) CHECK(x.pass);
+  CHECK(f.waves_per_wg == 4);
+  CHECK(f.fit_residual < 0.02);
+  CHECK(f.facts.read_per_token > 576 * 2);  // at least every K byte once (each lane reads the row)
+  CHECK(f.inflight_peak_wg > 0);
+  CHECK(f.inflight_peak_wg >= f.inflight_peak_wave);
+  CHECK(f.issue_per_token > 0);
+  CHECK(f.facts.write_final_unit == 16 * 512 * 2);       // bf16 o through ptr_RP
+  CHECK(f.facts.write_partial_unit == 16 * 512 * 4 + 16 * 4);  // fp32 partial o + lse
+  auto cat = load_catalog(fake_aiter_dir(), Gfx::gfx942);
+  RunConfig cfg;
+  cfg.kv_split = 2;
+  cfg.kv_lens = {384, 640};
+  cfg.qseqlen = 1;
+  RunResult r = run_kernel(cat[1], cfg);
+  REQUIRE(r.ran);
+  CHECK(r.work_items == 4);
+  double read = 0;
+  for (const auto& b : r.counters.buffers)
+    if (b.name != "kernarg") read += double(b.read);
+  const double predicted = f.facts.read_per_unit * 4 + f.facts.read_per_token * 1024;
+  INFO("held-out read " << read << " B, predicted " << predicted << " B");
+  CHECK(std::fabs(predicted / read - 1) < 0.01);
 }

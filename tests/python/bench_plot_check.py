@@ -42,6 +42,8 @@ class TestBenchPlot(unittest.TestCase):
         self.assertEqual(s["aiter (published, seed 001)"], [184.96])
         self.assertEqual(s["seed 001's kernel (published)"], [27.08])
         self.assertEqual(s["ours, shared-prefix cascade (modeled)"], [None])
+        # mlabench --aiter-dir: aiter's code objects on the same model; absent (not run) here.
+        self.assertEqual(s["aiter's code objects, same model (modeled; mlabench --aiter-dir)"], [None])
         self.assertAlmostEqual(s["modeled bandwidth / achievable HBM ceiling (modeled; MI300X 5.3 TB/s)"][0], 0.5)
 
 
