@@ -222,6 +222,12 @@ nlohmann::json ShapeResult::to_json() const {
                        {"lds_bank_factor_modeled", lds_bank_factor}};
   j["modeled"] = modeled.to_json();
   j["modeled"]["modeled_tbps"] = modeled_tbps;
+  {
+    const Machine m = machine_for(shape.shape.target);  // the ceiling these times were priced at
+    j["modeled"]["hbm_ceiling"] = m.ceiling_text();
+    j["modeled"]["hbm_ceiling_bytes_per_s"] = m.hbm_bytes_per_s;
+    j["modeled"]["fraction_of_hbm_ceiling"] = modeled_tbps * 1e12 / m.hbm_bytes_per_s;
+  }
   j["modeled"]["brute_force_best_splits"] = brute.best_splits;
   j["modeled"]["brute_force_best_us"] = brute.best_s * 1e6;
   j["modeled"]["plan_over_brute_force_best"] = plan_over_best;

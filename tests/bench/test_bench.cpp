@@ -384,3 +384,23 @@ TEST_CASE("bench: at full scale the cascade plan is emulated end to end, and its
   CHECK(f.mfma_macs + f.prefix_macs == Approx(b.macs).epsilon(5e-3));
   CHECK(f.kv_distinct == Approx(b.kv_distinct).epsilon(1e-9));
 }
+
+TEST_CASE("bench: modeled times are priced at the achievable HBM ceiling and say so, the datasheet peak beside it") {
+  const Machine mi300 = machine_for(rt::Target::gfx942), mi355 = machine_for(rt::Target::gfx950);
+  CHECK(mi300.hbm_bytes_per_s == 4.1e12);   // BabelStream on MI300X (generator/target)
+  CHECK(mi300.hbm_peak_bytes_per_s == 5.3e12);
+  CHECK(mi355.hbm_bytes_per_s == 6.0e12);   // an estimate, stated as such
+  CHECK(mi355.hbm_peak_bytes_per_s == 8.0e12);
+  CHECK(mi355.hbm_source.rfind("estimate", 0) == 0);
+  CHECK(mi300.hbm_source.rfind("measured", 0) == 0);
+  for (const auto& r : seed_results()) {
+    const nlohmann::json j = r.to_json();
+    const Machine& m = r.shape.shape.target == rt::Target::gfx942 ? mi300 : mi355;
+    INFO(r.shape.name);
+    CHECK(j.at("modeled").at("hbm_ceiling_bytes_per_s").get<double>() == m.hbm_bytes_per_s);
+    CHECK(j.at("modeled").at("hbm_ceiling").get<std::string>().find("achievable") != std::string::npos);
+    // The HBM floor is the distinct bytes at the ceiling: no modeled time beats it.
+    CHECK(r.modeled.decode_s >= r.modeled.hbm_floor_s);
+    CHECK(j.at("modeled").at("fraction_of_hbm_ceiling").get<double>() <= 1.0);
+  }
+}
