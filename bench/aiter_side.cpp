@@ -66,67 +66,6 @@ std::vector<int> aiter_v1_0_cu_of_items(int items, int num_cu) {
   return cu;
 }
 
-std::vector<int> round_robin_cus(int items, int num_cu) {
-  std::vector<int> cu(static_cast<size_t>(items));
-  for (int i = 0; i < items; ++i) cu[size_t(i)] = i % num_cu;
-  return cu;
-}
-
-ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups) {
-  if (cu_of_unit.size() != units.size())
-    throw std::invalid_argument("model_time_assigned: one CU per unit expected");
-  const int C = m.cus;
-  std::vector<double> bytes(C, 0), tiles(C, 0);
-  std::vector<int> n(C, 0);
-  double total = f.distinct_per_q_group * q_groups;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const auto& u = units[i];
-    const int c = cu_of_unit[i];
-    if (c < 0 || c >= C) throw std::invalid_argument(fmt::format("model_time_assigned: unit {} on CU {} of {}", i, c, C));
-    const double w = u.partial ? f.write_partial_unit : f.write_final_unit;
-    bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + w;
-    total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
-    tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
-    n[c] += 1;
-  }
-  // From here on model_time's per-CU terms (bench/machine.cpp), unchanged.
-  ModeledTime t;
-  t.hbm_floor_s = total / m.hbm_bytes_per_s;
-  const double port = m.cu_port_bytes_per_clk * m.clock_hz;
-  double worst = 0;
-  for (int c = 0; c < C; ++c) {
-    if (!n[c]) continue;
-    const int resident = std::min(n[c], f.max_resident_wgs);
-    const double rate = std::min(port, resident * f.inflight_bytes_per_wg / m.little_latency_s);
-    const double simds = std::min(4, resident * f.consumers);
-    const double mem = bytes[c] / rate;
-    const double issue = std::max(tiles[c] * f.row_blocks * f.hot_loop_cycles / m.clock_hz / simds,
-                                  tiles[c] * f.lds_cycles_per_tile / m.clock_hz);
-    const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
-    const double tc = fill + std::max(mem, issue);
-    if (tc > worst) {
-      worst = tc;
-      t.max_cu_mem_s = mem;
-      t.max_cu_compute_s = issue;
-      t.per_cu_rate = rate;
-    }
-  }
-  t.decode_s = std::max(worst, t.hbm_floor_s);
-  if (t.decode_s == t.hbm_floor_s) t.bound = "HBM bandwidth";
-  else if (t.max_cu_compute_s > t.max_cu_mem_s) t.bound = "hot-loop issue";
-  else if (t.per_cu_rate < port) t.bound = "bytes in flight (Little)";
-  else t.bound = "CU read port";
-  t.launch_s = m.launch_s;
-  if (reduce_entries > 0) {
-    const double rb = f.reduce_per_entry * reduce_entries + f.reduce_per_split * reduce_splits;
-    t.reduce_s = std::max(rb / m.hbm_bytes_per_s, m.unit_fill_s);
-    t.launch_s += m.launch_s;
-  }
-  t.total_s = t.launch_s + t.decode_s + t.reduce_s;
-  return t;
-}
-
 // ---- measurement ----------------------------------------------------------------------------
 
 nlohmann::json AiterSample::to_json() const {

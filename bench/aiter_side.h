@@ -36,15 +36,6 @@ int aiter_v1_0_splits(rt::Target t, int seqlen_kv, int batch, int num_cu, int nu
 // taking W / num_cu + 1 items, the others W / num_cu. Returns the CU of each item.
 std::vector<int> aiter_v1_0_cu_of_items(int items, int num_cu);
 
-// Workgroups of a non-persistent grid go to CUs round robin in launch order: cu = i mod num_cu.
-std::vector<int> round_robin_cus(int items, int num_cu);
-
-// model_time (bench/machine.cpp) with an explicit unit -> CU assignment (cu_of_unit[i] in
-// [0, m.cus)); the per-CU terms are model_time's. model_time(m, f, u, ...) ==
-// model_time_assigned(m, f, u, round_robin_cus(u.size(), m.cus), ...) (tested).
-ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups);
-
 // ---- aiter's kernel, measured like ours ----------------------------------------------------
 
 // One scaled emulator run of an aiter code object.

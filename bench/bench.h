@@ -121,6 +121,15 @@ struct ModeledTime {
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
                        int reduce_entries, int reduce_splits, int q_groups);
 std::vector<ModelUnit> model_units(const rt::Plan& plan);
+// Workgroups of a non-persistent grid go to CUs round robin in launch order: cu = i mod num_cu.
+std::vector<int> round_robin_cus(int items, int num_cu);
+
+// model_time with an explicit unit -> CU assignment (cu_of_unit[i] in [0, m.cus)), for launches
+// that do not hand workgroup i to CU i mod C (aiter's persistent work lists); model_time is it
+// with round_robin_cus.
+ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
+                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups);
+
 
 // Brute force: every request split into s near-equal whole-tile runs, for s = 1..max_splits,
 // longest first, one unit per CU per round; returns the best modeled time and its s.

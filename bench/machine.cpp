@@ -1,6 +1,7 @@
 // The machine model (docs/performance.md). Every number it produces is modeled, not measured.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -58,8 +59,16 @@ std::vector<ModelUnit> model_units(const rt::Plan& plan) {
   return v;
 }
 
-ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits, int q_groups) {
+std::vector<int> round_robin_cus(int items, int num_cu) {
+  std::vector<int> cu(static_cast<size_t>(items));
+  for (int i = 0; i < items; ++i) cu[size_t(i)] = i % num_cu;
+  return cu;
+}
+
+ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
+                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups) {
+  if (cu_of_unit.size() != units.size())
+    throw std::invalid_argument("model_time_assigned: one CU per unit expected");
   const int C = m.cus;
   std::vector<double> bytes(C, 0), tiles(C, 0);
   std::vector<int> n(C, 0);
@@ -68,7 +77,8 @@ ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector
   double total = f.distinct_per_q_group * q_groups;
   for (size_t i = 0; i < units.size(); ++i) {
     const auto& u = units[i];
-    const int c = int(i % size_t(C));
+    const int c = cu_of_unit[i];
+    if (c < 0 || c >= C) throw std::invalid_argument(fmt::format("model_time_assigned: unit {} on CU {} of {}", i, c, C));
     const double w = u.partial ? f.write_partial_unit : f.write_final_unit;
     bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + w;
     total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
@@ -111,6 +121,11 @@ ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector
   }
   t.total_s = t.launch_s + t.decode_s + t.reduce_s;
   return t;
+}
+
+ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
+                       int reduce_entries, int reduce_splits, int q_groups) {
+  return model_time_assigned(m, f, units, round_robin_cus(int(units.size()), m.cus), reduce_entries, reduce_splits, q_groups);
 }
 
 BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits) {
