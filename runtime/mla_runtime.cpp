@@ -47,6 +47,9 @@ struct mla_plan {
 
 static_assert(sizeof(mla_work_unit) == sizeof(WorkUnit), "mla_work_unit mirrors WorkUnit");
 static_assert(sizeof(mla_reduce_entry) == sizeof(ReduceEntry), "mla_reduce_entry mirrors ReduceEntry");
+static_assert(sizeof(mla_prefix_unit) == sizeof(mla::abi::PrefixUnit) && offsetof(mla_prefix_unit, rows) == offsetof(mla::abi::PrefixUnit, rows) &&
+                  offsetof(mla_prefix_unit, first_request) == offsetof(mla::abi::PrefixUnit, first_request),
+              "mla_prefix_unit mirrors mla::abi::PrefixUnit");
 
 namespace {
 
@@ -652,6 +655,15 @@ mla_status mla_plan_get_tables(const mla_plan* plan, const mla_work_unit** units
     if (reduces) *reduces = reinterpret_cast<const mla_reduce_entry*>(p.reduces.data());
     if (num_reduces) *num_reduces = p.reduces.size();
     if (splits) *splits = reinterpret_cast<const int32_t*>(p.splits.data());
+  });
+}
+
+mla_status mla_plan_get_prefix_units(const mla_plan* plan, const mla_prefix_unit** units, size_t* num_units) {
+  return guard([&] {
+    need(plan, "plan");
+    const Plan& p = plan->plan;
+    if (units) *units = reinterpret_cast<const mla_prefix_unit*>(p.prefix_units.data());
+    if (num_units) *num_units = p.prefix_units.size();
   });
 }
 

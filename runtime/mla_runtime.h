@@ -262,6 +262,15 @@ typedef struct mla_reduce_entry {
 /* Pointers into the plan, valid until its next update or destruction. Any out may be NULL. */
 mla_status mla_plan_get_tables(const mla_plan* plan, const mla_work_unit** units, size_t* num_units,
                                const mla_reduce_entry** reduces, size_t* num_reduces, const int32_t** splits);
+/* A cascade plan's prefix-kernel units, in its launch order (none without a cascading group:
+ * *num_units = 0). Each reads the KV range [kv_start, kv_end) of the prefix its group shares, for
+ * the group's rows [row_group * rows per prefix unit, ...) of its `rows` = count * heads * qseqlen,
+ * and writes row r to partial slot `partial + r / (heads * qseqlen)`. Valid until the plan's next
+ * update or destruction; either out may be NULL. */
+typedef struct mla_prefix_unit {
+  int32_t qo_row, page_base, kv_start, kv_end, rows, partial, row_group, first_request;
+} mla_prefix_unit;
+mla_status mla_plan_get_prefix_units(const mla_plan* plan, const mla_prefix_unit** units, size_t* num_units);
 
 /* ---- Decode ------------------------------------------------------------------------------ */
 

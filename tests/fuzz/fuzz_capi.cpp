@@ -3,7 +3,7 @@
 // selection flags, a plan's capacity, context options, and a few batches (kv lengths, page-table
 // stride, host page tables and caller groups); planning only, no decode dispatch (too slow).
 //
-// Findings are crashes, sanitizer reports, and plans that break the tables' contract: a unit
+// Findings are crashes, sanitizer reports, and plans that break the tables' contract: a unit (or prefix unit)
 // outside its request, or a count that disagrees with mla_plan_get_info. Every error must be a
 // status with a message; the API never throws or aborts.
 #include <cstddef>
@@ -108,6 +108,17 @@ void check_plan(const mla_plan* plan, const std::vector<int32_t>& lens) {
     if (u.batch < 0 || u.batch >= info.batch) contract_broken("unit batch outside the batch");
     if (u.kv_len != lens[size_t(u.batch)]) contract_broken("unit kv_len != its request's");
     if (!(0 <= u.kv_start && u.kv_start < u.kv_end && u.kv_end <= u.kv_len)) contract_broken("unit token range");
+  }
+  const mla_prefix_unit* pu = nullptr;
+  size_t npu = 0;
+  if (mla_plan_get_prefix_units(plan, &pu, &npu) != MLA_SUCCESS) contract_broken("get_prefix_units failed");
+  if (npu != size_t(info.num_prefix_units)) contract_broken("prefix units != info.num_prefix_units");
+  for (size_t i = 0; i < npu; ++i) {
+    const mla_prefix_unit& u = pu[i];
+    if (u.first_request < 0 || u.first_request >= info.batch) contract_broken("prefix unit's first request outside the batch");
+    if (!(0 <= u.kv_start && u.kv_start < u.kv_end && u.kv_end <= lens[size_t(u.first_request)]))
+      contract_broken("prefix unit token range outside its first request");
+    if (u.rows < 1 || u.partial < 0 || u.partial >= info.num_partials) contract_broken("prefix unit rows or slot");
   }
   for (size_t i = 0; i < nr; ++i)
     if (reduces[i].num_splits < 2 || reduces[i].first_partial < 0 ||

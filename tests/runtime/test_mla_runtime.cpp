@@ -2,6 +2,7 @@
 // read outputs, compared with the fp64 reference; the kernarg bytes a HIP launch would send are
 // the bytes the emulator dispatched; bad input gives an error code and message (no crash); the
 // HIP backend fails cleanly with no GPU; examples/mla_example runs on the emulator.
+#include <map>
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 
@@ -332,6 +334,26 @@ TEST_CASE("C API: shared prefixes are detected from a host page table, or taken 
   mla_plan_info info;
   OK(mla_plan_get_info(s.plan, &info));
   CHECK(info.num_prefix_units > 0);
+  {
+    // The prefix units as the prefix kernel reads them: the group's 3 x 16 rows, its first
+    // request, ranges inside the 256 shared tokens that cover them once per row group.
+    const mla_prefix_unit* pu = nullptr;
+    size_t npu = 0;
+    OK(mla_plan_get_prefix_units(s.plan, &pu, &npu));
+    REQUIRE(npu == size_t(info.num_prefix_units));
+    std::map<int, int> covered;  // row group -> tokens
+    for (size_t i = 0; i < npu; ++i) {
+      CHECK(pu[i].first_request == 0);
+      CHECK(pu[i].qo_row == 0);
+      CHECK(pu[i].page_base == s.prob.kv_indptr[0]);
+      CHECK(pu[i].rows == 3 * 16);
+      CHECK((0 <= pu[i].kv_start && pu[i].kv_start < pu[i].kv_end && pu[i].kv_end <= 256));
+      CHECK((pu[i].partial >= 0 && pu[i].partial + 2 < info.num_partials));  // rows 0..47 -> slots partial + 0..2
+      covered[pu[i].row_group] += pu[i].kv_end - pu[i].kv_start;
+    }
+    for (const auto& [group, tokens] : covered) CHECK(tokens == 256);
+    CHECK(mla_plan_get_prefix_units(nullptr, &pu, &npu) == MLA_ERROR_INVALID_ARGUMENT);
+  }
   OK(mla_memset(s.dev, s.args.o, 0xff, size_t(s.prob.rows()) * 16 * 512 * 2));  // poison: a row not written fails
   OK(mla_decode(s.ctx, s.plan, &s.args, s.ws, s.ws_bytes, nullptr));
   s.check_against_reference();
@@ -348,9 +370,14 @@ TEST_CASE("C API: shared prefixes are detected from a host page table, or taken 
         "prefix group 0 (first 3, count 2, shared_tokens 128): count = 2 (allowed: 2..batch - first = 1)");
   FAILS(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, nullptr, 2), MLA_ERROR_INVALID_ARGUMENT,
         "num_groups = 2 with groups NULL");
-  // No page table, no groups: an empty list.
+  // No page table, no groups: an empty list, and no prefix units.
   OK(mla_plan_update_shared(s.ctx, s.plan, lens.data(), 4, 0, nullptr, nullptr, 0));
   CHECK(nlohmann::json::parse(mla_plan_describe_json(s.plan))["prefix_groups"].empty());
+  {
+    size_t npu = 99;
+    OK(mla_plan_get_prefix_units(s.plan, nullptr, &npu));
+    CHECK(npu == 0);
+  }
   CHECK(mla_plan_describe_json(nullptr) == nullptr);
 }
 
