@@ -94,6 +94,12 @@ TEST_CASE("aiter: the model with an explicit unit -> CU assignment, against a ha
   // Spread over three CUs: 1e6 / 16e9 = 62.5 us + 1 fill.
   t = model_time_assigned(m, f, units, {0, 1, 2}, 0, 0, 1);
   CHECK(t.decode_s == Approx(63.5e-6));
+  // model_time hands unit i to CU i mod C (hand computation, not the shared code): five units
+  // on 4 CUs put units 0 and 4 on CU 0: 2e6 bytes at 16 GB/s = 125 us + 2 fills = 127 us.
+  {
+    const std::vector<ModelUnit> five = {{1000, false}, {1000, false}, {1000, false}, {1000, false}, {1000, false}};
+    CHECK(model_time(m, f, five, 0, 0, 1).decode_s == Approx(127e-6));
+  }
   // Round robin is model_time's assignment: the two agree on a real plan's units.
   f.hot_loop_cycles = 300;
   f.write_partial_unit = 4096;
