@@ -114,7 +114,7 @@ std::string format_inst(const Program& p, const Inst& inst) {
     default: break;
   }
   std::string_view name = inst.name();
-  if (name == "buffer_load_dword_lds") name = "buffer_load_dword";  // the lds modifier is in mods
+  if (name.starts_with("buffer_load_") && name.ends_with("_lds")) name.remove_suffix(4);  // the lds modifier is in mods
   std::string s(name);
   bool first = true;
   for (const auto* list : {&inst.dst, &inst.src})

@@ -252,8 +252,8 @@ void Consumer::tile_loop() {
 // LDS addresses of this wave's tile in the slot: with one slot and one sub-tile they do not
 // change from tile to tile, and are set once before the loop (MlaDecodePlan::fixed_addresses).
 void Consumer::tile_addresses(bool k_too) {
-  if (g.ring == 2) {
-    b.s_and_b32(sslot, k_.iter, Imm(1));
+  if (g.ring >= 2) {  // a power of two (geometry)
+    b.s_and_b32(sslot, k_.iter, Imm(g.ring - 1));
     b.s_mul_i32(sslot, sslot, Imm(k_.slot_bytes()));
   } else {
     b.s_mov_b32(sslot, Imm(0));

@@ -77,6 +77,14 @@ struct Kernel {
     else throw std::logic_error(fmt::format("mla_decode: no LDS read of {} dwords", dst.count));
   }
 
+  // Pages of at least a tile: `carried` = 0 when the tile starting at token `start` is the
+  // unit's first tile in its page (it fetches the page id), else nonzero (the id is at hand).
+  void page_continues(SReg start, SReg carried) {
+    b.s_and_b32(carried, start, Imm(s.page_size - 1));
+    b.s_cmp_eq_u32(start, kv_start());
+    b.s_cselect_b32(carried, Imm(0), carried);
+  }
+
   // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
   void unless_scc1(F&& body) {
@@ -87,7 +95,8 @@ struct Kernel {
   }
 };
 
-void emit_producer(Kernel& k);
+void emit_producer(Kernel& k);      // registers staging (mla_decode_producer.cpp)
+void emit_producer_dma(Kernel& k);  // LDS DMA (mla_decode_producer_dma.cpp)
 void emit_consumer(Kernel& k);
 
 }  // namespace mla::gen::decode

@@ -145,13 +145,7 @@ class Producer {
     b.s_mov_exec(saved_exec0);
   }
 
-  // page_carried = 0 when the tile starting at token `start` is the unit's first tile in its
-  // page (it fetches the page id), else nonzero (the page's id is already at hand).
-  void page_continues(SReg start) {
-    b.s_and_b32(page_carried, start, Imm(k_.s.page_size - 1));
-    b.s_cmp_eq_u32(start, k_.kv_start());
-    b.s_cselect_b32(page_carried, Imm(0), page_carried);
-  }
+  void page_continues(SReg start) { k_.page_continues(start, page_carried); }
 
   void share_index(int s) {
     if (lanes_per_token == 2) b.v_mov_b32_quad_perm(idx[s], idx[s], 0, 0, 2, 2);
@@ -342,6 +336,9 @@ class Producer {
 
 }  // namespace
 
-void emit_producer(Kernel& k) { Producer(k).emit(); }
+void emit_producer(Kernel& k) {
+  if (k.g.lds_dma) emit_producer_dma(k);
+  else Producer(k).emit();
+}
 
 }  // namespace mla::gen::decode

@@ -20,6 +20,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"slot_tokens", slot_tokens},
           {"ring", ring},
           {"stage_slots", stage_slots},
+          {"kv_to_lds", lds_dma ? "lds_dma" : "registers"},
           {"q_in_lds", q_in_lds},
           {"kv_row_bytes", kv_row_bytes},
           {"lds_row_pad", lds_row_pad},
@@ -178,6 +179,25 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
   return false;
 }
 
+// Prefix kernels stream KV with 16-byte LDS DMA where the target has it (gfx950) and the producer's
+// simple case holds: a tile lies in one page (its rows are contiguous in memory: one buffer
+// resource per tile), one consumer per row block (no split merge, no Q through a ring slot),
+// Q in AGPRs and 16-byte-aligned LDS rows. The ring then has kDmaRing slots, kDmaRing - 1 of
+// them in flight, when they fit the LDS (fp8: 4 x 18.5 KiB, two workgroups per CU on gfx950).
+// Decode kernels keep the register producer, so their code objects stay as they are.
+constexpr int kDmaRing = 4;
+void lds_dma_ring(MlaGeometry& g, const Target& t) {
+  if (!g.prefix || !t.has_lds_dma_b128 || !g.page_id_per_tile || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
+      g.lds_row_bytes % 16 != 0)
+    return;
+  const int bytes = kDmaRing * g.slot_tokens * g.lds_row_bytes + g.q_region_bytes;
+  if (uint32_t(bytes) > t.lds_bytes) return;
+  g.lds_dma = true;
+  g.ring = kDmaRing;
+  g.stage_slots = 0;
+  g.lds_bytes = bytes;
+}
+
 // The geometry with or without the Q split; nullopt when no LDS layout fits.
 std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   const Target& t = target(s.arch);
@@ -198,6 +218,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.page_id_per_tile = s.page_size >= g.tile_tokens;
+  lds_dma_ring(g, t);
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));

@@ -60,7 +60,11 @@ struct MlaGeometry {
   bool q_split = false;
   int q_lds_row = 0;       // LDS stride of a Q row (q_in_lds or the copy through a slot)
   int q_lo_offset = 0;     // split: byte offset of the lo image within a row
-  int stage_slots = 1;     // D: slots the producer keeps in flight in registers (1 or 2)
+  int stage_slots = 1;     // D: slots the producer keeps in flight in registers (1 or 2; 0 with LDS DMA)
+  // The producer streams KV straight into the ring with 16-byte LDS DMA (buffer_load_dwordx4
+  // ... lds) instead of staging it in registers: ring - 1 slots in flight, one tag per slot
+  // (mla_decode_producer_dma.cpp).
+  bool lds_dma = false;
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16

@@ -17,8 +17,16 @@ namespace {
 constexpr int kMaxVmWait = 62;
 constexpr int kMaxLgkmWait = 14;
 
-// Scoreboard slots: SGPRs, VGPRs, AGPRs, then two pseudo-registers for LDS memory.
-constexpr int kS = 0, kV = 128, kA = kV + 256, kLdsDma = kA + 256, kLdsWrite = kLdsDma + 1, kSlots = kLdsWrite + 1;
+// Scoreboard slots: SGPRs, VGPRs, AGPRs, then pseudo-registers for LDS memory: one per LDS-DMA
+// region (Inst::dma_regions) and one for this wave's ds_writes.
+constexpr int kDmaRegions = 8;
+constexpr int kS = 0, kV = 128, kA = kV + 256, kLdsDma = kA + 256, kLdsWrite = kLdsDma + kDmaRegions, kSlots = kLdsWrite + 1;
+
+template <class F>
+void for_each_dma_region(uint8_t regions, F&& f) {
+  for (int r = 0; r < kDmaRegions; ++r)
+    if ((regions >> r) & 1) f(kLdsDma + r);
+}
 
 struct Slot {
   int8_t vm = -1;    // younger vm ops issued since the write; -1 = nothing pending
@@ -89,13 +97,19 @@ Wait needed(const State& s, const Inst& inst) {
       if (inst.cls() == OpClass::LdsRead && x.vm < 0 && !x.smem) return;
       require(s, slot, w);
     });
-  if (inst.is_lds()) require(s, kLdsDma, w);
-  // A barrier hands LDS to the other waves: this wave's LDS writes (and DMA) must have landed,
-  // and its LDS reads must have been performed, before another wave may write what they read
-  // (the memory model's workgroup release: lgkmcnt(0) for LDS). Reads whose results are still
-  // pending are outstanding reads.
+  // This wave's own LDS accesses wait for all of its LDS DMA (the regions are not addresses).
+  if (inst.is_lds()) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
+  // A barrier hands LDS to the other waves: this wave's LDS writes (and the DMA into the regions
+  // the barrier publishes) must have landed, and its LDS reads must have been performed, before
+  // another wave may write what they read (the memory model's workgroup release: lgkmcnt(0) for
+  // LDS). Reads whose results are still pending are outstanding reads. DMA into regions the
+  // barrier does not publish stays in flight: the builder asserts that no other wave touches
+  // them before a later barrier publishes them (the emulator's lds_dma rule checks it).
+  // A wave ends with no LDS DMA in flight: the workgroup's LDS may be reallocated once its
+  // waves have ended, and an outstanding DMA would still write it.
+  if (inst.cls() == OpClass::EndPgm) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
   if (inst.cls() == OpClass::Barrier) {
-    require(s, kLdsDma, w);
+    for_each_dma_region(inst.dma_regions, [&](int slot) { require(s, slot, w); });
     require(s, kLdsWrite, w);
     for (int k = kV; k < kLdsDma; ++k)
       if (!s.slot[k].smem && s.slot[k].lgkm >= 0) require(s, k, w);
@@ -122,7 +136,7 @@ void issue(State& s, const Inst& inst) {
         if (x.vm >= 0) x.vm = int8_t(std::min(x.vm + 1, kMaxVmWait));
       if (inst.cls() == OpClass::VmemLoad)
         for_each_result_slot(inst, [&](int slot) { s.slot[slot].vm = 0; });
-      if (inst.cls() == OpClass::LdsDma) s.slot[kLdsDma].vm = 0;
+      if (inst.cls() == OpClass::LdsDma) for_each_dma_region(inst.dma_regions, [&](int slot) { s.slot[slot].vm = 0; });
       break;
     case OpClass::LdsRead:
     case OpClass::LdsWrite:

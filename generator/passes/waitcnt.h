@@ -12,6 +12,8 @@
 // Memory dependencies through LDS: a ds_read/ds_write after an LDS DMA waits for the DMA
 // (vmcnt), and s_barrier waits for this wave's LDS writes and LDS DMA so that other waves
 // see them after the barrier (s_barrier itself does not wait on gfx90a+: back-off barrier).
+// LDS DMA is tracked per region (Inst::dma_regions, e.g. the slots of a ring): a barrier waits
+// only for the DMA into the regions it publishes, so that a producer keeps later slots in flight.
 #pragma once
 #include "program/program.h"
 

@@ -200,6 +200,17 @@ void Builder::buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_
   emit("buffer_load_dword_lds", {}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset, true));
 }
 
+void Builder::buffer_load_dwordx4_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset, uint8_t dma_regions) {
+  if (!target().has_lds_dma_b128)
+    throw std::logic_error(fmt::format("buffer_load_dwordx4 lds: {} has no 16-byte LDS DMA", target().name));
+  check_width("buffer_load_dwordx4 lds", rsrc.count, 4, "srsrc");
+  check_width("buffer_load_dwordx4 lds", vaddr.count, 1, "vaddr");
+  if (offset > 4095) throw std::invalid_argument(fmt::format("buffer_load_dwordx4 lds: offset {} exceeds 12 bits", offset));
+  if (dma_regions == 0) throw std::invalid_argument("buffer_load_dwordx4 lds: an LDS DMA writes at least one region");
+  emit("buffer_load_dwordx4_lds", {}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset, true)).dma_regions =
+      dma_regions;
+}
+
 void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset) {
   check_width(m, d.count, width, "vdst");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));

@@ -74,6 +74,9 @@ class Builder {
   void s_cbranch_vccnz(Label l) { branch("s_cbranch_vccnz", l); }
   void s_cbranch_execz(Label l) { branch("s_cbranch_execz", l); }
   void s_barrier() { emit("s_barrier", {}, {}); }
+  // A barrier after which the other waves read only these LDS-DMA regions of this wave's
+  // (Inst::dma_regions): the waitcnt pass leaves DMA into the other regions in flight.
+  void s_barrier_publishing(uint8_t dma_regions) { emit("s_barrier", {}, {}).dma_regions = dma_regions; }
   void s_endpgm() { emit("s_endpgm", {}, {}); }
   void s_setprio(int prio) { emit("s_setprio", {}, {Operand::of(Imm(prio))}); }
 
@@ -132,6 +135,9 @@ class Builder {
   void v_cvt_pk_bf16_f32(VReg d, VSrc lo, VSrc hi) { vop("v_cvt_pk_bf16_f32", d, {lo, hi}); }
   void s_and_saveexec_b64(SReg saved, SSrc mask) { sop("s_and_saveexec_b64", saved, 2, {mask}); }
   void s_mov_exec(SSrc v) { emit("s_mov_b64", {Operand::of(exec)}, {v.op}); }
+  void s_mov_exec_lo(SSrc v) { emit("s_mov_b32", {Operand::of(exec_lo)}, {v.op}); }
+  void s_mov_exec_hi(SSrc v) { emit("s_mov_b32", {Operand::of(exec_hi)}, {v.op}); }
+  void s_mov_m0(SSrc v) { emit("s_mov_b32", {Operand::of(m0)}, {v.op}); }
   void v_add_f32(VReg d, VSrc a, VSrc b) { vop("v_add_f32", d, {a, b}); }
   void v_sub_f32(VReg d, VSrc a, VSrc b) { vop("v_sub_f32", d, {a, b}); }
   void v_mul_f32(VReg d, VSrc a, VSrc b) { vop("v_mul_f32", d, {a, b}); }
@@ -167,6 +173,10 @@ class Builder {
   void buffer_store_dwordx4(VReg data, VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0) { mubuf_store("buffer_store_dwordx4", data, 4, vaddr, rsrc, soffset, offset); }
   // Loads one dword per lane straight into LDS at M0 + lane*4 + offset.
   void buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0);
+  // Loads 16 bytes per lane straight into LDS at M0 + lane*16 + offset (gfx950; lanes whose
+  // dwords fall outside the resource's num_records read nothing). `dma_regions`: the LDS
+  // regions it writes (Inst::dma_regions).
+  void buffer_load_dwordx4_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset = 0, uint8_t dma_regions = 0xff);
 
   // ---- Global memory (64-bit per-lane address, or SGPR base + 32-bit per-lane offset) ----
   void global_load_dword(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dword", d, 1, addr64, offset); }

@@ -160,6 +160,7 @@ const OpInfo kOps[] = {
     {"buffer_store_dwordx4", C::VmemStore, kUseExec},
     {"buffer_store_short", C::VmemStore, kUseExec},
     {"buffer_load_dword_lds", C::LdsDma, kUseExec | kUseM0},  // printed "buffer_load_dword ... lds"
+    {"buffer_load_dwordx4_lds", C::LdsDma, kUseExec | kUseM0},  // printed "buffer_load_dwordx4 ... lds"
     {"global_load_dword", C::VmemLoad, kUseExec},
     {"global_load_dwordx2", C::VmemLoad, kUseExec},
     {"global_load_dwordx4", C::VmemLoad, kUseExec},

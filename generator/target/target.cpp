@@ -109,7 +109,7 @@ Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_v
                 .hbm_achievable_bytes_per_s = hbm_achievable,
                 .hbm_achievable_source = hbm_source,
                 .has_lds_transpose = cdna4,
-                .has_global_load_lds_x4 = cdna4,
+                .has_lds_dma_b128 = cdna4,
                 .has_cvt_pk_bf16 = cdna4,
                 .has_cvt_pk_bf16_fp8 = cdna4,
                 .mfma = std::move(mfma),

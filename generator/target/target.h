@@ -86,7 +86,7 @@ struct Target {
   double hbm_achievable_bytes_per_s;
   std::string_view hbm_achievable_source;
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
-  bool has_global_load_lds_x4; // global_load_lds_dwordx4 (gfx950)
+  bool has_lds_dma_b128;       // 16-byte LDS DMA: buffer_load_dwordx4 ... lds, global_load_lds_dwordx4 (gfx950)
   bool has_cvt_pk_bf16;        // v_cvt_pk_bf16_f32 (gfx950); gfx942 rounds to bf16 with integer ops
   // v_cvt_scalef32_pk_bf16_fp8 (gfx950): fp8 -> bf16 in one VALU per two values. gfx942 widens
   // through f32 (v_cvt_pk_f32_fp8 + v_perm_b32, one VALU per value), so its bf16-q decode

@@ -133,3 +133,32 @@ TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover 
     CHECK(g.q_row_pad == c.q_pad);
   }
 }
+
+// Prefix kernels stream KV with LDS DMA into a 4-slot ring where gfx950 has 16-byte LDS DMA and
+// a tile lies in one page (docs/shared-prefix.md); elsewhere, and in every decode kernel, the
+// producer stages KV in registers.
+TEST_CASE("prefix geometry: LDS DMA and a 4-slot ring on gfx950 when a tile lies in one page") {
+  auto spec = [](Arch a, DType q, DType kv, int page, KernelKind kind = KernelKind::MlaPrefix) {
+    KernelSpec s = decode_spec(a, q, kv, 12);
+    s.kind = kind;
+    s.page_size = page;
+    return s;
+  };
+  const MlaGeometry f8 = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 128));
+  CHECK(f8.lds_dma);
+  CHECK(f8.ring == 4);
+  CHECK(f8.stage_slots == 0);
+  CHECK(f8.lds_bytes == 4 * 32 * 592);  // two workgroups per CU still fit 160 KiB
+  CHECK(f8.to_json().at("kv_to_lds") == "lds_dma");
+  const MlaGeometry b16 = mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 64));
+  CHECK(b16.lds_dma);
+  CHECK(b16.lds_bytes == 4 * 32 * 1168);
+  // Page 1 (a page id per token), gfx942 (4-byte LDS DMA only) and decode kernels: registers.
+  for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 1), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
+                              spec(Arch::gfx950, DType::fp8, DType::fp8, 128, KernelKind::MlaDecode)}) {
+    const MlaGeometry g = mla_geometry(s);
+    CHECK_FALSE(g.lds_dma);
+    CHECK(g.stage_slots >= 1);
+    CHECK(g.to_json().at("kv_to_lds") == "registers");
+  }
+}

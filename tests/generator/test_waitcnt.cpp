@@ -196,6 +196,39 @@ TEST_CASE("waitcnt: s_barrier waits for this wave's outstanding LDS reads, not f
   CHECK(before(lines, "s_barrier") == "s_waitcnt lgkmcnt(0)");
 }
 
+// A ring producer: DMA into slot 0 then slot 1; the barrier that hands over slot 0 leaves slot 1's
+// two loads in flight, an unannotated barrier waits for all, and a wave ends with none in flight.
+TEST_CASE("waitcnt: a barrier waits only for the LDS-DMA regions it publishes") {
+  Fixture f(Arch::gfx950);
+  auto& ra = f.b.regs();
+  SReg rsrc = ra.sgpr(4, "rsrc");
+  VReg addr = ra.vgpr(1, "addr");
+  for (uint8_t region : {uint8_t(1), uint8_t(2)})
+    for (int k = 0; k < 2; ++k) f.b.buffer_load_dwordx4_lds(addr, rsrc, Imm(0), 0, region);
+  f.b.s_barrier_publishing(1);
+  f.b.s_barrier_publishing(1);  // already waited for: no second wait
+  f.b.buffer_load_dwordx4_lds(addr, rsrc, Imm(0), 0, 1);
+  f.b.s_barrier_publishing(2);  // slot 1's loads are older than the new slot-0 load
+  f.b.buffer_load_dwordx4_lds(addr, rsrc, Imm(0), 0, 4);
+  f.b.s_barrier();
+  f.b.buffer_load_dwordx4_lds(addr, rsrc, Imm(0), 0, 8);
+  f.b.s_endpgm();
+  auto lines = f.run();
+  CHECK(before(lines, "s_barrier", 0) == "s_waitcnt vmcnt(2)");
+  CHECK(before(lines, "s_barrier", 1) == "s_barrier");
+  CHECK(before(lines, "s_barrier", 2) == "s_waitcnt vmcnt(1)");
+  CHECK(before(lines, "s_barrier", 3) == "s_waitcnt vmcnt(0)");
+  CHECK(before(lines, "s_endpgm") == "s_waitcnt vmcnt(0)");
+  CHECK(count_waits(lines) == 4);
+}
+
+TEST_CASE("builder: 16-byte LDS DMA exists only where the target has it") {
+  Fixture f(Arch::gfx942);
+  auto& ra = f.b.regs();
+  CHECK_THROWS_WITH(f.b.buffer_load_dwordx4_lds(ra.vgpr(1, "a"), ra.sgpr(4, "r"), Imm(0)),
+                    Catch::Contains("gfx942 has no 16-byte LDS DMA"));
+}
+
 TEST_CASE("waitcnt: an LDS read after LDS DMA waits for the DMA") {
   Fixture f;
   auto& ra = f.b.regs();

@@ -311,6 +311,50 @@ TEST_CASE("mla e2e: shared prefixes are read once per 48-row prefix group, exact
     }
 }
 
+// gfx950 prefix kernels whose tiles lie in one page stream KV with LDS DMA into a 4-slot ring,
+// 3 slots in flight (mla_decode_producer_dma.cpp). With the GPU's CU count the planner cuts a
+// short prefix into units of a tile or two, which never wrap the ring; with 2 CUs every prefix
+// unit holds tens of tiles, so each ring slot is refilled many times while the consumers read
+// the others. The emulator's lds_dma and lds_race rules fail the run if a slot is read before
+// its DMA is waited for and published by a barrier (checked by mutation: publishing the slot
+// just read instead of the next one fails with lds_dma), under round robin and random wave
+// interleavings; the output must match the reference and the DMA keep > 2 slots in flight.
+TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long prefix units") {
+  struct DmaCase {
+    rt::DType q, kv;
+    int heads, page;
+    std::vector<int> lens;
+    int shared;
+  };
+  const auto f8 = rt::DType::fp8, b16 = rt::DType::bf16;
+  for (const DmaCase& c : {DmaCase{f8, f8, 12, 128, {2000, 2100, 2200, 900}, 1792},
+                           DmaCase{f8, f8, 16, 64, {1500, 1600}, 1408}, DmaCase{b16, b16, 16, 64, {900, 1000}, 768}})
+    for (uint32_t seed : {0u, 7u}) {
+      auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, 1, c.page, c.lens, 40 + seed);
+      p.shared = {{0, 3, c.shared}};
+      if (c.lens.size() < 3) p.shared = {{0, 2, c.shared}};
+      rt::EmulatorRunOptions opts;
+      opts.cascade = rt::CascadePolicy::always;
+      opts.num_cus = 2;
+      opts.dispatch.random_seed = seed;
+      auto e = test::run_e2e(p, opts);
+      INFO(rt::shape_of(e.problem).describe() << ", wave seed " << seed);
+      check(e);
+      REQUIRE(e.result.ran_prefix);
+      const rt::Catalog& cat = test::catalog_for(rt::shape_of(e.problem));
+      const rt::Selection sel = cat.select(rt::shape_of(e.problem));
+      REQUIRE(sel.prefix);
+      CHECK(sel.prefix->geometry.at("kv_to_lds") == "lds_dma");
+      CHECK(sel.prefix->geometry.at("ring") == 4);
+      const int T = e.result.plan.tile_tokens;
+      int most_tiles = 0;
+      for (const auto& u : e.result.plan.prefix_units) most_tiles = std::max(most_tiles, (u.kv_end - u.kv_start) / T);
+      CHECK(most_tiles >= 8);  // every ring slot is refilled at least once
+      const double slot = double(T) * sel.prefix->launch.lds_row_bytes;
+      CHECK(double(e.result.prefix.total.vm_load_peak_wg_bytes) > 2.5 * slot);
+    }
+}
+
 // Without sharing the prefix kernel never runs and the output is the per-request plan's, bit
 // for bit, whether or not the catalog has a prefix kernel.
 TEST_CASE("mla e2e: batches without sharing are bit-identical with and without the prefix kernel") {

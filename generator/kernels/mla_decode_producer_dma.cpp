@@ -1,0 +1,220 @@
+// The producer (wave 0) of a kernel whose geometry streams KV with LDS DMA (MlaGeometry::lds_dma,
+// gfx950 prefix kernels): token rows go from memory straight into a ring of N slots with
+// buffer_load_dwordx4 ... lds, so nothing is staged in registers and N - 1 slots stay in flight
+// (the register producer, mla_decode_producer.cpp, holds at most 2 slots in 144 VGPRs).
+//
+// Semantics the layout rests on (gfx950; hardware evidence in docs/emulator-provenance.md):
+// - lane l of an LDS-DMA load writes its 16 bytes at M0 + inst_offset + 16 l; lanes off in
+//   EXEC write nothing (aiter's gfx950 kernels run `buffer_load_dwordx4 offen lds` and
+//   `global_load_lds_dwordx4` to the reference in the emulator: docs/aiter-oracle-forms.json);
+// - a raw buffer's lanes whose dwords lie past num_records read nothing from memory.
+//
+// A tile's T rows lie in one page, so they are contiguous in memory: one buffer resource per
+// tile, based at its first row, with num_records = its valid rows x row bytes. Its LDS image is
+// T padded rows of C = lds_row_bytes / 16 chunks (data chunks, then the pad chunk). Load j of a
+// tile covers the image's chunks c = base_j + lane: token c / C, chunk c % C, a constant offset
+// per lane (p_chunk_offset{j}, set once); pad lanes get an offset past any tile, so they read
+// nothing (the pad is never read). The last load starts 64 chunks before the image's end and
+// leaves its first lanes (chunks the previous load covers) off in EXEC, so no load's 1 KiB LDS
+// range leaves its slot. Rows past the unit's end are outside num_records: prefix units hold
+// whole tiles (the planner cuts the shared part to a multiple of the tile), and a tile past the
+// end has num_records 0 and reads nothing, but is issued like the others so that every path
+// counts the same loads in vmcnt.
+//
+// Ring protocol, one barrier per slot as the consumers have it: the prologue issues slots
+// 0..N-1 and publishes slot 0; iteration i publishes slot i + 1 (the waitcnt pass waits only for
+// that slot's DMA: Inst::dma_regions, one region per ring slot) and then issues slot i + N into
+// the ring slot the consumers just released. The loop is unrolled N times so that every ring
+// slot, its LDS base and its region are constants.
+#include <algorithm>
+
+#include "kernels/mla_decode_kernel.h"
+
+namespace mla::gen::decode {
+
+namespace {
+
+// Raw buffer offset that no tile's num_records reaches (at most 32 rows x 1152 bytes).
+constexpr uint32_t kOutOfRange = 0x80000000u;
+
+// c / C as (c * mul) >> shift, exact for c < limit, with c * mul < 2^32 and mul < 2^24
+// (v_mul_u32_u24). Throws if no shift works.
+std::pair<uint32_t, int> chunk_divider(int C, int limit) {
+  for (int shift = 8; shift < 32; ++shift) {
+    const uint64_t mul = ((uint64_t(1) << shift) + uint64_t(C) - 1) / uint64_t(C);
+    if (mul >= (1u << 24) || uint64_t(limit) * mul >= (uint64_t(1) << 32)) break;
+    bool exact = true;
+    for (int c = 0; c < limit && exact; ++c) exact = int((uint64_t(c) * mul) >> shift) == c / C;
+    if (exact) return {uint32_t(mul), shift};
+  }
+  throw std::logic_error(fmt::format("mla_decode: no exact divider by {} below {}", C, limit));
+}
+
+class DmaProducer {
+ public:
+  explicit DmaProducer(Kernel& k)
+      : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), N(k.g.ring), R(k.g.kv_row_bytes),
+        C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64) {
+    const MlaGeometry& g = k.g;
+    if (g.kv_splits != 1 || !g.page_id_per_tile || g.lds_row_bytes % 16 || R % 16 || chunks < 64)
+      throw std::logic_error("mla_decode: the LDS-DMA producer needs one tile per slot in one page, 16-byte rows");
+    if (N < 2 || N > 8 || (N & (N - 1)))
+      throw std::logic_error("mla_decode: the LDS-DMA ring has 2, 4 or 8 slots (one DMA region each)");
+  }
+
+  void emit() {
+    chunk_offsets();
+    registers();
+    prologue();
+    steady_loop();
+    release();  // the consumers' registers start where the producer's did
+  }
+
+ private:
+  int base_chunk(int j) const { return j + 1 < L ? 64 * j : chunks - 64; }
+  int slot_lds(int ring_slot) const { return ring_slot * k_.slot_bytes(); }
+  uint8_t region(int ring_slot) const { return uint8_t(1u << ring_slot); }
+
+  // p_chunk_offset{j}[lane] = token * R + 16 * chunk for chunk c = base_j + lane of the tile's
+  // LDS image (c = token * C + chunk); pad chunks get kOutOfRange.
+  void chunk_offsets() {
+    const auto [mul, shift] = chunk_divider(C, chunks);
+    VReg c = ra.vgpr(1, "p_chunk"), t = ra.vgpr(1, "p_chunk_token"), q = ra.vgpr(1, "p_chunk_part");
+    VReg oob = ra.vgpr(1, "p_out_of_range");
+    b.v_mov_b32(oob, Imm(int64_t(kOutOfRange)));
+    for (int j = 0; j < L; ++j) {
+      VReg off = ra.vgpr(1, fmt::format("p_chunk_offset{}", j));
+      b.v_add_u32(c, Imm(base_chunk(j)), k_.lane);
+      b.v_mul_u32_u24(t, Imm(int64_t(mul)), c);
+      b.v_lshrrev_b32(t, Imm(shift), t);
+      b.v_mul_u32_u24(q, Imm(C), t);
+      b.v_sub_u32(q, c, q);
+      b.v_mul_u32_u24(off, Imm(R), t);
+      b.v_lshl_add_u32(off, q, Imm(4), off);
+      b.v_cmp_eq_u32(vcc, Imm(R / 16), q);  // the pad chunk
+      b.v_cndmask_b32(off, off, oob, vcc);
+      offsets.push_back(off);
+    }
+    for (VReg r : {c, t, q, oob}) ra.release(r);
+  }
+
+  void registers() {
+    rsrc = ra.sgpr(4, "p_tile_rsrc", 4);
+    base = ra.sgpr(2, "p_tile_base", 2);
+    start = ra.sgpr(1, "p_tile_start"), valid = ra.sgpr(1, "p_tile_valid"), x = ra.sgpr(1, "p_slot_index");
+    next_page = ra.sgpr(1, "p_next_page_id"), cur_page = ra.sgpr(1, "p_page_id"), carried = ra.sgpr(1, "p_page_carried");
+    id_addr = ra.sgpr(2, "p_page_id_addr", 2);
+  }
+
+  // start = kv_start + x * T: the first token of slot x's tile.
+  void tile_start() {
+    b.s_lshl_b32(start, x, Imm(log2i(T)));
+    b.s_add_u32(start, start, k_.kv_start());
+  }
+
+  // The page id of slot x's tile into next_page, when the tile is the unit's first in its page
+  // and lies before the unit's end (otherwise the id at hand is carried, or none is needed).
+  void fetch_page_id() {
+    tile_start();
+    k_.page_continues(start, carried);
+    b.s_cmp_ge_u32(start, k_.kv_end());
+    b.s_cselect_b32(carried, Imm(1), carried);
+    b.s_cmp_lg_u32(carried, Imm(0));
+    k_.unless_scc1([&] {
+      b.s_lshr_b32(valid, start, Imm(log2i(k_.s.page_size)));
+      b.s_add_u32(valid, k_.page_base(), valid);
+      b.s_lshl_b32(valid, valid, Imm(2));
+      b.s_add_u32(id_addr[0], k_.ptr(mla_decode_args::kv_indices)[0], valid);
+      b.s_addc_u32(id_addr[1], k_.ptr(mla_decode_args::kv_indices)[1], Imm(0));
+      b.s_load_dword(next_page, id_addr, 0);
+    });
+  }
+
+  // Slot x's tile into ring slot `ring_slot`: its buffer resource, then L loads.
+  void issue(int ring_slot) {
+    tile_start();
+    k_.page_continues(start, carried);
+    b.s_cmp_eq_u32(carried, Imm(0));
+    b.s_cselect_b32(cur_page, next_page, cur_page);
+    // First row = page id * page size + start % page size; base = kv + row * R (64-bit).
+    b.s_lshl_b32(valid, cur_page, Imm(log2i(k_.s.page_size)));
+    b.s_and_b32(carried, start, Imm(k_.s.page_size - 1));
+    b.s_add_u32(valid, valid, carried);
+    b.s_mul_i32(base[0], valid, Imm(R));
+    b.s_mul_hi_u32(base[1], valid, Imm(R));
+    b.s_add_u32(base[0], base[0], k_.ptr(mla_decode_args::kv)[0]);
+    b.s_addc_u32(base[1], base[1], k_.ptr(mla_decode_args::kv)[1]);
+    // Valid rows: clamp(kv_end - start, 0, T).
+    b.s_sub_u32(valid, k_.kv_end(), start);
+    b.s_cmp_ge_u32(start, k_.kv_end());
+    b.s_cselect_b32(valid, Imm(0), valid);
+    b.s_min_u32(valid, valid, Imm(T));
+    b.s_mul_i32(valid, valid, Imm(R));
+    b.make_buffer_resource(rsrc, base, valid);
+    const int dup = 64 * L - chunks;  // first lanes of the last load: covered by the one before
+    for (int j = 0; j < L; ++j) {
+      b.s_mov_m0(Imm(slot_lds(ring_slot) + 16 * base_chunk(j)));
+      const bool masked = j + 1 == L && dup > 0;
+      if (masked) {
+        const uint64_t keep = ~((uint64_t(1) << dup) - 1);
+        b.s_mov_exec_lo(Imm(int64_t(int32_t(uint32_t(keep)))));
+        b.s_mov_exec_hi(Imm(int64_t(int32_t(uint32_t(keep >> 32)))));
+      }
+      b.buffer_load_dwordx4_lds(offsets[size_t(j)], rsrc, Imm(0), 0, region(ring_slot));
+      if (masked) b.s_mov_exec(Imm(-1));
+    }
+  }
+
+  // Slots 0..N-1 issued (page ids one slot ahead), slot 0 published: pairs with the consumers'
+  // barrier after their Q setup.
+  void prologue() {
+    b.s_mov_b32(x, Imm(0));
+    fetch_page_id();
+    for (int r = 0; r < N; ++r) {
+      b.s_mov_b32(x, Imm(r));
+      issue(r);
+      b.s_mov_b32(x, Imm(r + 1));
+      fetch_page_id();
+    }
+    b.s_barrier_publishing(region(0));
+  }
+
+  // Iteration i (copy c = i % N): the consumers are done with slot i (ring slot c) and read slot
+  // i + 1 next: publish it, then refill ring slot c with slot i + N.
+  void steady_loop() {
+    b.s_mov_b32(k_.iter, Imm(0));
+    Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
+    b.bind(loop);
+    for (int c = 0; c < N; ++c) {
+      b.s_barrier_publishing(region((c + 1) % N));
+      b.s_add_u32(x, k_.iter, Imm(N));
+      issue(c);
+      b.s_add_u32(x, k_.iter, Imm(N + 1));
+      fetch_page_id();
+      b.s_add_u32(k_.iter, k_.iter, Imm(1));
+      b.s_cmp_lt_u32(k_.iter, k_.nslots);
+      if (c + 1 < N) b.s_cbranch_scc0(done);
+    }
+    b.s_cbranch_scc1(loop);
+    b.bind(done);
+    b.s_endpgm();  // the waitcnt pass drains the DMA still in flight first
+  }
+
+  void release() {
+    for (VReg r : offsets) ra.release(r);
+    for (SReg r : {rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr}) ra.release(r);
+  }
+
+  Kernel& k_;
+  Builder& b;
+  RegAllocator& ra;
+  const int T, N, R, C, chunks, L;
+  std::vector<VReg> offsets;  // per load of a tile: the lanes' byte offsets in the tile's rows
+  SReg rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr;
+};
+
+}  // namespace
+
+void emit_producer_dma(Kernel& k) { DmaProducer(k).emit(); }
+
+}  // namespace mla::gen::decode
