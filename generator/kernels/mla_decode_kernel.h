@@ -58,7 +58,7 @@ struct Kernel {
   SReg partial() const { return unit[abi::work_unit::partial]; }
   SReg row_group() const { return unit[abi::work_unit::row_group]; }
 
-  int slot_bytes() const { return g.slot_tokens * g.lds_row_bytes; }
+  int slot_bytes() const { return g.slot_bytes; }
 
   // An SGPR holding `v` from the consumer's start on.
   SReg K(uint32_t v) {

@@ -4,22 +4,23 @@
 // (the register producer, mla_decode_producer.cpp, holds at most 2 slots in 144 VGPRs).
 //
 // Semantics the layout rests on (gfx950; hardware evidence in docs/emulator-provenance.md):
-// - lane l of an LDS-DMA load writes its 16 bytes at M0 + inst_offset + 16 l; lanes off in
-//   EXEC write nothing (aiter's gfx950 kernels run `buffer_load_dwordx4 offen lds` and
-//   `global_load_lds_dwordx4` to the reference in the emulator: docs/aiter-oracle-forms.json);
-// - a raw buffer's lanes whose dwords lie past num_records read nothing from memory.
+// - lane l of an LDS-DMA load writes its 16 bytes at M0 + inst_offset + 16 l (aiter's gfx950
+//   kernels run `buffer_load_dwordx4 offen lds` to the reference in the emulator:
+//   docs/aiter-oracle-forms.json);
+// - a raw buffer's lanes whose dwords lie past num_records read nothing from memory. What such a
+//   lane writes to LDS (zeros in the emulator) matters nowhere below: those lanes only fill the
+//   rows' pad chunks, a slot's guard or an absent tile's slot, which no wave reads.
 //
 // A tile's T rows lie in one page, so they are contiguous in memory: one buffer resource per
 // tile, based at its first row, with num_records = its valid rows x row bytes. Its LDS image is
 // T padded rows of C = lds_row_bytes / 16 chunks (data chunks, then the pad chunk). Load j of a
 // tile covers the image's chunks c = base_j + lane: token c / C, chunk c % C, a constant offset
-// per lane (p_chunk_offset{j}, set once); pad lanes get an offset past any tile, so they read
-// nothing (the pad is never read). The last load starts 64 chunks before the image's end and
-// leaves its first lanes (chunks the previous load covers) off in EXEC, so no load's 1 KiB LDS
-// range leaves its slot. Rows past the unit's end are outside num_records: prefix units hold
-// whole tiles (the planner cuts the shared part to a multiple of the tile), and a tile past the
-// end has num_records 0 and reads nothing, but is issued like the others so that every path
-// counts the same loads in vmcnt.
+// per lane (p_chunk_offset{j}, set once); pad lanes, and the last load's lanes past the image
+// (they write the slot's guard, MlaGeometry::slot_bytes), get an offset past any tile and read
+// nothing. EXEC stays all ones. Rows past the unit's end are outside num_records: prefix units
+// hold whole tiles (the planner cuts the shared part to a multiple of the tile; a partial tile
+// would rely on out-of-range lanes writing zeros), and a tile past the end has num_records 0
+// and reads nothing, but is issued like the others so that every path counts the same loads.
 //
 // Ring protocol, one barrier per slot as the consumers have it: the prologue issues slots
 // 0..N-1 and publishes slot 0; iteration i publishes slot i + 1 (the waitcnt pass waits only for
@@ -71,14 +72,14 @@ class DmaProducer {
   }
 
  private:
-  int base_chunk(int j) const { return j + 1 < L ? 64 * j : chunks - 64; }
+  int base_chunk(int j) const { return 64 * j; }
   int slot_lds(int ring_slot) const { return ring_slot * k_.slot_bytes(); }
   uint8_t region(int ring_slot) const { return uint8_t(1u << ring_slot); }
 
   // p_chunk_offset{j}[lane] = token * R + 16 * chunk for chunk c = base_j + lane of the tile's
-  // LDS image (c = token * C + chunk); pad chunks get kOutOfRange.
+  // LDS image (c = token * C + chunk); pad chunks and chunks past the image get kOutOfRange.
   void chunk_offsets() {
-    const auto [mul, shift] = chunk_divider(C, chunks);
+    const auto [mul, shift] = chunk_divider(C, 64 * L);
     VReg c = ra.vgpr(1, "p_chunk"), t = ra.vgpr(1, "p_chunk_token"), q = ra.vgpr(1, "p_chunk_part");
     VReg oob = ra.vgpr(1, "p_out_of_range");
     b.v_mov_b32(oob, Imm(int64_t(kOutOfRange)));
@@ -93,6 +94,10 @@ class DmaProducer {
       b.v_lshl_add_u32(off, q, Imm(4), off);
       b.v_cmp_eq_u32(vcc, Imm(R / 16), q);  // the pad chunk
       b.v_cndmask_b32(off, off, oob, vcc);
+      if (64 * (j + 1) > chunks) {  // past the image: the slot's guard
+        b.v_cmp_lt_u32(vcc, Imm(chunks - 1), c);
+        b.v_cndmask_b32(off, off, oob, vcc);
+      }
       offsets.push_back(off);
     }
     for (VReg r : {c, t, q, oob}) ra.release(r);
@@ -151,17 +156,10 @@ class DmaProducer {
     b.s_min_u32(valid, valid, Imm(T));
     b.s_mul_i32(valid, valid, Imm(R));
     b.make_buffer_resource(rsrc, base, valid);
-    const int dup = 64 * L - chunks;  // first lanes of the last load: covered by the one before
+    if (16 * 64 * L > k_.slot_bytes()) throw std::logic_error("mla_decode: the LDS-DMA slot has no room for its last load");
     for (int j = 0; j < L; ++j) {
       b.s_mov_m0(Imm(slot_lds(ring_slot) + 16 * base_chunk(j)));
-      const bool masked = j + 1 == L && dup > 0;
-      if (masked) {
-        const uint64_t keep = ~((uint64_t(1) << dup) - 1);
-        b.s_mov_exec_lo(Imm(int64_t(int32_t(uint32_t(keep)))));
-        b.s_mov_exec_hi(Imm(int64_t(int32_t(uint32_t(keep >> 32)))));
-      }
       b.buffer_load_dwordx4_lds(offsets[size_t(j)], rsrc, Imm(0), 0, region(ring_slot));
-      if (masked) b.s_mov_exec(Imm(-1));
     }
   }
 

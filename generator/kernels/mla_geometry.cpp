@@ -29,6 +29,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"q_lds_row", q_lds_row},
           {"v_read_columns", v_read_columns},
           {"lds_row_bytes", lds_row_bytes},
+          {"slot_bytes", slot_bytes},
           {"lds_bytes", lds_bytes},
           {"qk_mfma", qk_mfma},
           {"qk_blocks", int(qk_blocks.size())},
@@ -183,18 +184,23 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 // simple case holds: a tile lies in one page (its rows are contiguous in memory: one buffer
 // resource per tile), one consumer per row block (no split merge, no Q through a ring slot),
 // Q in AGPRs and 16-byte-aligned LDS rows. The ring then has kDmaRing slots, kDmaRing - 1 of
-// them in flight, when they fit the LDS (fp8: 4 x 18.5 KiB, two workgroups per CU on gfx950).
+// them in flight, when they fit the LDS (fp8: 4 x 19 KiB, two workgroups per CU on gfx950).
+// A tile's LDS image is 16-byte chunks, 64 per load: the last load's lanes past the image write
+// into a guard after the slot (no lane ever writes bytes another load of the tile writes).
 // Decode kernels keep the register producer, so their code objects stay as they are.
 constexpr int kDmaRing = 4;
 void lds_dma_ring(MlaGeometry& g, const Target& t) {
   if (!g.prefix || !t.has_lds_dma_b128 || !g.page_id_per_tile || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
       g.lds_row_bytes % 16 != 0)
     return;
-  const int bytes = kDmaRing * g.slot_tokens * g.lds_row_bytes + g.q_region_bytes;
+  const int chunks = g.slot_tokens * g.lds_row_bytes / 16;
+  const int slot = 16 * 64 * ((chunks + 63) / 64);
+  const int bytes = kDmaRing * slot + g.q_region_bytes;
   if (uint32_t(bytes) > t.lds_bytes) return;
   g.lds_dma = true;
   g.ring = kDmaRing;
   g.stage_slots = 0;
+  g.slot_bytes = slot;
   g.lds_bytes = bytes;
 }
 
@@ -212,7 +218,8 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   if (g.kv_splits == 1) g.merge_bytes = 0;
   g.consumers = g.row_blocks * g.kv_splits;
   g.slot_tokens = g.kv_splits * g.tile_tokens;
-  g.lds_bytes = g.ring * g.slot_tokens * g.lds_row_bytes + g.q_region_bytes;
+  g.slot_bytes = g.slot_tokens * g.lds_row_bytes;
+  g.lds_bytes = g.ring * g.slot_bytes + g.q_region_bytes;
   // Two slots staged in the producer's registers when they fit the same 144-VGPR budget: twice
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
   g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;

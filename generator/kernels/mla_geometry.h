@@ -73,7 +73,10 @@ struct MlaGeometry {
   int q_row_pad = 8;       // the same for the Q image's rows, by the Q read width
   int v_read_columns = 0;  // V without transposing reads: columns per token per LDS read (8)
   int lds_row_bytes = 0;   // LDS stride of a token row: kv_row_bytes + lds_row_pad
-  int lds_bytes = 0;       // ring * S * T * lds_row_bytes + q_region_bytes
+  // LDS bytes from one ring slot to the next: S * T * lds_row_bytes, plus (LDS DMA) the bytes the
+  // last 64-lane load of a tile writes past the tile's rows, which no wave reads.
+  int slot_bytes = 0;
+  int lds_bytes = 0;       // ring * slot_bytes + q_region_bytes
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
   std::vector<QkBlock> qk_blocks;  // covering k = 0..575

@@ -148,11 +148,15 @@ TEST_CASE("prefix geometry: LDS DMA and a 4-slot ring on gfx950 when a tile lies
   CHECK(f8.lds_dma);
   CHECK(f8.ring == 4);
   CHECK(f8.stage_slots == 0);
-  CHECK(f8.lds_bytes == 4 * 32 * 592);  // two workgroups per CU still fit 160 KiB
+  // A tile is 32 x 592 bytes = 1184 16-byte chunks, 19 loads of 64: the last one writes 32
+  // chunks past the tile, into the slot's guard. Two workgroups per CU still fit 160 KiB.
+  CHECK(f8.slot_bytes == 19 * 1024);
+  CHECK(f8.lds_bytes == 4 * 19 * 1024);
   CHECK(f8.to_json().at("kv_to_lds") == "lds_dma");
   const MlaGeometry b16 = mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 64));
   CHECK(b16.lds_dma);
-  CHECK(b16.lds_bytes == 4 * 32 * 1168);
+  CHECK(b16.slot_bytes == 37 * 1024);  // 32 x 1168 bytes = 36.5 loads
+  CHECK(b16.lds_bytes == 4 * 37 * 1024);
   // Page 1 (a page id per token), gfx942 (4-byte LDS DMA only) and decode kernels: registers.
   for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 1), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
                               spec(Arch::gfx950, DType::fp8, DType::fp8, 128, KernelKind::MlaDecode)}) {
