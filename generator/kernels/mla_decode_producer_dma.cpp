@@ -95,8 +95,8 @@ class DmaProducer {
       b.v_cmp_eq_u32(vcc, Imm(R / 16), q);  // the pad chunk
       b.v_cndmask_b32(off, off, oob, vcc);
       if (64 * (j + 1) > chunks) {  // past the image: the slot's guard
-        b.v_cmp_lt_u32(vcc, Imm(chunks - 1), c);
-        b.v_cndmask_b32(off, off, oob, vcc);
+        b.v_cmp_gt_u32(vcc, Imm(chunks), c);
+        b.v_cndmask_b32(off, oob, off, vcc);
       }
       offsets.push_back(off);
     }
