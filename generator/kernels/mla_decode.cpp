@@ -70,6 +70,13 @@ void emit_kernel(Kernel& k) {
   b.s_cbranch_scc1(consumer);
   emit_producer(k);
   b.bind(consumer);
+  if (k.g.producers == 2) {  // the last wave is the second producer (MlaGeometry::producers)
+    Label consumers = b.new_label("consumers");
+    b.s_cmp_lg_u32(k.wave, Imm(k.g.consumers + 1));
+    b.s_cbranch_scc1(consumers);
+    emit_producer_dma(k, 1);
+    b.bind(consumers);
+  }
   emit_consumer(k);
 }
 

@@ -96,7 +96,7 @@ struct Kernel {
 };
 
 void emit_producer(Kernel& k);      // registers staging (mla_decode_producer.cpp)
-void emit_producer_dma(Kernel& k);  // LDS DMA (mla_decode_producer_dma.cpp)
+void emit_producer_dma(Kernel& k, int index = 0);  // LDS DMA, producer `index` (mla_decode_producer_dma.cpp)
 void emit_consumer(Kernel& k);
 
 }  // namespace mla::gen::decode

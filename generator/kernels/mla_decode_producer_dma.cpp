@@ -26,7 +26,9 @@
 // 0..N-1 and publishes slot 0; iteration i publishes slot i + 1 (the waitcnt pass waits only for
 // that slot's DMA: Inst::dma_regions, one region per ring slot) and then issues slot i + N into
 // the ring slot the consumers just released. The loop is unrolled N times so that every ring
-// slot, its LDS base and its region are constants.
+// slot, its LDS base and its region are constants. With two producers (MlaGeometry::producers)
+// producer p owns the slots x with x % 2 == p: it issues only those, publishes only those (its
+// other barriers wait for nothing), and carries a page id from its own previous tile.
 #include <algorithm>
 
 #include "kernels/mla_decode_kernel.h"
@@ -53,10 +55,12 @@ std::pair<uint32_t, int> chunk_divider(int C, int limit) {
 
 class DmaProducer {
  public:
-  explicit DmaProducer(Kernel& k)
+  DmaProducer(Kernel& k, int index)
       : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), N(k.g.ring), R(k.g.kv_row_bytes),
-        C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64) {
+        C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64), P(k.g.producers), me(index) {
     const MlaGeometry& g = k.g;
+    if (P < 1 || P > 2 || me < 0 || me >= P || N % P)
+      throw std::logic_error("mla_decode: LDS-DMA producers are 1 or 2, each owning every other ring slot");
     if (g.kv_splits != 1 || !g.page_id_per_tile || g.lds_row_bytes % 16 || R % 16 || chunks < 64)
       throw std::logic_error("mla_decode: the LDS-DMA producer needs one tile per slot in one page, 16-byte rows");
     if (N < 2 || N > 8 || (N & (N - 1)))
@@ -75,6 +79,7 @@ class DmaProducer {
   int base_chunk(int j) const { return 64 * j; }
   int slot_lds(int ring_slot) const { return ring_slot * k_.slot_bytes(); }
   uint8_t region(int ring_slot) const { return uint8_t(1u << ring_slot); }
+  bool mine(int ring_slot) const { return ring_slot % P == me; }
 
   // p_chunk_offset{j}[lane] = token * R + 16 * chunk for chunk c = base_j + lane of the tile's
   // LDS image (c = token * C + chunk); pad chunks and chunks past the image get kOutOfRange.
@@ -121,7 +126,7 @@ class DmaProducer {
   // and lies before the unit's end (otherwise the id at hand is carried, or none is needed).
   void fetch_page_id() {
     tile_start();
-    k_.page_continues(start, carried);
+    page_continues();
     b.s_cmp_ge_u32(start, k_.kv_end());
     b.s_cselect_b32(carried, Imm(1), carried);
     b.s_cmp_lg_u32(carried, Imm(0));
@@ -135,10 +140,23 @@ class DmaProducer {
     });
   }
 
+  // carried = 0 when the tile at `start` is this producer's first in its page (it fetches the
+  // page id), else nonzero. Two producers: the previous tile this one streamed is 2 tiles back,
+  // so a tile fetches when it starts within 2 tiles of its page's or the unit's start.
+  void page_continues() {
+    if (P == 1) return k_.page_continues(start, carried);
+    b.s_and_b32(carried, start, Imm(k_.s.page_size - 1));
+    b.s_cmp_lt_u32(carried, Imm(P * T));
+    b.s_cselect_b32(carried, Imm(0), carried);
+    b.s_sub_u32(valid, start, k_.kv_start());
+    b.s_cmp_lt_u32(valid, Imm(P * T));
+    b.s_cselect_b32(carried, Imm(0), carried);
+  }
+
   // Slot x's tile into ring slot `ring_slot`: its buffer resource, then L loads.
   void issue(int ring_slot) {
     tile_start();
-    k_.page_continues(start, carried);
+    page_continues();
     b.s_cmp_eq_u32(carried, Imm(0));
     b.s_cselect_b32(cur_page, next_page, cur_page);
     // First row = page id * page size + start % page size; base = kv + row * R (64-bit).
@@ -166,15 +184,16 @@ class DmaProducer {
   // Slots 0..N-1 issued (page ids one slot ahead), slot 0 published: pairs with the consumers'
   // barrier after their Q setup.
   void prologue() {
-    b.s_mov_b32(x, Imm(0));
+    b.s_mov_b32(x, Imm(me));
     fetch_page_id();
     for (int r = 0; r < N; ++r) {
+      if (!mine(r)) continue;
       b.s_mov_b32(x, Imm(r));
       issue(r);
-      b.s_mov_b32(x, Imm(r + 1));
+      b.s_mov_b32(x, Imm(r + P));
       fetch_page_id();
     }
-    b.s_barrier_publishing(region(0));
+    b.s_barrier_publishing(mine(0) ? region(0) : 0);
   }
 
   // Iteration i (copy c = i % N): the consumers are done with slot i (ring slot c) and read slot
@@ -184,11 +203,13 @@ class DmaProducer {
     Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
     b.bind(loop);
     for (int c = 0; c < N; ++c) {
-      b.s_barrier_publishing(region((c + 1) % N));
-      b.s_add_u32(x, k_.iter, Imm(N));
-      issue(c);
-      b.s_add_u32(x, k_.iter, Imm(N + 1));
-      fetch_page_id();
+      b.s_barrier_publishing(mine((c + 1) % N) ? region((c + 1) % N) : 0);
+      if (mine(c)) {
+        b.s_add_u32(x, k_.iter, Imm(N));
+        issue(c);
+        b.s_add_u32(x, k_.iter, Imm(N + P));
+        fetch_page_id();
+      }
       b.s_add_u32(k_.iter, k_.iter, Imm(1));
       b.s_cmp_lt_u32(k_.iter, k_.nslots);
       if (c + 1 < N) b.s_cbranch_scc0(done);
@@ -207,12 +228,13 @@ class DmaProducer {
   Builder& b;
   RegAllocator& ra;
   const int T, N, R, C, chunks, L;
+  const int P, me;  // producers, and which one this is
   std::vector<VReg> offsets;  // per load of a tile: the lanes' byte offsets in the tile's rows
   SReg rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr;
 };
 
 }  // namespace
 
-void emit_producer_dma(Kernel& k) { DmaProducer(k).emit(); }
+void emit_producer_dma(Kernel& k, int index) { DmaProducer(k, index).emit(); }
 
 }  // namespace mla::gen::decode

@@ -21,6 +21,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"ring", ring},
           {"stage_slots", stage_slots},
           {"kv_to_lds", lds_dma ? "lds_dma" : "registers"},
+          {"producers", producers},
           {"q_in_lds", q_in_lds},
           {"kv_row_bytes", kv_row_bytes},
           {"lds_row_pad", lds_row_pad},
@@ -48,12 +49,24 @@ namespace {
 // the fewest row groups (each re-reads the KV), then the fewest padded blocks.
 //
 // A prefix kernel's rows are a whole prefix group's (known only at run time, usually many
-// blocks): 3 row blocks, so that the prefix is read once per 48 rows.
-void row_blocks(MlaGeometry& g, const KernelSpec& s) {
+// blocks): 3 row blocks, so that the prefix is read once per 48 rows; 6 (96 rows) where the
+// producer streams with LDS DMA (prefix_dma_candidate) and Q is fp8: its 36 AGPRs of Q keep a
+// consumer within 256 unified registers, so 6 consumers and the producer share the 4 SIMDs two
+// by two (the catalog build checks the occupancy), and the DMA ring keeps the bytes in flight
+// that two 3-block workgroups per CU had. 96 rows divide K3's 192 (c16) and 288 (c24).
+constexpr int kPrefixDmaRowBlocks = 6;
+
+// Prefix kernels on targets with 16-byte LDS DMA whose tiles lie in one page (see lds_dma_ring).
+bool prefix_dma_candidate(const MlaGeometry& g, const KernelSpec& s, const Target& t) {
+  return g.prefix && t.has_lds_dma_b128 && s.page_size >= g.tile_tokens && !g.q_split;
+}
+
+void row_blocks(MlaGeometry& g, const KernelSpec& s, const Target& t) {
   g.rows = s.heads * s.qseqlen;
   g.prefix = s.kind == KernelKind::MlaPrefix;
   const int blocks = (g.rows + kRowsPerWave - 1) / kRowsPerWave;
-  g.row_blocks = g.prefix ? 3 : std::min(3, blocks);
+  g.row_blocks = g.prefix ? (prefix_dma_candidate(g, s, t) && s.q_dtype == DType::fp8 ? kPrefixDmaRowBlocks : 3)
+                          : std::min(3, blocks);
   if (blocks > 3 && !g.prefix) {
     auto cost = [&](int r) { return std::pair{(blocks + r - 1) / r, r * ((blocks + r - 1) / r) - blocks}; };
     g.row_blocks = cost(2) < cost(3) ? 2 : 3;
@@ -166,7 +179,8 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
       for (bool qlds : {false, true}) {
         if (g.q_split && !qlds) continue;  // the split happens in the LDS image
         const int consumers = g.row_blocks * sp;
-        if (consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
+        const bool dma_rows = g.row_blocks == kPrefixDmaRowBlocks && g.prefix;  // one consumer per row block
+        if (dma_rows ? sp > 1 || qlds : consumers > (qlds && g.row_blocks == 1 ? 4 : 3)) continue;
         if (ring == 1 && sp > 1 && !qlds) continue;
         const int ring_bytes = ring * sp * tile_bytes;
         const int q_region = qlds ? g.row_blocks * q_share : 0;
@@ -187,21 +201,28 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 // them in flight, when they fit the LDS (fp8: 4 x 19 KiB, two workgroups per CU on gfx950).
 // A tile's LDS image is 16-byte chunks, 64 per load: the last load's lanes past the image write
 // into a guard after the slot (no lane ever writes bytes another load of the tile writes).
+// With 6 row blocks one workgroup fills a CU: two producer waves (the 8th wave slot) stream
+// alternate slots of an 8-slot ring (7 in flight, 152 KiB), as many bytes in flight per CU as
+// two 3-block workgroups with one producer and 4 slots each.
 // Decode kernels keep the register producer, so their code objects stay as they are.
-constexpr int kDmaRing = 4;
+constexpr int kDmaRing = 4, kDmaRingTwoProducers = 8;
 void lds_dma_ring(MlaGeometry& g, const Target& t) {
   if (!g.prefix || !t.has_lds_dma_b128 || !g.page_id_per_tile || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
       g.lds_row_bytes % 16 != 0)
     return;
   const int chunks = g.slot_tokens * g.lds_row_bytes / 16;
   const int slot = 16 * 64 * ((chunks + 63) / 64);
-  const int bytes = kDmaRing * slot + g.q_region_bytes;
+  const int producers = g.row_blocks == kPrefixDmaRowBlocks ? 2 : 1;
+  const int ring = producers == 2 ? kDmaRingTwoProducers : kDmaRing;
+  const int bytes = ring * slot + g.q_region_bytes;
   if (uint32_t(bytes) > t.lds_bytes) return;
   g.lds_dma = true;
-  g.ring = kDmaRing;
+  g.ring = ring;
+  g.producers = producers;
   g.stage_slots = 0;
   g.slot_bytes = slot;
   g.lds_bytes = bytes;
+  g.workgroup_size = 64 * (g.producers + g.consumers);
 }
 
 // The geometry with or without the Q split; nullopt when no LDS layout fits.
@@ -211,8 +232,9 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.q_split = q_split;
   g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
   g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
-  row_blocks(g, s);
+  g.prefix = s.kind == KernelKind::MlaPrefix;
   mfmas(g, s, t);
+  row_blocks(g, s, t);
   pair_blocks_and_pad(g, s);
   if (!splits_and_ring(g, t)) return std::nullopt;
   if (g.kv_splits == 1) g.merge_bytes = 0;
@@ -226,6 +248,8 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.workgroup_size = 64 * (1 + g.consumers);
   g.page_id_per_tile = s.page_size >= g.tile_tokens;
   lds_dma_ring(g, t);
+  if (g.row_blocks == kPrefixDmaRowBlocks && g.prefix && !g.lds_dma)
+    throw std::logic_error(fmt::format("{}: 6 prefix row blocks need the LDS-DMA producer", s.name()));
   if (uint32_t(g.lds_bytes) > t.lds_bytes)
     throw std::invalid_argument(fmt::format("{} ({}): LDS ring of {} bytes exceeds the target's {}", s.name(),
                                             t.name, g.lds_bytes, t.lds_bytes));

@@ -65,6 +65,10 @@ struct MlaGeometry {
   // ... lds) instead of staging it in registers: ring - 1 slots in flight, one tag per slot
   // (mla_decode_producer_dma.cpp).
   bool lds_dma = false;
+  // Producer waves: 1, or 2 with LDS DMA where one workgroup fills a CU (6 row blocks): they
+  // stream alternate slots, each keeping up to 62 loads in flight (vmcnt's limit). The second
+  // producer is the last wave, so the consumers stay waves 1..consumers.
+  int producers = 1;
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
@@ -80,7 +84,7 @@ struct MlaGeometry {
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
   std::vector<QkBlock> qk_blocks;  // covering k = 0..575
-  int workgroup_size = 0;  // 64 * (1 + consumers): wave 0 is the producer
+  int workgroup_size = 0;  // 64 * (producers + consumers): wave 0 is the (first) producer
   // V^T operands come straight from LDS with ds_read_b64_tr_b8/_b16 (gfx950) instead of
   // row reads transposed with v_perm_b32; the O^T blocks then hold 16 consecutive columns.
   bool v_lds_transpose = false;
