@@ -7,6 +7,7 @@
 //   modeled   - times from the documented machine model below (never measured here).
 //   hardware  - `--backend hip`: wall-clock timing on an AMD GPU (none here).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -85,6 +86,9 @@ struct ModelUnit {
   // for a prefix unit (the Gp row groups of one split read the same range; HBM sees it once and
   // the L2 serves the other row groups: the model's cache assumption).
   double first_read = 1.0;
+  // Query rows the unit computes (prefix units: its row group's rows of the group, which the last
+  // row group may fill only in part); priced by KernelFacts' per-row terms (0 for decode units).
+  int rows = 0;
 };
 
 // Per-kernel facts the model needs (measured or static).
@@ -95,6 +99,8 @@ struct KernelFacts {
   // reaches HBM when every re-read hits the L2 / Infinity Cache (the model's cache assumption).
   double distinct_per_token = 0, distinct_per_unit = 0, distinct_per_q_group = 0;
   double write_partial_unit = 0, write_final_unit = 0;  // decode global bytes written per unit
+  // Per query row of a unit (ModelUnit::rows; the prefix kernel: Q read, partials written).
+  double read_per_row = 0, write_partial_per_row = 0;
   double reduce_per_entry = 0, reduce_per_split = 0;     // reduce global bytes (read + written)
   double inflight_bytes_per_wg = 0;   // static, producer loop
   int consumers = 1;                  // consumer waves per workgroup (one SIMD each)
@@ -190,11 +196,18 @@ struct RunSample {
   // The prefix launch (cascade plans): units, tokens (row groups each), distinct tokens (each
   // split's range once), (group, row group) Q blocks, and its counters.
   double Up = 0, Np = 0, Npd = 0, Gp = 0, prefix_partial_units = 0;
+  // Query rows: summed over the prefix units (each unit's rows of its row group), and over the
+  // distinct (group, row group) Q blocks.
+  double Rp = 0, Rpd = 0;
   double prefix_read = 0, prefix_read_distinct = 0, prefix_written = 0, prefix_kv_read = 0, prefix_macs = 0;
   double kv_distinct = 0;  // the batch's distinct KV entries x bytes (shared pages once)
   bool ran_prefix = false;
   double seconds = 0;
 };
+// The query rows a prefix unit computes: its row group's share of the group's rows.
+inline int prefix_unit_rows(const abi::PrefixUnit& u, int rows_per_group) {
+  return std::min(rows_per_group, u.rows - u.row_group * rows_per_group);
+}
 RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1,
                      int workgroups_per_cu = 0, const std::vector<rt::ProblemParams::Shared>& shared = {},
                      rt::CascadePolicy cascade = rt::CascadePolicy::cost_model);

@@ -3,6 +3,7 @@
 // two launches on one stream plus the reduce (docs/performance.md "Shared prefix").
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -20,10 +21,14 @@ int decode_q_blocks(const rt::Plan& plan) {
   for (const auto& u : plan.units) b.emplace(u.batch, u.row_group);
   return int(b.size());
 }
-int prefix_q_blocks(const rt::Plan& plan) {
-  std::set<std::pair<int, int>> b;
-  for (const auto& u : plan.prefix_units) b.emplace(u.first_request, u.row_group);
-  return int(b.size());
+// The prefix launch's distinct Q, in rows: each (group, row group) block's rows once (the
+// prefix kernel's KernelFacts::distinct_per_q_group is per row).
+int prefix_q_rows(const rt::Plan& plan) {
+  std::map<std::pair<int, int>, int> b;
+  for (const auto& u : plan.prefix_units) b[{u.first_request, u.row_group}] = prefix_unit_rows(u, plan.prefix_rows_per_group);
+  int rows = 0;
+  for (const auto& [k, r] : b) rows += r;
+  return rows;
 }
 
 // Shared tokens of the scaled runs: whole tiles and whole pages (the problem generator shares
@@ -66,8 +71,9 @@ nlohmann::json CascadeResult::to_json() const {
                               {"read_per_token", facts.read_per_token},
                               {"distinct_per_unit", facts.distinct_per_unit},
                               {"distinct_per_token", facts.distinct_per_token},
-                              {"distinct_per_q_group", facts.distinct_per_q_group},
-                              {"write_partial_unit", facts.write_partial_unit},
+                              {"read_per_row", facts.read_per_row},
+                              {"distinct_per_q_row", facts.distinct_per_q_group},
+                              {"write_partial_per_row", facts.write_partial_per_row},
                               {"kv_read_per_token", facts.kv_read_per_token},
                               {"macs_per_token", facts.macs_per_token},
                               {"macs_per_unit", facts.macs_per_unit},
@@ -137,7 +143,10 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   // Scaled runs, one workgroup per CU, policy `always`: one group of the shape's size (its Gp row
   // groups) with L and 2L shared tokens on C CUs and 2L on 2C CUs (twice the prefix splits: units
   // and tokens vary apart), a group of 4 requests (another Gp), and two groups; members add one
-  // tile of their own. L: the full plan's mean prefix unit, in whole tiles and pages.
+  // tile of their own. L: the full plan's mean prefix unit, in whole tiles and pages. Where a
+  // group's rows can leave its last row group partly filled, one more run has such a group (the
+  // fit's per-row terms: Q reads, partial writes); otherwise every unit has P rows and the rows
+  // are priced per unit.
   const int T = pk.launch.tile_tokens;
   double prefix_tokens = 0;
   for (const auto& u : plan.prefix_units) prefix_tokens += u.kv_end - u.kv_start;
@@ -156,6 +165,11 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   };
   std::vector<Run> runs = {one_group(n, L, Cs), one_group(n, 2 * L, Cs), one_group(n, 2 * L, 2 * Cs),
                            one_group(4, 4 * L, Cs)};
+  const int M = s.heads * s.qseqlen, P = pk.launch.rows_per_group;
+  int partial_count = 2;
+  while (partial_count <= n && (partial_count * M) % P == 0) ++partial_count;
+  const bool vary_rows = partial_count <= n;
+  if (vary_rows) runs.push_back(one_group(partial_count, 2 * L, Cs));
   {
     Run two = one_group(n / 2, 2 * L, Cs);
     Run second = one_group(n - n / 2, L, Cs);
@@ -173,39 +187,43 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
                  i, x.kv_lens.size(), x.num_cus, x.Up, x.Np, x.seconds);
   }
 
-  // Fits: reads, kv reads and MACs per prefix unit and token (row groups each); distinct reads
-  // per unit, distinct token (each split's range once) and Q block; writes per partial unit.
-  std::vector<double> xu, xn, yr, ykv, ym;
-  std::vector<std::vector<double>> xd;
-  std::vector<double> yd;
-  double wp = 0, np = 0;
+  // Fits: reads per prefix unit, token (row groups each) and query row (Q: a row group may be
+  // partly filled); kv reads and MACs per unit and token (every row block runs); distinct reads
+  // per unit, distinct token (each split's range once) and distinct query row; partial writes
+  // per query row.
+  std::vector<double> xu, xn, ykv, ym, yr, yd;
+  std::vector<std::vector<double>> xr, xd;
+  double wp = 0, rp = 0;
   for (const auto& x : c.samples) {
     xu.push_back(x.Up);
     xn.push_back(x.Np);
+    xr.push_back(vary_rows ? std::vector<double>{x.Up, x.Np, x.Rp} : std::vector<double>{x.Up, x.Np});
     yr.push_back(x.prefix_read);
     ykv.push_back(x.prefix_kv_read);
     ym.push_back(x.prefix_macs);
-    xd.push_back({x.Up, x.Npd, x.Gp});
+    xd.push_back({x.Up, x.Npd, x.Rpd});  // Rpd varies with the groups' sizes either way
     yd.push_back(x.prefix_read_distinct);
     wp += x.prefix_written;
-    np += x.prefix_partial_units;
+    rp += x.Rp;
   }
-  const Fit2 fr = fit2(xu, xn, yr), fkv = fit2(xu, xn, ykv), fm = fit2(xu, xn, ym);
-  const FitN fd = fit_linear(xd, yd);
+  const Fit2 fkv = fit2(xu, xn, ykv), fm = fit2(xu, xn, ym);
+  const FitN fr = fit_linear(xr, yr), fd = fit_linear(xd, yd);
   c.fit_residual = std::max({fr.residual, fkv.residual, fm.residual, fd.residual});
 
   KernelFacts& f = c.facts;
   f.tile_tokens = T;
-  f.read_per_unit = fr.a;
-  f.read_per_token = fr.b;
+  f.read_per_unit = fr.c[0];
+  f.read_per_token = fr.c[1];
+  f.read_per_row = vary_rows ? fr.c[2] : 0;
   f.kv_read_per_unit = fkv.a;
   f.kv_read_per_token = fkv.b;
   f.macs_per_unit = fm.a;
   f.macs_per_token = fm.b;
   f.distinct_per_unit = fd.c[0];
   f.distinct_per_token = fd.c[1];  // per distinct token: ModelUnit::first_read = 1/Gp
-  f.distinct_per_q_group = fd.c[2];
-  f.write_partial_unit = np ? wp / np : 0;
+  f.distinct_per_q_group = fd.c[2];  // per distinct query row (prefix_q_rows)
+  f.write_partial_unit = 0;
+  f.write_partial_per_row = rp ? wp / rp : 0;
   f.write_final_unit = 0;  // prefix units always write partials
   f.reduce_per_entry = r.facts.reduce_per_entry;  // the same reduce kernel
   f.reduce_per_split = r.facts.reduce_per_split;
@@ -266,7 +284,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   std::vector<ModelUnit> pu;
   for (const auto& u : plan.prefix_units) {
     Np += u.kv_end - u.kv_start;
-    pu.push_back({int64_t(u.kv_end - u.kv_start), true, 1.0 / Gp});
+    pu.push_back({int64_t(u.kv_end - u.kv_start), true, 1.0 / Gp, prefix_unit_rows(u, plan.prefix_rows_per_group)});
   }
   b.kv_read = r.facts.kv_read_per_unit * b.decode_units + r.facts.kv_read_per_token * Nd +
               f.kv_read_per_unit * b.prefix_units + f.kv_read_per_token * Np;
@@ -275,7 +293,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
            f.macs_per_token * Np;
   b.partial_bytes = double(plan.partial_o_bytes() + plan.partial_lse_bytes());
   if (!plan.units.empty()) b.decode = model_time(m, r.facts, model_units(plan), 0, 0, decode_q_blocks(plan));
-  b.prefix = model_time(m, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_blocks(plan));
+  b.prefix = model_time(m, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan));
   b.total_s = b.decode.total_s + b.prefix.total_s;
   b.bound = fmt::format("decode launch: {}; prefix launch: {}", plan.units.empty() ? "none" : b.decode.bound,
                         b.prefix.bound);

@@ -79,8 +79,8 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     const auto& u = units[i];
     const int c = cu_of_unit[i];
     if (c < 0 || c >= C) throw std::invalid_argument(fmt::format("model_time_assigned: unit {} on CU {} of {}", i, c, C));
-    const double w = u.partial ? f.write_partial_unit : f.write_final_unit;
-    bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + w;
+    const double w = (u.partial ? f.write_partial_unit : f.write_final_unit) + f.write_partial_per_row * u.rows;
+    bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + f.read_per_row * u.rows + w;
     total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
     tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
     n[c] += 1;

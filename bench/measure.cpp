@@ -124,15 +124,18 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
     x.prefix_macs = double(r.prefix.total.mfma_macs);
   }
   {
-    std::set<std::pair<int, int>> q_blocks;
+    std::map<std::pair<int, int>, int> q_blocks;  // (group, row group) -> rows
     for (const auto& u : r.plan.prefix_units) {
       x.Up += 1;
       x.Np += u.kv_end - u.kv_start;
       if (u.row_group == 0) x.Npd += u.kv_end - u.kv_start;
       if (u.partial >= 0) x.prefix_partial_units += 1;
-      q_blocks.emplace(u.first_request, u.row_group);
+      const int rows = prefix_unit_rows(u, r.plan.prefix_rows_per_group);
+      x.Rp += rows;
+      q_blocks[{u.first_request, u.row_group}] = rows;
     }
     x.Gp = double(q_blocks.size());
+    for (const auto& [k, rows] : q_blocks) x.Rpd += rows;
   }
   if (r.ran_reduce) sum(r.reduce, x.reduce_read, x.reduce_read_distinct, x.reduce_written);
   x.mfma_macs = double(r.decode.total.mfma_macs);

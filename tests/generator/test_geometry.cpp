@@ -134,10 +134,11 @@ TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover 
   }
 }
 
-// Prefix kernels stream KV with LDS DMA into a 4-slot ring where gfx950 has 16-byte LDS DMA and
-// a tile lies in one page (docs/shared-prefix.md); elsewhere, and in every decode kernel, the
-// producer stages KV in registers.
-TEST_CASE("prefix geometry: LDS DMA and a 4-slot ring on gfx950 when a tile lies in one page") {
+// Prefix kernels stream KV with LDS DMA where gfx950 has 16-byte LDS DMA and a tile lies in one
+// page (docs/shared-prefix.md): fp8 Q with 6 row blocks, two producers and an 8-slot ring (one
+// workgroup per CU), bf16 Q with 3 row blocks, one producer and 4 slots; elsewhere, and in every
+// decode kernel, 3 row blocks at most and the producer stages KV in registers.
+TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a tile lies in one page") {
   auto spec = [](Arch a, DType q, DType kv, int page, KernelKind kind = KernelKind::MlaPrefix) {
     KernelSpec s = decode_spec(a, q, kv, 12);
     s.kind = kind;
@@ -146,15 +147,25 @@ TEST_CASE("prefix geometry: LDS DMA and a 4-slot ring on gfx950 when a tile lies
   };
   const MlaGeometry f8 = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 128));
   CHECK(f8.lds_dma);
-  CHECK(f8.ring == 4);
+  CHECK(f8.row_blocks == 6);
+  CHECK(f8.rows_per_group == 96);
+  CHECK(f8.consumers == 6);
+  CHECK(f8.producers == 2);
+  CHECK(f8.workgroup_size == 64 * 8);
+  CHECK(f8.ring == 8);
   CHECK(f8.stage_slots == 0);
   // A tile is 32 x 592 bytes = 1184 16-byte chunks, 19 loads of 64: the last one writes 32
-  // chunks past the tile, into the slot's guard. Two workgroups per CU still fit 160 KiB.
+  // chunks past the tile, into the slot's guard. 8 slots: 152 KiB of gfx950's 160.
   CHECK(f8.slot_bytes == 19 * 1024);
-  CHECK(f8.lds_bytes == 4 * 19 * 1024);
+  CHECK(f8.lds_bytes == 8 * 19 * 1024);
   CHECK(f8.to_json().at("kv_to_lds") == "lds_dma");
+  CHECK(f8.to_json().at("producers") == 2);
   const MlaGeometry b16 = mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 64));
   CHECK(b16.lds_dma);
+  CHECK(b16.row_blocks == 3);
+  CHECK(b16.producers == 1);
+  CHECK(b16.ring == 4);
+  CHECK(b16.workgroup_size == 64 * 4);
   CHECK(b16.slot_bytes == 37 * 1024);  // 32 x 1168 bytes = 36.5 loads
   CHECK(b16.lds_bytes == 4 * 37 * 1024);
   // Page 1 (a page id per token), gfx942 (4-byte LDS DMA only) and decode kernels: registers.
@@ -162,7 +173,10 @@ TEST_CASE("prefix geometry: LDS DMA and a 4-slot ring on gfx950 when a tile lies
                               spec(Arch::gfx950, DType::fp8, DType::fp8, 128, KernelKind::MlaDecode)}) {
     const MlaGeometry g = mla_geometry(s);
     CHECK_FALSE(g.lds_dma);
+    CHECK(g.row_blocks <= 3);
+    CHECK(g.producers == 1);
     CHECK(g.stage_slots >= 1);
+    CHECK(g.workgroup_size == 64 * (1 + g.consumers));
     CHECK(g.to_json().at("kv_to_lds") == "registers");
   }
 }
