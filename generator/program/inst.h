@@ -73,8 +73,8 @@ struct Mods {
   bool offen = false;        // MUBUF: the VGPR address is an offset into the resource
   uint32_t offset = 0;       // MUBUF / FLAT / DS immediate byte offset (0: not printed)
   bool lds = false;          // MUBUF: the load writes LDS at M0 (LDS DMA)
-  SelBits op_sel;            // VOP3: high halves (last bit: the destination's, where listed)
-  SelBits op_sel_hi;         // VOP3P: operand of the high half (0 = broadcast the low one)
+  SelBits op_sel{};          // VOP3: high halves (last bit: the destination's, where listed)
+  SelBits op_sel_hi{};       // VOP3P: operand of the high half (0 = broadcast the low one)
   // DPP quad_perm (lane l of each quad reads lane quad_perm[l % 4]), all rows and banks on.
   SdwaSel src0_sel = SdwaSel::none;  // SDWA: the part of src0 read
   SdwaSel dst_sel = SdwaSel::none;   // SDWA: the part of the destination written
