@@ -85,6 +85,7 @@ std::string sel_bits(const char* name, const SelBits& b) {
 // The modifiers as LLVM's assembler spells them, in its order.
 std::string format_mods(const Mods& m) {
   std::string s;
+  if (m.idxen) s += " idxen";
   if (m.offen) s += " offen";
   if (m.offset) s += fmt::format(" offset:{}", m.offset);
   if (m.lds) s += " lds";

@@ -22,6 +22,16 @@
 // would rely on out-of-range lanes writing zeros), and a tile past the end has num_records 0
 // and reads nothing, but is issued like the others so that every path counts the same loads.
 //
+// Page 1 (vLLM's K3 layout: a page id per token) uses the same chunk layout, but a tile's rows
+// are scattered: the loads address a strided buffer over the whole cache (stride = row bytes,
+// `buffer_load_dwordx4 idxen offen lds`: base + stride * index + offset, 64-bit in hardware),
+// with vaddr = {row index, 16 x chunk}. Lane t of a vector of the tile's rows (p_tile_rows{r},
+// loaded from kv_indices) holds token t's row, and each load's indices come from it by
+// ds_bpermute (a constant source lane per lane and load); pad and guard lanes, and tokens past
+// the unit's end, take the vector's lane 63, whose row is 0xffffffff: out of range, read
+// nothing. The rows of the slot that reuses a ring slot are loaded right after that slot's DMA:
+// waiting for them (vmcnt is in order) then waits only for DMA that is waited for anyway.
+//
 // Ring protocol, one barrier per slot as the consumers have it: the prologue issues slots
 // 0..N-1 and publishes slot 0; iteration i publishes slot i + 1 (the waitcnt pass waits only for
 // that slot's DMA: Inst::dma_regions, one region per ring slot) and then issues slot i + N into
@@ -57,12 +67,15 @@ class DmaProducer {
  public:
   DmaProducer(Kernel& k, int index)
       : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), N(k.g.ring), R(k.g.kv_row_bytes),
-        C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64), P(k.g.producers), me(index) {
+        C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64), P(k.g.producers), me(index),
+        scattered(!k.g.page_id_per_tile) {
     const MlaGeometry& g = k.g;
+    if (scattered && (k.s.page_size != 1 || T > 63))
+      throw std::logic_error("mla_decode: the LDS-DMA producer takes pages of a tile or more, or of one token");
     if (P < 1 || P > 2 || me < 0 || me >= P || N % P)
       throw std::logic_error("mla_decode: LDS-DMA producers are 1 or 2, each owning every other ring slot");
-    if (g.kv_splits != 1 || !g.page_id_per_tile || g.lds_row_bytes % 16 || R % 16 || chunks < 64)
-      throw std::logic_error("mla_decode: the LDS-DMA producer needs one tile per slot in one page, 16-byte rows");
+    if (g.kv_splits != 1 || g.lds_row_bytes % 16 || R % 16 || chunks < 64)
+      throw std::logic_error("mla_decode: the LDS-DMA producer needs one tile per slot and 16-byte rows");
     if (N < 2 || N > 8 || (N & (N - 1)))
       throw std::logic_error("mla_decode: the LDS-DMA ring has 2, 4 or 8 slots (one DMA region each)");
   }
@@ -83,33 +96,58 @@ class DmaProducer {
 
   // p_chunk_offset{j}[lane] = token * R + 16 * chunk for chunk c = base_j + lane of the tile's
   // LDS image (c = token * C + chunk); pad chunks and chunks past the image get kOutOfRange.
+  // Scattered rows: p_chunk_index{j} = {row index (set per tile), 16 * chunk}, and
+  // p_chunk_source{j} = 4 * the lane of the row vector holding the token's row (63: none).
   void chunk_offsets() {
     const auto [mul, shift] = chunk_divider(C, 64 * L);
     VReg c = ra.vgpr(1, "p_chunk"), t = ra.vgpr(1, "p_chunk_token"), q = ra.vgpr(1, "p_chunk_part");
     VReg oob = ra.vgpr(1, "p_out_of_range");
-    b.v_mov_b32(oob, Imm(int64_t(kOutOfRange)));
+    b.v_mov_b32(oob, Imm(scattered ? 4 * 63 : int64_t(kOutOfRange)));
     for (int j = 0; j < L; ++j) {
-      VReg off = ra.vgpr(1, fmt::format("p_chunk_offset{}", j));
+      VReg off, src;
+      if (scattered) {
+        VReg pair = ra.vgpr(2, fmt::format("p_chunk_index{}", j), 2);
+        indices.push_back(pair);
+        off = pair[1];
+        src = ra.vgpr(1, fmt::format("p_chunk_source{}", j));
+        sources.push_back(src);
+      } else {
+        off = ra.vgpr(1, fmt::format("p_chunk_offset{}", j));
+        offsets.push_back(off);
+      }
       b.v_add_u32(c, Imm(base_chunk(j)), k_.lane);
       b.v_mul_u32_u24(t, Imm(int64_t(mul)), c);
       b.v_lshrrev_b32(t, Imm(shift), t);
       b.v_mul_u32_u24(q, Imm(C), t);
       b.v_sub_u32(q, c, q);
-      b.v_mul_u32_u24(off, Imm(R), t);
-      b.v_lshl_add_u32(off, q, Imm(4), off);
+      VReg out = scattered ? src : off;
+      if (scattered) {
+        b.v_lshlrev_b32(off, Imm(4), q);
+        b.v_lshlrev_b32(src, Imm(2), t);
+      } else {
+        b.v_mul_u32_u24(off, Imm(R), t);
+        b.v_lshl_add_u32(off, q, Imm(4), off);
+      }
       b.v_cmp_eq_u32(vcc, Imm(R / 16), q);  // the pad chunk
-      b.v_cndmask_b32(off, off, oob, vcc);
+      b.v_cndmask_b32(out, out, oob, vcc);
       if (64 * (j + 1) > chunks) {  // past the image: the slot's guard
         b.v_cmp_gt_u32(vcc, Imm(chunks), c);
-        b.v_cndmask_b32(off, oob, off, vcc);
+        b.v_cndmask_b32(out, oob, out, vcc);
       }
-      offsets.push_back(off);
     }
     for (VReg r : {c, t, q, oob}) ra.release(r);
   }
 
   void registers() {
     rsrc = ra.sgpr(4, "p_tile_rsrc", 4);
+    if (scattered) {
+      // One resource for the whole cache: rows of R bytes, any 32-bit row index in range.
+      SReg kv = k_.ptr(mla_decode_args::kv);
+      b.make_strided_buffer_resource(rsrc, kv, Imm(-1), R);
+      for (int r = 0; r < N; ++r)
+        if (mine(r)) rows.push_back(ra.vgpr(1, fmt::format("p_tile_rows{}", r)));
+      row_off = ra.vgpr(1, "p_row_id_offset");
+    }
     base = ra.sgpr(2, "p_tile_base", 2);
     start = ra.sgpr(1, "p_tile_start"), valid = ra.sgpr(1, "p_tile_valid"), x = ra.sgpr(1, "p_slot_index");
     next_page = ra.sgpr(1, "p_next_page_id"), cur_page = ra.sgpr(1, "p_page_id"), carried = ra.sgpr(1, "p_page_carried");
@@ -125,6 +163,7 @@ class DmaProducer {
   // The page id of slot x's tile into next_page, when the tile is the unit's first in its page
   // and lies before the unit's end (otherwise the id at hand is carried, or none is needed).
   void fetch_page_id() {
+    if (scattered) return;  // fetch_rows, per ring slot
     tile_start();
     page_continues();
     b.s_cmp_ge_u32(start, k_.kv_end());
@@ -153,8 +192,43 @@ class DmaProducer {
     b.s_cselect_b32(carried, Imm(0), carried);
   }
 
+  // Scattered rows: lane t of ring slot r's row vector = the row of slot x's token t (its page
+  // id, page 1), 0xffffffff for lanes past the tile or the unit's end (one masked vector load).
+  VReg& row_vector(int ring_slot) { return rows[size_t(ring_slot / P)]; }
+  void fetch_rows(int ring_slot) {
+    VReg v = row_vector(ring_slot);
+    tile_start();
+    b.v_mov_b32(v, Imm(-1));
+    b.v_add_u32(row_off, start, k_.lane);
+    b.v_cmp_gt_u32(vcc, k_.kv_end(), row_off);
+    if (T < 32) throw std::logic_error("mla_decode: scattered LDS DMA assumes 32-token tiles");
+    b.emit("s_mov_b32", {Operand::of(vcc_hi_reg())}, {Operand::of(Imm(0))});  // lanes 32..63: no token
+    b.s_and_saveexec_b64(saved_exec, vcc);
+    b.v_add_u32(row_off, k_.page_base(), row_off);
+    b.v_lshlrev_b32(row_off, Imm(2), row_off);
+    b.global_load_dword(v, row_off, k_.ptr(mla_decode_args::kv_indices));
+    b.s_mov_exec(saved_exec);
+  }
+  static Special vcc_hi_reg() { return Special{SpecialId::vcc_hi}; }
+
+  // Scattered rows: each load's row indices from the slot's row vector, then the loads.
+  void issue_scattered(int ring_slot) {
+    VReg v = row_vector(ring_slot);
+    for (int j = 0; j < L; ++j) b.ds_bpermute_b32(indices[size_t(j)].sub(0, 1), sources[size_t(j)], v);
+    for (int j = 0; j < L; ++j) {
+      b.s_mov_m0(Imm(slot_lds(ring_slot) + 16 * base_chunk(j)));
+      b.buffer_load_dwordx4_idxen_lds(indices[size_t(j)], rsrc, Imm(0), region(ring_slot));
+    }
+  }
+
   // Slot x's tile into ring slot `ring_slot`: its buffer resource, then L loads.
   void issue(int ring_slot) {
+    if (scattered) {
+      issue_scattered(ring_slot);
+      b.s_add_u32(x, x, Imm(N));  // the slot that reuses this ring slot next
+      fetch_rows(ring_slot);
+      return;
+    }
     tile_start();
     page_continues();
     b.s_cmp_eq_u32(carried, Imm(0));
@@ -184,6 +258,14 @@ class DmaProducer {
   // Slots 0..N-1 issued (page ids one slot ahead), slot 0 published: pairs with the consumers'
   // barrier after their Q setup.
   void prologue() {
+    if (scattered) {  // every own slot's rows first: the first DMA waits only for them
+      saved_exec = ra.sgpr(2, "p_saved_exec", 2);
+      for (int r = 0; r < N; ++r)
+        if (mine(r)) {
+          b.s_mov_b32(x, Imm(r));
+          fetch_rows(r);
+        }
+    }
     b.s_mov_b32(x, Imm(me));
     fetch_page_id();
     for (int r = 0; r < N; ++r) {
@@ -221,6 +303,10 @@ class DmaProducer {
 
   void release() {
     for (VReg r : offsets) ra.release(r);
+    for (VReg r : indices) ra.release(r);
+    for (VReg r : sources) ra.release(r);
+    for (VReg r : rows) ra.release(r);
+    if (scattered) ra.release(row_off), ra.release(saved_exec);
     for (SReg r : {rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr}) ra.release(r);
   }
 
@@ -229,6 +315,10 @@ class DmaProducer {
   RegAllocator& ra;
   const int T, N, R, C, chunks, L;
   const int P, me;  // producers, and which one this is
+  const bool scattered;  // page 1: the tile's rows are anywhere in the cache
+  std::vector<VReg> indices, sources, rows;  // scattered: per load {row index, offset}, its source lane; per own ring slot
+  VReg row_off;
+  SReg saved_exec;
   std::vector<VReg> offsets;  // per load of a tile: the lanes' byte offsets in the tile's rows
   SReg rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr;
 };

@@ -58,7 +58,7 @@ constexpr int kPrefixDmaRowBlocks = 6;
 
 // Prefix kernels on targets with 16-byte LDS DMA whose tiles lie in one page (see lds_dma_ring).
 bool prefix_dma_candidate(const MlaGeometry& g, const KernelSpec& s, const Target& t) {
-  return g.prefix && t.has_lds_dma_b128 && s.page_size >= g.tile_tokens && !g.q_split;
+  return g.prefix && t.has_lds_dma_b128 && (s.page_size >= g.tile_tokens || s.page_size == 1) && !g.q_split;
 }
 
 void row_blocks(MlaGeometry& g, const KernelSpec& s, const Target& t) {
@@ -206,9 +206,9 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 // two 3-block workgroups with one producer and 4 slots each.
 // Decode kernels keep the register producer, so their code objects stay as they are.
 constexpr int kDmaRing = 4, kDmaRingTwoProducers = 8;
-void lds_dma_ring(MlaGeometry& g, const Target& t) {
-  if (!g.prefix || !t.has_lds_dma_b128 || !g.page_id_per_tile || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
-      g.lds_row_bytes % 16 != 0)
+void lds_dma_ring(MlaGeometry& g, const KernelSpec& s, const Target& t) {
+  if (!g.prefix || !t.has_lds_dma_b128 || !(g.page_id_per_tile || s.page_size == 1) || g.kv_splits != 1 || g.q_in_lds ||
+      g.q_split || g.lds_row_bytes % 16 != 0)
     return;
   const int chunks = g.slot_tokens * g.lds_row_bytes / 16;
   const int slot = 16 * 64 * ((chunks + 63) / 64);
@@ -247,7 +247,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.page_id_per_tile = s.page_size >= g.tile_tokens;
-  lds_dma_ring(g, t);
+  lds_dma_ring(g, s, t);
   if (g.row_blocks == kPrefixDmaRowBlocks && g.prefix && !g.lds_dma)
     throw std::logic_error(fmt::format("{}: 6 prefix row blocks need the LDS-DMA producer", s.name()));
   if (uint32_t(g.lds_bytes) > t.lds_bytes)

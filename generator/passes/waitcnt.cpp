@@ -97,8 +97,9 @@ Wait needed(const State& s, const Inst& inst) {
       if (inst.cls() == OpClass::LdsRead && x.vm < 0 && !x.smem) return;
       require(s, slot, w);
     });
-  // This wave's own LDS accesses wait for all of its LDS DMA (the regions are not addresses).
-  if (inst.is_lds()) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
+  // This wave's own LDS accesses wait for all of its LDS DMA (the regions are not addresses);
+  // ds_bpermute moves data between lanes and reads no LDS memory.
+  if (inst.is_lds() && !inst.has(kLdsCrossbar)) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
   // A barrier hands LDS to the other waves: this wave's LDS writes (and the DMA into the regions
   // the barrier publishes) must have landed, and its LDS reads must have been performed, before
   // another wave may write what they read (the memory model's workgroup release: lgkmcnt(0) for

@@ -211,6 +211,17 @@ void Builder::buffer_load_dwordx4_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint3
       dma_regions;
 }
 
+void Builder::buffer_load_dwordx4_idxen_lds(VReg vaddr2, SReg rsrc, SSrc soffset, uint8_t dma_regions) {
+  if (!target().has_lds_dma_b128)
+    throw std::logic_error(fmt::format("buffer_load_dwordx4 idxen lds: {} has no 16-byte LDS DMA", target().name));
+  check_width("buffer_load_dwordx4 idxen lds", rsrc.count, 4, "srsrc");
+  check_width("buffer_load_dwordx4 idxen lds", vaddr2.count, 2, "vaddr");
+  if (dma_regions == 0) throw std::invalid_argument("buffer_load_dwordx4 idxen lds: an LDS DMA writes at least one region");
+  Mods m = mubuf_mods(0, true);
+  m.idxen = true;
+  emit("buffer_load_dwordx4_lds", {}, {Operand::of(vaddr2), Operand::of(rsrc), soffset.op}, m).dma_regions = dma_regions;
+}
+
 void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset) {
   check_width(m, d.count, width, "vdst");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
@@ -231,6 +242,12 @@ void Builder::ds_write(std::string_view m, VReg addr, VReg data, int width, uint
   check_width(m, data.count, width, "data");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
   emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset_mods(offset));
+}
+
+void Builder::make_strided_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records, int stride) {
+  if (stride <= 0 || stride >= (1 << 14)) throw std::invalid_argument(fmt::format("make_strided_buffer_resource: stride {} (allowed 1..16383)", stride));
+  make_buffer_resource(rsrc4, base2, num_records);
+  s_or_b32(rsrc4[1], rsrc4[1], Imm(stride << 16));
 }
 
 void Builder::make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records) {

@@ -201,6 +201,12 @@ class Builder {
   // Builds a raw buffer resource (V#) in 4 SGPRs: base address from a 64-bit SGPR pair,
   // stride 0, num_records = size_bytes, data format as the gfx9 ISA requires for raw dword access.
   void make_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records);
+  // The same with a record stride (bytes, < 2^14): idxen addresses base + stride * index + offset,
+  // and an index >= num_records is out of range.
+  void make_strided_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records, int stride);
+  // 16 bytes per lane at base + stride * index + offset (vaddr = {index, offset}) straight into
+  // LDS at M0 + lane*16 (gfx950); lanes whose index is out of range read nothing.
+  void buffer_load_dwordx4_idxen_lds(VReg vaddr2, SReg rsrc, SSrc soffset, uint8_t dma_regions = 0xff);
 
  private:
   void pk_fma_f32_(VReg d2, VReg a2, Operand b2, int b_count, VReg c2, bool b_bcast, bool c_bcast);

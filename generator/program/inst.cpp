@@ -176,7 +176,7 @@ const OpInfo kOps[] = {
     {"ds_read_b128", C::LdsRead, kUseExec},
     {"ds_read_b64_tr_b8", C::LdsRead, kUseExec},
     {"ds_read_b64_tr_b16", C::LdsRead, kUseExec},
-    {"ds_bpermute_b32", C::LdsRead, kUseExec},
+    {"ds_bpermute_b32", C::LdsRead, kUseExec | kLdsCrossbar},
     {"ds_write_b32", C::LdsWrite, kUseExec},
     {"ds_write_b64", C::LdsWrite, kUseExec},
     {"ds_write_b128", C::LdsWrite, kUseExec},

@@ -45,6 +45,7 @@ enum OpFlags : uint32_t {
   kAccRead = 1u << 9,    // v_accvgpr_read
   kAccWrite = 1u << 10,  // v_accvgpr_write
   kCvtScale = 1u << 11,
+  kLdsCrossbar = 1u << 12,  // ds_bpermute: a DS instruction that touches no LDS memory
 };
 
 struct OpInfo {
@@ -71,6 +72,7 @@ enum class SdwaSel : uint8_t { none, BYTE_0, BYTE_1, BYTE_2, BYTE_3, WORD_0, WOR
 // (asm/printer.cpp) renders them as text.
 struct Mods {
   bool offen = false;        // MUBUF: the VGPR address is an offset into the resource
+  bool idxen = false;        // MUBUF: the (first) VGPR address is a record index (x stride)
   uint32_t offset = 0;       // MUBUF / FLAT / DS immediate byte offset (0: not printed)
   bool lds = false;          // MUBUF: the load writes LDS at M0 (LDS DMA)
   SelBits op_sel{};          // VOP3: high halves (last bit: the destination's, where listed)

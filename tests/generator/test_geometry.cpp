@@ -135,7 +135,7 @@ TEST_CASE("decode geometry: paired QK blocks share one LDS read and still cover 
 }
 
 // Prefix kernels stream KV with LDS DMA where gfx950 has 16-byte LDS DMA and a tile lies in one
-// page (docs/shared-prefix.md): fp8 Q with 6 row blocks, two producers and an 8-slot ring (one
+// page or pages hold one token (docs/shared-prefix.md): fp8 Q with 6 row blocks, two producers and an 8-slot ring (one
 // workgroup per CU), bf16 Q with 3 row blocks, one producer and 4 slots; elsewhere, and in every
 // decode kernel, 3 row blocks at most and the producer stages KV in registers.
 TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a tile lies in one page") {
@@ -168,8 +168,14 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
   CHECK(b16.workgroup_size == 64 * 4);
   CHECK(b16.slot_bytes == 37 * 1024);  // 32 x 1168 bytes = 36.5 loads
   CHECK(b16.lds_bytes == 4 * 37 * 1024);
-  // Page 1 (a page id per token), gfx942 (4-byte LDS DMA only) and decode kernels: registers.
-  for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 1), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
+  // Page 1: the same layout (guard included), each lane's row index from the tile's row vector.
+  const MlaGeometry p1 = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 1));
+  CHECK(p1.lds_dma);
+  CHECK(p1.row_blocks == 6);
+  CHECK(p1.producers == 2);
+  CHECK(p1.slot_bytes == 19 * 1024);
+  // Pages between 1 and a tile, gfx942 (4-byte LDS DMA only) and decode kernels: registers.
+  for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 16), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
                               spec(Arch::gfx950, DType::fp8, DType::fp8, 128, KernelKind::MlaDecode)}) {
     const MlaGeometry g = mla_geometry(s);
     CHECK_FALSE(g.lds_dma);

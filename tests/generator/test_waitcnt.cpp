@@ -222,6 +222,27 @@ TEST_CASE("waitcnt: a barrier waits only for the LDS-DMA regions it publishes") 
   CHECK(count_waits(lines) == 4);
 }
 
+// ds_bpermute reads no LDS memory: it does not wait for LDS DMA (a ds_read does), only for the
+// vector load that wrote its source.
+TEST_CASE("waitcnt: ds_bpermute waits for its source, not for LDS DMA") {
+  Fixture f(Arch::gfx950);
+  auto& ra = f.b.regs();
+  SReg rsrc = ra.sgpr(4, "rsrc");
+  VReg addr = ra.vgpr(1, "addr"), src = ra.vgpr(1, "src"), d = ra.vgpr(1, "d"), pair = ra.vgpr(2, "pair", 2);
+  f.b.global_load_dword(src, addr, f.b.kernarg_ptr());
+  f.b.buffer_load_dwordx4_idxen_lds(pair, rsrc, Imm(0), 1);
+  f.b.buffer_load_dwordx4_lds(addr, rsrc, Imm(0), 0, 2);
+  f.b.ds_bpermute_b32(d, addr, src);
+  f.b.ds_read_b32(d, addr);
+  f.b.s_endpgm();
+  auto lines = f.run();
+  CHECK(before(lines, "ds_bpermute_b32") == "s_waitcnt vmcnt(2)");
+  CHECK(before(lines, "ds_read_b32") == "s_waitcnt vmcnt(0)");  // the DMA; the bpermute's d lands in order
+  CHECK(std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+          return l.find(" idxen offen lds") != std::string::npos && l.rfind("buffer_load_dwordx4 v[", 0) == 0;
+        }) == 1);
+}
+
 TEST_CASE("builder: 16-byte LDS DMA exists only where the target has it") {
   Fixture f(Arch::gfx942);
   auto& ra = f.b.regs();
