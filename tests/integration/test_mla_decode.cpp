@@ -268,7 +268,7 @@ std::vector<SharedCase> shared_cases() {
     v.push_back({f8, f8, 12, 1, page, {1300, 1411, 1200, 777, 600, 513},
                  page == 1 ? std::vector<rt::ProblemParams::Shared>{{0, 3, 1000}, {4, 2, 300}}
                            : std::vector<rt::ProblemParams::Shared>{{0, 3, 1152}, {4, 2, 384}}});
-  // 24 requests in one group: 288 rows, six 48-row prefix units per token range.
+  // 24 requests in one group: 288 rows, six 48-row (three 96-row) prefix units per token range.
   std::vector<int> lens24;
   for (int i = 0; i < 24; ++i) lens24.push_back(300 + 7 * i);
   v.push_back({f8, f8, 12, 1, 64, lens24, {{0, 24, 256}}});
