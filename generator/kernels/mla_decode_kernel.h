@@ -85,6 +85,23 @@ struct Kernel {
     b.s_cselect_b32(carried, Imm(0), carried);
   }
 
+  // dst = kv_indices[page_base + start / page_size], a scalar load, unless `carried` is nonzero
+  // (the id is at hand) or the tile at `start` lies past the unit's end (carried is then set).
+  // tmp receives the index (it may be start itself); addr the load's address.
+  void load_page_id_unless_carried(SReg dst, SReg start, SReg carried, SReg tmp, SReg addr) {
+    b.s_cmp_ge_u32(start, kv_end());
+    b.s_cselect_b32(carried, Imm(1), carried);  // past the end: no load either
+    b.s_cmp_lg_u32(carried, Imm(0));
+    unless_scc1([&] {
+      b.s_lshr_b32(tmp, start, Imm(log2i(s.page_size)));
+      b.s_add_u32(tmp, page_base(), tmp);
+      b.s_lshl_b32(tmp, tmp, Imm(2));
+      b.s_add_u32(addr[0], ptr(mla_decode_args::kv_indices)[0], tmp);
+      b.s_addc_u32(addr[1], ptr(mla_decode_args::kv_indices)[1], Imm(0));
+      b.s_load_dword(dst, addr, 0);
+    });
+  }
+
   // Emits `body` behind a branch that skips it when SCC is 1.
   template <class F>
   void unless_scc1(F&& body) {

@@ -119,17 +119,7 @@ class Producer {
       b.v_add_u32(tok[s], slot, vt);
       b.v_min_u32(tok[s], last_tok, tok[s]);
       page_continues(slot);
-      b.s_cmp_ge_u32(slot, k_.kv_end());
-      b.s_cselect_b32(page_carried, Imm(1), page_carried);  // past the end: no load either
-      b.s_cmp_lg_u32(page_carried, Imm(0));
-      k_.unless_scc1([&] {
-        b.s_lshr_b32(slot, slot, Imm(log2i(k_.s.page_size)));
-        b.s_add_u32(slot, k_.page_base(), slot);
-        b.s_lshl_b32(slot, slot, Imm(2));
-        b.s_add_u32(sidx_addr[0], k_.ptr(mla_decode_args::kv_indices)[0], slot);
-        b.s_addc_u32(sidx_addr[1], k_.ptr(mla_decode_args::kv_indices)[1], Imm(0));
-        b.s_load_dword(sidx[size_t(s)], sidx_addr, 0);
-      });
+      k_.load_page_id_unless_carried(sidx[size_t(s)], slot, page_carried, slot, sidx_addr);
       return;
     }
     b.v_add_u32(tok[s], slot, vt);

@@ -166,17 +166,7 @@ class DmaProducer {
     if (scattered) return;  // fetch_rows, per ring slot
     tile_start();
     page_continues();
-    b.s_cmp_ge_u32(start, k_.kv_end());
-    b.s_cselect_b32(carried, Imm(1), carried);
-    b.s_cmp_lg_u32(carried, Imm(0));
-    k_.unless_scc1([&] {
-      b.s_lshr_b32(valid, start, Imm(log2i(k_.s.page_size)));
-      b.s_add_u32(valid, k_.page_base(), valid);
-      b.s_lshl_b32(valid, valid, Imm(2));
-      b.s_add_u32(id_addr[0], k_.ptr(mla_decode_args::kv_indices)[0], valid);
-      b.s_addc_u32(id_addr[1], k_.ptr(mla_decode_args::kv_indices)[1], Imm(0));
-      b.s_load_dword(next_page, id_addr, 0);
-    });
+    k_.load_page_id_unless_carried(next_page, start, carried, valid, id_addr);
   }
 
   // carried = 0 when the tile at `start` is this producer's first in its page (it fetches the
