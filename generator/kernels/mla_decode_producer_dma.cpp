@@ -22,14 +22,14 @@
 // would rely on out-of-range lanes writing zeros), and a tile past the end has num_records 0
 // and reads nothing, but is issued like the others so that every path counts the same loads.
 //
-// Page 1 (vLLM's K3 layout: a page id per token) uses the same chunk layout, but a tile's rows
-// are scattered: the loads address a strided buffer over the whole cache (stride = row bytes,
-// `buffer_load_dwordx4 idxen offen lds`: base + stride * index + offset, 64-bit in hardware),
-// with vaddr = {row index, 16 x chunk}. Lane t of a vector of the tile's rows (p_tile_rows{r},
-// loaded from kv_indices) holds token t's row, and each load's indices come from it by
-// ds_bpermute (a constant source lane per lane and load); pad and guard lanes, and tokens past
-// the unit's end, take the vector's lane 63, whose row is 0xffffffff: out of range, read
-// nothing. The rows of the slot that reuses a ring slot are loaded right after that slot's DMA:
+// Pages shorter than a tile (page 1 is vLLM's K3 layout) use the same chunk layout, but a tile's
+// rows are scattered over pages: the loads address a strided buffer over the whole cache (stride
+// = a page's bytes, `buffer_load_dwordx4 idxen offen lds`: base + stride * index + offset, 64-bit
+// in hardware), with vaddr = {page id, (token % page) x row bytes + 16 x chunk}. Lane t of a
+// vector of the tile's page ids (p_tile_rows{r}, loaded from kv_indices) holds token t's, and
+// each load's indices come from it by ds_bpermute (a constant source lane per lane and load);
+// pad and guard lanes, and tokens past the unit's end, take the vector's lane 63, whose id is
+// 0xffffffff: out of range, read nothing. The rows of the slot that reuses a ring slot are loaded right after that slot's DMA:
 // waiting for them (vmcnt is in order) then waits only for DMA that is waited for anyway.
 //
 // Ring protocol, one barrier per slot as the consumers have it: the prologue issues slots
@@ -68,10 +68,10 @@ class DmaProducer {
   DmaProducer(Kernel& k, int index)
       : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), N(k.g.ring), R(k.g.kv_row_bytes),
         C(k.g.lds_row_bytes / 16), chunks(T * C), L((chunks + 63) / 64), P(k.g.producers), me(index),
-        scattered(!k.g.page_id_per_tile) {
+        scattered(!k.g.page_id_per_tile), page(k.s.page_size) {
     const MlaGeometry& g = k.g;
-    if (scattered && (k.s.page_size != 1 || T > 63))
-      throw std::logic_error("mla_decode: the LDS-DMA producer takes pages of a tile or more, or of one token");
+    if (scattered && (T > 63 || page * R >= (1 << 14)))
+      throw std::logic_error("mla_decode: scattered LDS DMA needs a page of fewer than 16 KiB (the buffer stride)");
     if (P < 1 || P > 2 || me < 0 || me >= P || N % P)
       throw std::logic_error("mla_decode: LDS-DMA producers are 1 or 2, each owning every other ring slot");
     if (g.kv_splits != 1 || g.lds_row_bytes % 16 || R % 16 || chunks < 64)
@@ -121,8 +121,14 @@ class DmaProducer {
       b.v_mul_u32_u24(q, Imm(C), t);
       b.v_sub_u32(q, c, q);
       VReg out = scattered ? src : off;
-      if (scattered) {
-        b.v_lshlrev_b32(off, Imm(4), q);
+      if (scattered) {  // off = (t % page) * R + 16 q
+        if (page > 1) {
+          b.v_and_b32(off, Imm(page - 1), t);
+          b.v_mul_u32_u24(off, Imm(R), off);
+          b.v_lshl_add_u32(off, q, Imm(4), off);
+        } else {
+          b.v_lshlrev_b32(off, Imm(4), q);
+        }
         b.v_lshlrev_b32(src, Imm(2), t);
       } else {
         b.v_mul_u32_u24(off, Imm(R), t);
@@ -141,9 +147,9 @@ class DmaProducer {
   void registers() {
     rsrc = ra.sgpr(4, "p_tile_rsrc", 4);
     if (scattered) {
-      // One resource for the whole cache: rows of R bytes, any 32-bit row index in range.
+      // One resource for the whole cache: pages of page x R bytes, any 32-bit page id in range.
       SReg kv = k_.ptr(mla_decode_args::kv);
-      b.make_strided_buffer_resource(rsrc, kv, Imm(-1), R);
+      b.make_strided_buffer_resource(rsrc, kv, Imm(-1), page * R);
       for (int r = 0; r < N; ++r)
         if (mine(r)) rows.push_back(ra.vgpr(1, fmt::format("p_tile_rows{}", r)));
       row_off = ra.vgpr(1, "p_row_id_offset");
@@ -182,8 +188,8 @@ class DmaProducer {
     b.s_cselect_b32(carried, Imm(0), carried);
   }
 
-  // Scattered rows: lane t of ring slot r's row vector = the row of slot x's token t (its page
-  // id, page 1), 0xffffffff for lanes past the tile or the unit's end (one masked vector load).
+  // Scattered rows: lane t of ring slot r's vector = the page id of slot x's token t,
+  // 0xffffffff for lanes past the tile or the unit's end (one masked vector load).
   VReg& row_vector(int ring_slot) { return rows[size_t(ring_slot / P)]; }
   void fetch_rows(int ring_slot) {
     VReg v = row_vector(ring_slot);
@@ -194,6 +200,7 @@ class DmaProducer {
     if (T < 32) throw std::logic_error("mla_decode: scattered LDS DMA assumes 32-token tiles");
     b.emit("s_mov_b32", {Operand::of(vcc_hi_reg())}, {Operand::of(Imm(0))});  // lanes 32..63: no token
     b.s_and_saveexec_b64(saved_exec, vcc);
+    if (page > 1) b.v_lshrrev_b32(row_off, Imm(log2i(page)), row_off);
     b.v_add_u32(row_off, k_.page_base(), row_off);
     b.v_lshlrev_b32(row_off, Imm(2), row_off);
     b.global_load_dword(v, row_off, k_.ptr(mla_decode_args::kv_indices));
@@ -305,7 +312,8 @@ class DmaProducer {
   RegAllocator& ra;
   const int T, N, R, C, chunks, L;
   const int P, me;  // producers, and which one this is
-  const bool scattered;  // page 1: the tile's rows are anywhere in the cache
+  const bool scattered;  // pages shorter than a tile: the tile's rows are in several pages
+  const int page;
   std::vector<VReg> indices, sources, rows;  // scattered: per load {row index, offset}, its source lane; per own ring slot
   VReg row_off;
   SReg saved_exec;

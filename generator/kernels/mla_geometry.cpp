@@ -58,7 +58,9 @@ constexpr int kPrefixDmaRowBlocks = 6;
 
 // Prefix kernels on targets with 16-byte LDS DMA whose tiles lie in one page (see lds_dma_ring).
 bool prefix_dma_candidate(const MlaGeometry& g, const KernelSpec& s, const Target& t) {
-  return g.prefix && t.has_lds_dma_b128 && (s.page_size >= g.tile_tokens || s.page_size == 1) && !g.q_split;
+  // Shorter pages: a strided buffer of pages (stride < 16 KiB: the V# field).
+  const bool stride_fits = s.page_size * kMlaDim * g.kv_bytes < (1 << 14);
+  return g.prefix && t.has_lds_dma_b128 && (s.page_size >= g.tile_tokens || stride_fits) && !g.q_split;
 }
 
 void row_blocks(MlaGeometry& g, const KernelSpec& s, const Target& t) {
@@ -195,20 +197,23 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 }
 
 // Prefix kernels stream KV with 16-byte LDS DMA where the target has it (gfx950) and the producer's
-// simple case holds: a tile lies in one page (its rows are contiguous in memory: one buffer
-// resource per tile), one consumer per row block (no split merge, no Q through a ring slot),
-// Q in AGPRs and 16-byte-aligned LDS rows. The ring then has kDmaRing slots, kDmaRing - 1 of
-// them in flight, when they fit the LDS (fp8: 4 x 19 KiB, two workgroups per CU on gfx950).
-// A tile's LDS image is 16-byte chunks, 64 per load: the last load's lanes past the image write
-// into a guard after the slot (no lane ever writes bytes another load of the tile writes).
+// case holds: one consumer per row block (no split merge, no Q through a ring slot), Q in AGPRs,
+// 16-byte-aligned LDS rows, and a tile in one page (its rows contiguous in memory: one buffer
+// resource per tile) or pages under 16 KiB (a strided buffer of pages, each lane's page id from
+// the tile's vector of them: fp8 up to 16 tokens, bf16 up to 8). The ring then has kDmaRing
+// slots, kDmaRing - 1 of them in flight, when they fit the LDS (fp8: 4 x 19 KiB, two workgroups
+// per CU on gfx950). A tile's LDS image is 16-byte chunks, 64 per load: the last load's lanes
+// past the image write into a guard after the slot (no lane ever writes bytes another load of
+// the tile writes).
 // With 6 row blocks one workgroup fills a CU: two producer waves (the 8th wave slot) stream
 // alternate slots of an 8-slot ring (7 in flight, 152 KiB), as many bytes in flight per CU as
 // two 3-block workgroups with one producer and 4 slots each.
 // Decode kernels keep the register producer, so their code objects stay as they are.
 constexpr int kDmaRing = 4, kDmaRingTwoProducers = 8;
 void lds_dma_ring(MlaGeometry& g, const KernelSpec& s, const Target& t) {
-  if (!g.prefix || !t.has_lds_dma_b128 || !(g.page_id_per_tile || s.page_size == 1) || g.kv_splits != 1 || g.q_in_lds ||
-      g.q_split || g.lds_row_bytes % 16 != 0)
+  const bool pages_fit = g.page_id_per_tile || s.page_size * g.kv_row_bytes < (1 << 14);
+  if (!g.prefix || !t.has_lds_dma_b128 || !pages_fit || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
+      g.lds_row_bytes % 16 != 0)
     return;
   const int chunks = g.slot_tokens * g.lds_row_bytes / 16;
   const int slot = 16 * 64 * ((chunks + 63) / 64);

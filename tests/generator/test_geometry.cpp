@@ -174,8 +174,12 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
   CHECK(p1.row_blocks == 6);
   CHECK(p1.producers == 2);
   CHECK(p1.slot_bytes == 19 * 1024);
-  // Pages between 1 and a tile, gfx942 (4-byte LDS DMA only) and decode kernels: registers.
-  for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 16), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
+  // Pages of 2..16 fp8 tokens: a strided buffer of pages (stride = page bytes < 16 KiB).
+  CHECK(mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 16)).lds_dma);
+  CHECK(mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 8)).lds_dma);
+  // Pages of 16 KiB or more but shorter than a tile (bf16, 16 tokens: the stride does not fit),
+  // gfx942 (4-byte LDS DMA only) and decode kernels: registers.
+  for (const KernelSpec& s : {spec(Arch::gfx950, DType::bf16, DType::bf16, 16), spec(Arch::gfx942, DType::fp8, DType::fp8, 128),
                               spec(Arch::gfx950, DType::fp8, DType::fp8, 128, KernelKind::MlaDecode)}) {
     const MlaGeometry g = mla_geometry(s);
     CHECK_FALSE(g.lds_dma);

@@ -317,13 +317,14 @@ TEST_CASE("mla e2e: shared prefixes are read once per prefix row group (48 or 96
       bool once = plan.row_groups == 1;
       for (const auto& g : c.shared) once = once && g.count * M <= plan.prefix_rows_per_group;
       // 3 row blocks; 6 where gfx950 streams an fp8-Q prefix with LDS DMA (docs/shared-prefix.md).
-      const bool dma6 = t == rt::Target::gfx950 && c.q == rt::DType::fp8 && (c.page >= T || c.page == 1);
+      const bool dma6 = t == rt::Target::gfx950 && c.q == rt::DType::fp8 && (c.page >= T || c.page * kvb < (1 << 14));
       CHECK(plan.prefix_rows_per_group == (dma6 ? 96 : 48));
       if (once) CHECK(e.result.stats()["kv_read_over_distinct"].get<double>() <= 1.25);
     }
 }
 
-// gfx950 prefix kernels at pages of a tile or more, or of one token, stream KV with LDS DMA (mla_decode_producer_dma.cpp):
+// gfx950 prefix kernels at pages of a tile or more, or of under 16 KiB (a strided buffer of pages), stream KV with LDS DMA
+// (mla_decode_producer_dma.cpp):
 // fp8 Q with 6 row blocks and two producer waves on an 8-slot ring, bf16 Q with 3 row blocks and
 // one producer on a 4-slot ring, ring - 1 slots in flight. With the GPU's CU count the planner cuts a
 // short prefix into units of a tile or two, which never wrap the ring; with 2 CUs every prefix
@@ -342,7 +343,8 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
   const auto f8 = rt::DType::fp8, b16 = rt::DType::bf16;
   for (const DmaCase& c : {DmaCase{f8, f8, 12, 128, {2000, 2100, 2200, 900}, 1792}, DmaCase{f8, f8, 12, 1, {1900, 2000, 2100, 700}, 1700},
                            DmaCase{f8, f8, 16, 64, {1500, 1600}, 1408}, DmaCase{b16, b16, 16, 64, {900, 1000}, 768},
-                           DmaCase{b16, b16, 8, 1, {800, 900}, 700}})
+                           DmaCase{b16, b16, 8, 1, {800, 900}, 700}, DmaCase{f8, f8, 12, 16, {1500, 1300, 1400}, 1280},
+                           DmaCase{b16, b16, 8, 8, {800, 900}, 704}})
     for (uint32_t seed : {0u, 7u}) {
       auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, 1, c.page, c.lens, 40 + seed);
       p.shared = {{0, 3, c.shared}};
