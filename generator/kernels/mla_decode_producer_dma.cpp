@@ -1,5 +1,5 @@
-// The producer (wave 0) of a kernel whose geometry streams KV with LDS DMA (MlaGeometry::lds_dma,
-// gfx950 prefix kernels): token rows go from memory straight into a ring of N slots with
+// The producer(s) (wave 0, and the last wave where there are two) of a kernel whose geometry
+// streams KV with LDS DMA (MlaGeometry::lds_dma, gfx950 prefix kernels): token rows go from memory straight into a ring of N slots with
 // buffer_load_dwordx4 ... lds, so nothing is staged in registers and N - 1 slots stay in flight
 // (the register producer, mla_decode_producer.cpp, holds at most 2 slots in 144 VGPRs).
 //
@@ -29,8 +29,9 @@
 // vector of the tile's page ids (p_tile_rows{r}, loaded from kv_indices) holds token t's, and
 // each load's indices come from it by ds_bpermute (a constant source lane per lane and load);
 // pad and guard lanes, and tokens past the unit's end, take the vector's lane 63, whose id is
-// 0xffffffff: out of range, read nothing. The rows of the slot that reuses a ring slot are loaded right after that slot's DMA:
-// waiting for them (vmcnt is in order) then waits only for DMA that is waited for anyway.
+// 0xffffffff: out of range, read nothing. The page ids of the slot that next reuses a ring slot
+// are loaded right after that slot's DMA: waiting for them (vmcnt is in order) then waits only
+// for DMA that is waited for anyway.
 //
 // Ring protocol, one barrier per slot as the consumers have it: the prologue issues slots
 // 0..N-1 and publishes slot 0; iteration i publishes slot i + 1 (the waitcnt pass waits only for
@@ -96,8 +97,8 @@ class DmaProducer {
 
   // p_chunk_offset{j}[lane] = token * R + 16 * chunk for chunk c = base_j + lane of the tile's
   // LDS image (c = token * C + chunk); pad chunks and chunks past the image get kOutOfRange.
-  // Scattered rows: p_chunk_index{j} = {row index (set per tile), 16 * chunk}, and
-  // p_chunk_source{j} = 4 * the lane of the row vector holding the token's row (63: none).
+  // Scattered rows: p_chunk_index{j} = {page id (set per tile), (token % page) * R + 16 * chunk},
+  // and p_chunk_source{j} = 4 * the lane of the page-id vector holding the token's (63: none).
   void chunk_offsets() {
     const auto [mul, shift] = chunk_divider(C, 64 * L);
     VReg c = ra.vgpr(1, "p_chunk"), t = ra.vgpr(1, "p_chunk_token"), q = ra.vgpr(1, "p_chunk_part");
