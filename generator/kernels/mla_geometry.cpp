@@ -56,7 +56,8 @@ namespace {
 // that two 3-block workgroups per CU had. 96 rows divide K3's 192 (c16) and 288 (c24).
 constexpr int kPrefixDmaRowBlocks = 6;
 
-// Prefix kernels on targets with 16-byte LDS DMA whose tiles lie in one page (see lds_dma_ring).
+// Prefix kernels on targets with 16-byte LDS DMA whose pages the DMA producer streams: a tile in
+// one page, or pages under 16 KiB (lds_dma_ring decides; a mismatch is a logic error below).
 bool prefix_dma_candidate(const MlaGeometry& g, const KernelSpec& s, const Target& t) {
   // Shorter pages: a strided buffer of pages (stride < 16 KiB: the V# field).
   const bool stride_fits = s.page_size * kMlaDim * g.kv_bytes < (1 << 14);
@@ -206,7 +207,8 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 // past the image write into a guard after the slot (no lane ever writes bytes another load of
 // the tile writes).
 // With 6 row blocks one workgroup fills a CU: two producer waves (the 8th wave slot) stream
-// alternate slots of an 8-slot ring (7 in flight, 152 KiB), as many bytes in flight per CU as
+// alternate slots of an 8-slot ring (152 KiB; each producer's vmcnt holds up to 62 loads, 3.3
+// of its slots, so up to 6.5 slots are in flight), as many bytes in flight per CU as
 // two 3-block workgroups with one producer and 4 slots each.
 // Decode kernels keep the register producer, so their code objects stay as they are.
 constexpr int kDmaRing = 4, kDmaRingTwoProducers = 8;

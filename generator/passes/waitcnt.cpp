@@ -100,15 +100,15 @@ Wait needed(const State& s, const Inst& inst) {
   // This wave's own LDS accesses wait for all of its LDS DMA (the regions are not addresses);
   // ds_bpermute moves data between lanes and reads no LDS memory.
   if (inst.is_lds() && !inst.has(kLdsCrossbar)) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
+  // A wave ends with no LDS DMA in flight: the workgroup's LDS may be reallocated once its
+  // waves have ended, and an outstanding DMA would still write it.
+  if (inst.cls() == OpClass::EndPgm) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
   // A barrier hands LDS to the other waves: this wave's LDS writes (and the DMA into the regions
   // the barrier publishes) must have landed, and its LDS reads must have been performed, before
   // another wave may write what they read (the memory model's workgroup release: lgkmcnt(0) for
   // LDS). Reads whose results are still pending are outstanding reads. DMA into regions the
-  // barrier does not publish stays in flight: the builder asserts that no other wave touches
+  // barrier does not publish stays in flight: the kernel's protocol says no other wave touches
   // them before a later barrier publishes them (the emulator's lds_dma rule checks it).
-  // A wave ends with no LDS DMA in flight: the workgroup's LDS may be reallocated once its
-  // waves have ended, and an outstanding DMA would still write it.
-  if (inst.cls() == OpClass::EndPgm) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
   if (inst.cls() == OpClass::Barrier) {
     for_each_dma_region(inst.dma_regions, [&](int slot) { require(s, slot, w); });
     require(s, kLdsWrite, w);
