@@ -339,14 +339,17 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
     int heads, page;
     std::vector<int> lens;
     int shared;
+    int qseqlen = 1;
+    bool lse = false;
   };
   const auto f8 = rt::DType::fp8, b16 = rt::DType::bf16;
   for (const DmaCase& c : {DmaCase{f8, f8, 12, 128, {2000, 2100, 2200, 900}, 1792}, DmaCase{f8, f8, 12, 1, {1900, 2000, 2100, 700}, 1700},
                            DmaCase{f8, f8, 16, 64, {1500, 1600}, 1408}, DmaCase{b16, b16, 16, 64, {900, 1000}, 768},
                            DmaCase{b16, b16, 8, 1, {800, 900}, 700}, DmaCase{f8, f8, 12, 16, {1500, 1300, 1400}, 1280},
-                           DmaCase{b16, b16, 8, 8, {800, 900}, 704}})
+                           DmaCase{b16, b16, 8, 8, {800, 900}, 704}, DmaCase{f8, f8, 16, 64, {1400, 1500}, 1280, 2, true}})
     for (uint32_t seed : {0u, 7u}) {
-      auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, 1, c.page, c.lens, 40 + seed);
+      auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, c.qseqlen, c.page, c.lens, 40 + seed);
+      p.return_lse = c.lse;
       p.shared = {{0, 3, c.shared}};
       if (c.lens.size() < 3) p.shared = {{0, 2, c.shared}};
       rt::EmulatorRunOptions opts;
