@@ -199,9 +199,9 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
   return h;
 }
 
-double producer_inflight_bytes(const std::string& asm_text) {
-  const auto L = lines_of(asm_text);
-  auto [begin, end] = find_loop(L, ".Lproducer_loop_");
+// One producer loop's peak outstanding load bytes (see producer_inflight_bytes).
+static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begin, size_t end) {
+  constexpr size_t kMaxVmOutstanding = 63;
   std::deque<double> q;  // outstanding vector-memory loads (bytes per wave), in issue order
   double peak = 0;
   auto load_bytes = [](const std::string& m) -> double {
@@ -236,6 +236,7 @@ double producer_inflight_bytes(const std::string& asm_text) {
         continue;
       }
       if (double b = load_bytes(m); b > 0) {
+        if (q.size() == kMaxVmOutstanding) q.pop_front();  // counted as if the oldest had landed
         q.push_back(b);
         double sum = 0;
         for (double x : q) sum += x;
@@ -244,6 +245,28 @@ double producer_inflight_bytes(const std::string& asm_text) {
     }
   }
   return peak;
+}
+
+// Bytes in flight per workgroup in the producers' steady state: per producer loop (one per
+// producer wave: LDS-DMA prefix kernels have two), the peak of its outstanding loads over
+// iterations, summed over the loops. At most 63 loads count per wave (modeled: what a 6-bit
+// vmcnt holds; whether hardware keeps more in flight is not known here, so the model does not
+// assume it).
+double producer_inflight_bytes(const std::string& asm_text) {
+  const auto L = lines_of(asm_text);
+  double total = 0;
+  for (size_t from = 0;;) {
+    size_t at = L.size();
+    for (size_t i = from; i < L.size(); ++i)
+      if (is_label(L[i]) && starts(L[i], ".Lproducer_loop_")) { at = i; break; }
+    if (at == L.size()) break;
+    const std::vector<std::string> rest(L.begin() + long(at), L.end());
+    auto [begin, end] = find_loop(rest, ".Lproducer_loop_");
+    total += loop_inflight_bytes(rest, begin, end);
+    from = at + end + 1;
+  }
+  if (total == 0) throw std::runtime_error("mlabench: no producer loop in the assembly");
+  return total;
 }
 
 }  // namespace mla::bench

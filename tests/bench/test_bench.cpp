@@ -1,6 +1,7 @@
 // mlabench: the plot script's series labels, the linear scaling of the emulator counters (the basis of the
 // extrapolation), and the issue's targets on the counters and the planner (never wall time).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -193,6 +194,22 @@ TEST_CASE("bench: static bytes in flight and hot-loop path on a hand-written loo
   unknown.replace(unknown.find(".Lskip_5:"), 9, ".Lother_5:");
   CHECK_THROWS_WITH(analyze_hot_loop(unknown, rt::Target::gfx942, false),
                     Catch::Contains("no steady-state rule") && Catch::Contains(".Lother_5"));
+}
+
+// Two producer loops (the LDS-DMA prefix kernel's two producer waves) add up; a wave counts at
+// most 63 loads in flight (what vmcnt holds, modeled).
+TEST_CASE("bench: static bytes in flight sum the producer loops, at most 63 loads per wave") {
+  auto loop = [](int id, int loads, int wait) {
+    std::string t = fmt::format(".Lproducer_loop_{}:\n\ts_waitcnt vmcnt({})\n\ts_barrier\n", id, wait);
+    for (int i = 0; i < loads; ++i) t += "\tbuffer_load_dwordx4 v6, s[36:39], 0 offen lds\n";
+    return t + fmt::format("\ts_cbranch_scc1 .Lproducer_loop_{}\n\ts_endpgm\n", id);
+  };
+  // 19 loads per iteration, 38 kept across the barrier: 57 in flight at the peak.
+  CHECK(producer_inflight_bytes(loop(1, 19, 38)) == 57 * 1024);
+  // 40 loads per iteration, 50 kept: 90 issued, 63 counted.
+  CHECK(producer_inflight_bytes(loop(1, 40, 50)) == 63 * 1024);
+  CHECK(producer_inflight_bytes(loop(1, 40, 50) + loop(2, 19, 38)) == (63 + 57) * 1024);
+  CHECK_THROWS_WITH(producer_inflight_bytes("\ts_endpgm\n"), Catch::Contains("no producer loop"));
 }
 
 TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a clear message") {
