@@ -79,6 +79,8 @@ class DmaProducer {
       throw std::logic_error("mla_decode: the LDS-DMA producer needs one tile per slot and 16-byte rows");
     if (N < 2 || N > 8 || (N & (N - 1)))
       throw std::logic_error("mla_decode: the LDS-DMA ring has 2, 4 or 8 slots (one DMA region each)");
+    if (16 * 64 * L > k.slot_bytes()) throw std::logic_error("mla_decode: the LDS-DMA slot has no room for its last load");
+    if (scattered && T != 32) throw std::logic_error("mla_decode: scattered LDS DMA assumes 32-token tiles");
   }
 
   void emit() {
@@ -154,11 +156,14 @@ class DmaProducer {
       for (int r = 0; r < N; ++r)
         if (mine(r)) rows.push_back(ra.vgpr(1, fmt::format("p_tile_rows{}", r)));
       row_off = ra.vgpr(1, "p_row_id_offset");
+      saved_exec = ra.sgpr(2, "p_saved_exec", 2);
+    } else {
+      base = ra.sgpr(2, "p_tile_base", 2);
+      valid = ra.sgpr(1, "p_tile_valid");
+      next_page = ra.sgpr(1, "p_next_page_id"), cur_page = ra.sgpr(1, "p_page_id"), carried = ra.sgpr(1, "p_page_carried");
+      id_addr = ra.sgpr(2, "p_page_id_addr", 2);
     }
-    base = ra.sgpr(2, "p_tile_base", 2);
-    start = ra.sgpr(1, "p_tile_start"), valid = ra.sgpr(1, "p_tile_valid"), x = ra.sgpr(1, "p_slot_index");
-    next_page = ra.sgpr(1, "p_next_page_id"), cur_page = ra.sgpr(1, "p_page_id"), carried = ra.sgpr(1, "p_page_carried");
-    id_addr = ra.sgpr(2, "p_page_id_addr", 2);
+    start = ra.sgpr(1, "p_tile_start"), x = ra.sgpr(1, "p_slot_index");
   }
 
   // start = kv_start + x * T: the first token of slot x's tile.
@@ -170,7 +175,6 @@ class DmaProducer {
   // The page id of slot x's tile into next_page, when the tile is the unit's first in its page
   // and lies before the unit's end (otherwise the id at hand is carried, or none is needed).
   void fetch_page_id() {
-    if (scattered) return;  // fetch_rows, per ring slot
     tile_start();
     page_continues();
     k_.load_page_id_unless_carried(next_page, start, carried, valid, id_addr);
@@ -198,8 +202,7 @@ class DmaProducer {
     b.v_mov_b32(v, Imm(-1));
     b.v_add_u32(row_off, start, k_.lane);
     b.v_cmp_gt_u32(vcc, k_.kv_end(), row_off);
-    if (T < 32) throw std::logic_error("mla_decode: scattered LDS DMA assumes 32-token tiles");
-    b.emit("s_mov_b32", {Operand::of(vcc_hi_reg())}, {Operand::of(Imm(0))});  // lanes 32..63: no token
+    b.emit("s_mov_b32", {Operand::of(vcc_hi)}, {Operand::of(Imm(0))});  // lanes 32..63: no token
     b.s_and_saveexec_b64(saved_exec, vcc);
     if (page > 1) b.v_lshrrev_b32(row_off, Imm(log2i(page)), row_off);
     b.v_add_u32(row_off, k_.page_base(), row_off);
@@ -207,7 +210,6 @@ class DmaProducer {
     b.global_load_dword(v, row_off, k_.ptr(mla_decode_args::kv_indices));
     b.s_mov_exec(saved_exec);
   }
-  static Special vcc_hi_reg() { return Special{SpecialId::vcc_hi}; }
 
   // Scattered rows: each load's row indices from the slot's row vector, then the loads.
   void issue_scattered(int ring_slot) {
@@ -219,14 +221,23 @@ class DmaProducer {
     }
   }
 
-  // Slot x's tile into ring slot `ring_slot`: its buffer resource, then L loads.
+  // Slot x's tile into ring slot `ring_slot`, then what this producer's next tile needs: the page
+  // ids of the slot that next reuses the ring slot (scattered), or the page id of its next slot.
   void issue(int ring_slot) {
     if (scattered) {
       issue_scattered(ring_slot);
-      b.s_add_u32(x, x, Imm(N));  // the slot that reuses this ring slot next
+      b.s_add_u32(x, x, Imm(N));
       fetch_rows(ring_slot);
       return;
     }
+    issue_tile(ring_slot);
+    b.s_add_u32(x, x, Imm(P));
+    fetch_page_id();
+  }
+
+  // Slot x's tile (rows contiguous in one page) into ring slot `ring_slot`: its buffer resource,
+  // then L loads.
+  void issue_tile(int ring_slot) {
     tile_start();
     page_continues();
     b.s_cmp_eq_u32(carried, Imm(0));
@@ -246,7 +257,6 @@ class DmaProducer {
     b.s_min_u32(valid, valid, Imm(T));
     b.s_mul_i32(valid, valid, Imm(R));
     b.make_buffer_resource(rsrc, base, valid);
-    if (16 * 64 * L > k_.slot_bytes()) throw std::logic_error("mla_decode: the LDS-DMA slot has no room for its last load");
     for (int j = 0; j < L; ++j) {
       b.s_mov_m0(Imm(slot_lds(ring_slot) + 16 * base_chunk(j)));
       b.buffer_load_dwordx4_lds(offsets[size_t(j)], rsrc, Imm(0), 0, region(ring_slot));
@@ -256,22 +266,20 @@ class DmaProducer {
   // Slots 0..N-1 issued (page ids one slot ahead), slot 0 published: pairs with the consumers'
   // barrier after their Q setup.
   void prologue() {
-    if (scattered) {  // every own slot's rows first: the first DMA waits only for them
-      saved_exec = ra.sgpr(2, "p_saved_exec", 2);
+    if (scattered) {  // every own slot's page ids first: the first DMA waits only for them
       for (int r = 0; r < N; ++r)
         if (mine(r)) {
           b.s_mov_b32(x, Imm(r));
           fetch_rows(r);
         }
+    } else {  // the page id of this producer's first tile
+      b.s_mov_b32(x, Imm(me));
+      fetch_page_id();
     }
-    b.s_mov_b32(x, Imm(me));
-    fetch_page_id();
     for (int r = 0; r < N; ++r) {
       if (!mine(r)) continue;
       b.s_mov_b32(x, Imm(r));
       issue(r);
-      b.s_mov_b32(x, Imm(r + P));
-      fetch_page_id();
     }
     b.s_barrier_publishing(mine(0) ? region(0) : 0);
   }
@@ -287,8 +295,6 @@ class DmaProducer {
       if (mine(c)) {
         b.s_add_u32(x, k_.iter, Imm(N));
         issue(c);
-        b.s_add_u32(x, k_.iter, Imm(N + P));
-        fetch_page_id();
       }
       b.s_add_u32(k_.iter, k_.iter, Imm(1));
       b.s_cmp_lt_u32(k_.iter, k_.nslots);
@@ -305,7 +311,9 @@ class DmaProducer {
     for (VReg r : sources) ra.release(r);
     for (VReg r : rows) ra.release(r);
     if (scattered) ra.release(row_off), ra.release(saved_exec);
-    for (SReg r : {rsrc, base, start, valid, x, next_page, cur_page, carried, id_addr}) ra.release(r);
+    else
+      for (SReg r : {base, valid, next_page, cur_page, carried, id_addr}) ra.release(r);
+    for (SReg r : {rsrc, start, x}) ra.release(r);
   }
 
   Kernel& k_;

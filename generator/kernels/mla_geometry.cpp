@@ -56,12 +56,16 @@ namespace {
 // that two 3-block workgroups per CU had. 96 rows divide K3's 192 (c16) and 288 (c24).
 constexpr int kPrefixDmaRowBlocks = 6;
 
-// Prefix kernels on targets with 16-byte LDS DMA whose pages the DMA producer streams: a tile in
-// one page, or pages under 16 KiB (lds_dma_ring decides; a mismatch is a logic error below).
+// Pages the LDS-DMA producer streams: a tile in one page, or pages under 16 KiB (a strided buffer
+// of pages: the V# stride field has 14 bits).
+bool dma_pages(const KernelSpec& s, const MlaGeometry& g) {
+  return s.page_size >= g.tile_tokens || s.page_size * kMlaDim * g.kv_bytes < (1 << 14);
+}
+
+// Prefix kernels on targets with 16-byte LDS DMA whose pages the DMA producer streams
+// (lds_dma_ring decides; a mismatch is a logic error below).
 bool prefix_dma_candidate(const MlaGeometry& g, const KernelSpec& s, const Target& t) {
-  // Shorter pages: a strided buffer of pages (stride < 16 KiB: the V# field).
-  const bool stride_fits = s.page_size * kMlaDim * g.kv_bytes < (1 << 14);
-  return g.prefix && t.has_lds_dma_b128 && (s.page_size >= g.tile_tokens || stride_fits) && !g.q_split;
+  return g.prefix && t.has_lds_dma_b128 && dma_pages(s, g) && !g.q_split;
 }
 
 void row_blocks(MlaGeometry& g, const KernelSpec& s, const Target& t) {
@@ -213,8 +217,7 @@ bool splits_and_ring(MlaGeometry& g, const Target& t) {
 // Decode kernels keep the register producer, so their code objects stay as they are.
 constexpr int kDmaRing = 4, kDmaRingTwoProducers = 8;
 void lds_dma_ring(MlaGeometry& g, const KernelSpec& s, const Target& t) {
-  const bool pages_fit = g.page_id_per_tile || s.page_size * g.kv_row_bytes < (1 << 14);
-  if (!g.prefix || !t.has_lds_dma_b128 || !pages_fit || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
+  if (!g.prefix || !t.has_lds_dma_b128 || !dma_pages(s, g) || g.kv_splits != 1 || g.q_in_lds || g.q_split ||
       g.lds_row_bytes % 16 != 0)
     return;
   const int chunks = g.slot_tokens * g.lds_row_bytes / 16;

@@ -200,23 +200,24 @@ void Builder::buffer_load_dword_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_
   emit("buffer_load_dword_lds", {}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset, true));
 }
 
+// The target, resource and regions of a 16-byte LDS-DMA buffer load.
+void Builder::check_lds_dma_b128(std::string_view m, SReg rsrc, uint8_t dma_regions) {
+  if (!target().has_lds_dma_b128) throw std::logic_error(fmt::format("{}: {} has no 16-byte LDS DMA", m, target().name));
+  check_width(m, rsrc.count, 4, "srsrc");
+  if (dma_regions == 0) throw std::invalid_argument(fmt::format("{}: an LDS DMA writes at least one region", m));
+}
+
 void Builder::buffer_load_dwordx4_lds(VReg vaddr, SReg rsrc, SSrc soffset, uint32_t offset, uint8_t dma_regions) {
-  if (!target().has_lds_dma_b128)
-    throw std::logic_error(fmt::format("buffer_load_dwordx4 lds: {} has no 16-byte LDS DMA", target().name));
-  check_width("buffer_load_dwordx4 lds", rsrc.count, 4, "srsrc");
+  check_lds_dma_b128("buffer_load_dwordx4 lds", rsrc, dma_regions);
   check_width("buffer_load_dwordx4 lds", vaddr.count, 1, "vaddr");
   if (offset > 4095) throw std::invalid_argument(fmt::format("buffer_load_dwordx4 lds: offset {} exceeds 12 bits", offset));
-  if (dma_regions == 0) throw std::invalid_argument("buffer_load_dwordx4 lds: an LDS DMA writes at least one region");
   emit("buffer_load_dwordx4_lds", {}, {Operand::of(vaddr), Operand::of(rsrc), soffset.op}, mubuf_mods(offset, true)).dma_regions =
       dma_regions;
 }
 
 void Builder::buffer_load_dwordx4_idxen_lds(VReg vaddr2, SReg rsrc, SSrc soffset, uint8_t dma_regions) {
-  if (!target().has_lds_dma_b128)
-    throw std::logic_error(fmt::format("buffer_load_dwordx4 idxen lds: {} has no 16-byte LDS DMA", target().name));
-  check_width("buffer_load_dwordx4 idxen lds", rsrc.count, 4, "srsrc");
+  check_lds_dma_b128("buffer_load_dwordx4 idxen lds", rsrc, dma_regions);
   check_width("buffer_load_dwordx4 idxen lds", vaddr2.count, 2, "vaddr");
-  if (dma_regions == 0) throw std::invalid_argument("buffer_load_dwordx4 idxen lds: an LDS DMA writes at least one region");
   Mods m = mubuf_mods(0, true);
   m.idxen = true;
   emit("buffer_load_dwordx4_lds", {}, {Operand::of(vaddr2), Operand::of(rsrc), soffset.op}, m).dma_regions = dma_regions;

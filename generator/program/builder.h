@@ -135,8 +135,6 @@ class Builder {
   void v_cvt_pk_bf16_f32(VReg d, VSrc lo, VSrc hi) { vop("v_cvt_pk_bf16_f32", d, {lo, hi}); }
   void s_and_saveexec_b64(SReg saved, SSrc mask) { sop("s_and_saveexec_b64", saved, 2, {mask}); }
   void s_mov_exec(SSrc v) { emit("s_mov_b64", {Operand::of(exec)}, {v.op}); }
-  void s_mov_exec_lo(SSrc v) { emit("s_mov_b32", {Operand::of(exec_lo)}, {v.op}); }
-  void s_mov_exec_hi(SSrc v) { emit("s_mov_b32", {Operand::of(exec_hi)}, {v.op}); }
   void s_mov_m0(SSrc v) { emit("s_mov_b32", {Operand::of(m0)}, {v.op}); }
   void v_add_f32(VReg d, VSrc a, VSrc b) { vop("v_add_f32", d, {a, b}); }
   void v_sub_f32(VReg d, VSrc a, VSrc b) { vop("v_sub_f32", d, {a, b}); }
@@ -222,6 +220,7 @@ class Builder {
   void ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset);
   void global_load(std::string_view m, VReg d, int width, VReg addr64, uint32_t offset);
   void ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset);
+  void check_lds_dma_b128(std::string_view m, SReg rsrc, uint8_t dma_regions);
 
   Program& p_;
   RegAllocator ra_;

@@ -45,9 +45,9 @@ struct Special {
 };
 inline constexpr Special vcc{SpecialId::vcc};
 inline constexpr Special vcc_lo{SpecialId::vcc_lo};
+inline constexpr Special vcc_hi{SpecialId::vcc_hi};
 inline constexpr Special exec{SpecialId::exec};
 inline constexpr Special exec_lo{SpecialId::exec_lo};
-inline constexpr Special exec_hi{SpecialId::exec_hi};
 inline constexpr Special m0{SpecialId::m0};
 
 // An immediate; the printer emits it as an inline constant or a literal.
