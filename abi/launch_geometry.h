@@ -20,6 +20,7 @@ struct LaunchGeometry {
   int slot_tokens = 0;     // tokens per slot
   int lds_row_bytes = 0;   // LDS stride of a token row
   int workgroup_size = 0;  // threads
+  int partial_o_bytes = 0; // bytes per element of the partial o it writes: 4 (f32) or 2 (bf16)
 };
 
 // Throws std::invalid_argument naming the field that is missing, not an integer, or < 1.
@@ -41,6 +42,10 @@ inline LaunchGeometry launch_geometry_from_json(const nlohmann::json& g) {
   get("slot_tokens", l.slot_tokens);
   get("lds_row_bytes", l.lds_row_bytes);
   get("workgroup_size", l.workgroup_size);
+  get("partial_o_bytes", l.partial_o_bytes);
+  if (l.partial_o_bytes != 2 && l.partial_o_bytes != 4)
+    throw std::invalid_argument("geometry.partial_o_bytes = " + std::to_string(l.partial_o_bytes) +
+                                " (allowed: 2 for bf16 partials, 4 for f32)");
   return l;
 }
 

@@ -94,21 +94,28 @@ inline constexpr int rows = offsetof(PrefixUnit, rows) / 4, first_request = offs
 }  // namespace prefix_unit
 
 // One per request whose output merges several partials (a split request, or a member of a
-// prefix group read once for the group): int32[4], in the reduce buffer (workgroups of the
+// prefix group read once for the group): int32[8], in the reduce buffer (workgroups of the
 // reduce kernel index it). The request's partials are slots first_partial + k * partial_stride
 // for k = 0 .. num_splits - 1 (stride 1 for a split request; a prefix group's members
-// interleave their slots, stride = the group's request count, see PrefixUnit).
+// interleave their slots, stride = the group's request count, see PrefixUnit). Partials
+// k < bf16_splits hold o as bf16 (a prefix kernel's, whose partials are half the bytes), the
+// others f32 (a decode kernel's): both at the same row offsets, row m of slot p at byte
+// (p * M + m) * 2048 of partial_o, a bf16 row filling the first 1024 bytes.
 struct ReduceEntry {
   int32_t qo_row;          // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
   int32_t first_partial;   // first partial slot
   int32_t num_splits;      // >= 1 (1 only for a prefix-group member: its one partial normalised into o)
   int32_t partial_stride;  // >= 1: slot distance between consecutive partials
+  int32_t bf16_splits;     // 0 .. num_splits: the first bf16_splits partials are bf16
+  int32_t reserved[3];     // 0
 };
-static_assert(sizeof(ReduceEntry) == 4 * sizeof(int32_t), "ReduceEntry is int32[4]");
+static_assert(sizeof(ReduceEntry) == 8 * sizeof(int32_t), "ReduceEntry is int32[8]");
 namespace reduce_entry {
 inline constexpr int qo_row = offsetof(ReduceEntry, qo_row) / 4, first_partial = offsetof(ReduceEntry, first_partial) / 4,
                      num_splits = offsetof(ReduceEntry, num_splits) / 4,
-                     partial_stride = offsetof(ReduceEntry, partial_stride) / 4;
+                     partial_stride = offsetof(ReduceEntry, partial_stride) / 4,
+                     bf16_splits = offsetof(ReduceEntry, bf16_splits) / 4;
+inline constexpr int dwords = sizeof(ReduceEntry) / 4;
 }  // namespace reduce_entry
 
 // A kernel argument: a pointer (8 bytes) or a 4-byte value, at its byte offset in the

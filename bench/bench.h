@@ -102,6 +102,7 @@ struct KernelFacts {
   // Per query row of a unit (ModelUnit::rows; the prefix kernel: Q read, partials written).
   double read_per_row = 0, write_partial_per_row = 0;
   double reduce_per_entry = 0, reduce_per_split = 0;     // reduce global bytes (read + written)
+  double reduce_per_bf16_split = 0;  // per bf16 partial (a prefix kernel's); reduce_per_split counts f32 ones
   double inflight_bytes_per_wg = 0;   // static, producer loop
   int consumers = 1;                  // consumer waves per workgroup (one SIMD each)
   int row_blocks = 1;                 // 16-row blocks per workgroup (consumers = row_blocks x kv_splits)
@@ -124,8 +125,9 @@ struct ModeledTime {
 
 // Units are handed to CU (i mod C) in launch order (the planner's dispatch assumption).
 // q_groups: distinct (request, row group) pairs, whose Q the launch reads from HBM once.
+// reduce_bf16_splits: of the reduce_splits, the bf16 partials (priced by reduce_per_bf16_split).
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits, int q_groups);
+                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits = 0);
 std::vector<ModelUnit> model_units(const rt::Plan& plan);
 // Workgroups of a non-persistent grid go to CUs round robin in launch order: cu = i mod num_cu.
 std::vector<int> round_robin_cus(int items, int num_cu);
@@ -134,7 +136,8 @@ std::vector<int> round_robin_cus(int items, int num_cu);
 // that do not hand workgroup i to CU i mod C (aiter's persistent work lists); model_time is it
 // with round_robin_cus.
 ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups);
+                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups,
+                                int reduce_bf16_splits = 0);
 
 
 // Brute force: every request split into s near-equal whole-tile runs, for s = 1..max_splits,
@@ -185,6 +188,7 @@ struct RunSample {
   std::vector<int> kv_lens;
   int num_cus = 0;
   double U = 0, N = 0, E = 0, S = 0;   // units, tokens (row groups each), reduce entries, their splits
+  double Sb = 0;                       // of the S: bf16 partials (the prefix kernel's, ReduceEntry::bf16_splits)
   double G = 0;                        // (request, row group) pairs: distinct Q blocks
   double partial_units = 0, final_units = 0;
   double decode_read = 0, decode_written = 0, reduce_read = 0, reduce_written = 0;
@@ -229,6 +233,7 @@ FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<dou
 struct PlanSide {
   bool cascade = false;
   int decode_units = 0, prefix_units = 0, prefix_splits = 0, reduce_entries = 0, reduce_splits = 0;
+  int reduce_bf16_splits = 0;  // of the reduce_splits: bf16 partials (the prefix kernel's)
   double kv_read = 0;       // the kv buffer's global reads (both launches, every re-read counted)
   double kv_distinct = 0;   // the batch's distinct KV bytes (the shared prefix once)
   double macs = 0, partial_bytes = 0;
@@ -248,6 +253,7 @@ struct CascadeResult {
   PlanSide per_request, cascade;
   std::vector<RunSample> samples;
   double fit_residual = 0;
+  double reduce_fit_residual = 0;  // the reduce's bytes per entry, f32 split and bf16 split, over the runs
   KernelFacts facts;             // the prefix kernel's
   HotLoop hot;                   // the prefix kernel's hot loop (static)
   double tile_mem_cycles = 0, coissue_over_mem = 0;

@@ -47,6 +47,7 @@ nlohmann::json PlanSide::to_json() const {
                       {"prefix_splits", prefix_splits},
                       {"reduce_entries", reduce_entries},
                       {"reduce_splits", reduce_splits},
+                      {"reduce_bf16_splits", reduce_bf16_splits},
                       {"kv_read_bytes", kv_read},
                       {"kv_distinct_bytes", kv_distinct},
                       {"kv_read_over_distinct", kv_read / kv_distinct},
@@ -67,6 +68,7 @@ nlohmann::json CascadeResult::to_json() const {
   j["per_request"] = per_request.to_json();
   j["cascade"] = cascade.to_json();
   j["prefix_fit_max_relative_residual"] = fit_residual;
+  j["reduce_fit_max_relative_residual"] = reduce_fit_residual;
   j["prefix_kernel_facts"] = {{"read_per_unit", facts.read_per_unit},
                               {"read_per_token", facts.read_per_token},
                               {"distinct_per_unit", facts.distinct_per_unit},
@@ -74,6 +76,7 @@ nlohmann::json CascadeResult::to_json() const {
                               {"read_per_row", facts.read_per_row},
                               {"distinct_per_q_row", facts.distinct_per_q_group},
                               {"write_partial_per_row", facts.write_partial_per_row},
+                              {"reduce_per_bf16_split", facts.reduce_per_bf16_split},
                               {"kv_read_per_token", facts.kv_read_per_token},
                               {"macs_per_token", facts.macs_per_token},
                               {"macs_per_unit", facts.macs_per_unit},
@@ -225,8 +228,24 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   f.write_partial_unit = 0;
   f.write_partial_per_row = rp ? wp / rp : 0;
   f.write_final_unit = 0;  // prefix units always write partials
-  f.reduce_per_entry = r.facts.reduce_per_entry;  // the same reduce kernel
+  // The reduce: entries and f32 splits as the decode shape's fit prices them (the same reduce
+  // kernel); a bf16 split (a prefix partial) costs what the cascade runs' reduce read and wrote
+  // beyond those, per bf16 split.
+  f.reduce_per_entry = r.facts.reduce_per_entry;
   f.reduce_per_split = r.facts.reduce_per_split;
+  {
+    double extra = 0, sb = 0;
+    for (const auto& x : c.samples) {
+      extra += x.reduce_read + x.reduce_written - f.reduce_per_entry * x.E - f.reduce_per_split * (x.S - x.Sb);
+      sb += x.Sb;
+    }
+    f.reduce_per_bf16_split = sb > 0 ? extra / sb : 0;
+    for (const auto& x : c.samples) {
+      const double y = x.reduce_read + x.reduce_written;
+      const double fit = f.reduce_per_entry * x.E + f.reduce_per_split * (x.S - x.Sb) + f.reduce_per_bf16_split * x.Sb;
+      c.reduce_fit_residual = std::max(c.reduce_fit_residual, std::abs(y - fit) / y);
+    }
+  }
   f.consumers = pk.launch.consumers;
   f.row_blocks = pk.launch.row_blocks;
   f.row_groups = Gp;
@@ -278,7 +297,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   b.prefix_units = int(plan.prefix_units.size());
   b.prefix_splits = plan.prefix_groups.at(0).prefix_splits;
   b.reduce_entries = int(plan.reduces.size());
-  for (const auto& e : plan.reduces) b.reduce_splits += e.num_splits;
+  for (const auto& e : plan.reduces) b.reduce_splits += e.num_splits, b.reduce_bf16_splits += e.bf16_splits;
   double Nd = 0, Np = 0;
   for (const auto& u : plan.units) Nd += u.kv_end - u.kv_start;
   std::vector<ModelUnit> pu;
@@ -291,9 +310,16 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   b.kv_distinct = kv_distinct;
   b.macs = r.facts.macs_per_unit * b.decode_units + r.facts.macs_per_token * Nd + f.macs_per_unit * b.prefix_units +
            f.macs_per_token * Np;
-  b.partial_bytes = double(plan.partial_o_bytes() + plan.partial_lse_bytes());
+  // Partial bytes written (and read back by the reduce): the prefix kernel's rows at its o
+  // element size, the decode kernel's f32 rows.
+  b.partial_bytes = 0;
+  for (const auto& u : plan.prefix_units)
+    b.partial_bytes += double(prefix_unit_rows(u, plan.prefix_rows_per_group)) * (512.0 * pk.launch.partial_o_bytes + 4);
+  for (const auto& u : plan.units)
+    if (u.partial >= 0)
+      b.partial_bytes += double(std::min(plan.rows_per_group, plan.rows - u.row_group * plan.rows_per_group)) * (512.0 * 4 + 4);
   if (!plan.units.empty()) b.decode = model_time(m, r.facts, model_units(plan), 0, 0, decode_q_blocks(plan));
-  b.prefix = model_time(m, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan));
+  b.prefix = model_time(m, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan), b.reduce_bf16_splits);
   b.total_s = b.decode.total_s + b.prefix.total_s;
   b.bound = fmt::format("decode launch: {}; prefix launch: {}", plan.units.empty() ? "none" : b.decode.bound,
                         b.prefix.bound);

@@ -66,7 +66,8 @@ std::vector<int> round_robin_cus(int items, int num_cu) {
 }
 
 ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups) {
+                                const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups,
+                                int reduce_bf16_splits) {
   if (cu_of_unit.size() != units.size())
     throw std::invalid_argument("model_time_assigned: one CU per unit expected");
   const int C = m.cus;
@@ -115,7 +116,8 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   else t.bound = "CU read port";
   t.launch_s = m.launch_s;
   if (reduce_entries > 0) {
-    const double rb = f.reduce_per_entry * reduce_entries + f.reduce_per_split * reduce_splits;
+    const double rb = f.reduce_per_entry * reduce_entries + f.reduce_per_split * (reduce_splits - reduce_bf16_splits) +
+                      f.reduce_per_bf16_split * reduce_bf16_splits;
     t.reduce_s = std::max(rb / m.hbm_bytes_per_s, m.unit_fill_s);
     t.launch_s += m.launch_s;
   }
@@ -124,8 +126,9 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
 }
 
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits, int q_groups) {
-  return model_time_assigned(m, f, units, round_robin_cus(int(units.size()), m.cus), reduce_entries, reduce_splits, q_groups);
+                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits) {
+  return model_time_assigned(m, f, units, round_robin_cus(int(units.size()), m.cus), reduce_entries, reduce_splits, q_groups,
+                             reduce_bf16_splits);
 }
 
 BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits) {

@@ -99,7 +99,7 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   }
   x.E = double(r.plan.reduces.size());
   x.G = double(decode_q_blocks.size());
-  for (const auto& e : r.plan.reduces) x.S += e.num_splits;
+  for (const auto& e : r.plan.reduces) x.S += e.num_splits, x.Sb += e.bf16_splits;
   for (const auto& u : r.plan.units) (u.partial >= 0 ? x.partial_units : x.final_units) += 1;
   auto sum = [](const emu::Counters& c, double& rd, double& rdd, double& wr) {
     for (const auto& b : c.buffers)

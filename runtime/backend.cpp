@@ -204,8 +204,14 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = k.decode.launch.tile_tokens;
   in.rows_per_group = k.decode.launch.rows_per_group;
+  // The reduce reads a decode kernel's partials as f32 (ReduceEntry::bf16_splits counts the
+  // prefix kernel's only).
+  if (k.decode.launch.partial_o_bytes != 4)
+    throw CatalogError(fmt::format("{}: geometry.partial_o_bytes = {} (a decode kernel's partials must be f32: 4)",
+                                   k.decode.name, k.decode.launch.partial_o_bytes));
   if (k.prefix) {
     in.prefix_rows_per_group = k.prefix->launch.rows_per_group;
+    in.prefix_partial_o_bytes = k.prefix->launch.partial_o_bytes;
     in.prefix_workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.prefix->resident_workgroups_per_cu;
   }
   return in;

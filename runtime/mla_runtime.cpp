@@ -46,7 +46,9 @@ struct mla_plan {
 };
 
 static_assert(sizeof(mla_work_unit) == sizeof(WorkUnit), "mla_work_unit mirrors WorkUnit");
-static_assert(sizeof(mla_reduce_entry) == sizeof(ReduceEntry), "mla_reduce_entry mirrors ReduceEntry");
+static_assert(sizeof(mla_reduce_entry) == sizeof(ReduceEntry) &&
+                  offsetof(mla_reduce_entry, bf16_splits) == offsetof(ReduceEntry, bf16_splits),
+              "mla_reduce_entry mirrors ReduceEntry");
 static_assert(sizeof(mla_prefix_unit) == sizeof(mla::abi::PrefixUnit) && offsetof(mla_prefix_unit, rows) == offsetof(mla::abi::PrefixUnit, rows) &&
                   offsetof(mla_prefix_unit, first_request) == offsetof(mla::abi::PrefixUnit, first_request),
               "mla_prefix_unit mirrors mla::abi::PrefixUnit");

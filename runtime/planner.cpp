@@ -33,6 +33,8 @@ void check_inputs(const PlanInputs& in) {
     fail(fmt::format("prefix_rows_per_group = {} (allowed: >= 0, 0 = no prefix kernel)", in.prefix_rows_per_group));
   if (in.prefix_workgroups_per_cu < 1)
     fail(fmt::format("prefix_workgroups_per_cu = {} (allowed: >= 1)", in.prefix_workgroups_per_cu));
+  if (in.prefix_partial_o_bytes != 2 && in.prefix_partial_o_bytes != 4)
+    fail(fmt::format("prefix_partial_o_bytes = {} (allowed: 2 for bf16 partials, 4 for f32)", in.prefix_partial_o_bytes));
   if (in.max_units < 0) fail(fmt::format("max_units = {} (allowed: >= 0, 0 = unlimited)", in.max_units));
   if (in.max_partials < 0) fail(fmt::format("max_partials = {} (allowed: >= 0, 0 = unlimited)", in.max_partials));
   for (size_t b = 0; b < in.kv_lens.size(); ++b)
@@ -69,6 +71,7 @@ struct Launch {
   int M;
   int workgroups_per_cu;
   std::vector<Job> jobs;
+  bool prefix_kernel = false;  // the prefix launch (its partials: PlanInputs::prefix_partial_o_bytes)
 };
 
 // Token ranges of a job cut into `s` splits of whole tiles, sizes differing by at most one tile
@@ -150,7 +153,11 @@ struct Candidate {
   double cost = 0.0;        // this launch plus the reduce's reading of its partials
 };
 
-const double kPartialRowBytes = 512.0 * 4 + 4;  // partial o row + lse
+const double kPartialRowBytes = 512.0 * 4 + 4;  // partial o row + lse (a decode kernel's: f32)
+// A partial row of the launch's kernel: the prefix kernel's o may be bf16.
+double partial_row_bytes(const Launch& L) {
+  return L.prefix_kernel ? 512.0 * L.in.prefix_partial_o_bytes + 4 : kPartialRowBytes;
+}
 const double kFinalRowBytes = 512.0 * 2;        // bf16 o row
 
 // Builds the units of the given split counts, assigns them to CUs and orders them for launch.
@@ -214,7 +221,7 @@ Candidate build(const Launch& L, std::vector<int> splits) {
       c.units[size_t(r) * C + cu] = x;
       c.cu_tokens[cu] += x.tokens;
       c.cu_units[cu] += 1;
-      double row_bytes = x.u.partial >= 0 ? kPartialRowBytes : kFinalRowBytes;
+      double row_bytes = x.u.partial >= 0 ? partial_row_bytes(L) : kFinalRowBytes;
       cu_time[cu] += x.tokens + x.rows * row_bytes / in.kv_bytes_per_token;
     }
   // A CU running fewer workgroups than it can hold streams at a proportionally lower rate
@@ -233,7 +240,7 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     if (job.kind == Job::request && c.splits[ji] > 1)
       reduce_bytes += double(c.splits[ji]) * L.M * kPartialRowBytes + L.M * kFinalRowBytes;
     else if (job.kind != Job::request)
-      reduce_bytes += double(c.splits[ji]) * job.rows * kPartialRowBytes;
+      reduce_bytes += double(c.splits[ji]) * job.rows * partial_row_bytes(L);
   }
   c.cost = worst + reduce_bytes / in.kv_bytes_per_token / C;
   return c;
@@ -303,7 +310,7 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
       const int j = job_of[size_t(b)], s = dec.splits[size_t(j)];
       p.splits[size_t(b)] = s;
       if (s > 1) {
-        p.reduces.push_back({b * q, next, s, 1});
+        p.reduces.push_back({b * q, next, s, 1, 0, {}});
         dec_slot[size_t(j)] = next;
         next += s;
       }
@@ -324,7 +331,7 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
       const int r = g.first + i, j = job_of[size_t(r)], u = j < 0 ? 0 : dec.splits[size_t(j)];
       if (j >= 0) dec_slot[size_t(j)] = B + kp * g.count + i, dec_stride[size_t(j)] = g.count;
       p.splits[size_t(r)] = kp + u;
-      p.reduces.push_back({r * q, B + i, kp + u, g.count});
+      p.reduces.push_back({r * q, B + i, kp + u, g.count, in.prefix_partial_o_bytes == 2 ? kp : 0, {}});
     }
     next = B + (kp + U) * g.count;
     b = g.first + g.count;
@@ -389,7 +396,7 @@ Job request_job(const PlanInputs& in, int M, int b, int start, Job::Kind kind) {
 // The plan with the given groups cascaded: members' unique parts and the other requests in the
 // decode launch, the groups' prefixes in the prefix launch.
 Plan cascade_plan(const PlanInputs& in, int M, const std::vector<PrefixGroup>& groups) {
-  Launch decode = decode_launch(in, M), prefix{in, M, in.prefix_workgroups_per_cu, {}};
+  Launch decode = decode_launch(in, M), prefix{in, M, in.prefix_workgroups_per_cu, {}, true};
   std::vector<int> shared(in.kv_lens.size(), 0);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const PrefixGroup& g = groups[gi];
@@ -599,7 +606,7 @@ Plan plan_decode(const PlanInputs& in) {
         d.prefix_splits += u.row_group == 0;
         first_slot = first_slot < 0 ? u.partial : std::min(first_slot, u.partial);
       }
-    d.extra_bytes = int64_t(d.prefix_splits) * g.count * M * int64_t(kPartialRowBytes) * 2;
+    d.extra_bytes = int64_t(d.prefix_splits) * g.count * M * (512 * int64_t(in.prefix_partial_o_bytes) + 4) * 2;
     if (d.cascade) {
       d.first_slot = first_slot;
       int U = 0;

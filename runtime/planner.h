@@ -55,6 +55,9 @@ struct PlanInputs {
   std::vector<PrefixGroup> prefix_groups;
   int prefix_rows_per_group = 0;   // rows of a group's count*M per prefix unit (typically 48)
   int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU (its O fills the registers)
+  // Bytes per element of the prefix kernel's partial o (its geometry's partial_o_bytes): 2 (bf16,
+  // the reduce entries' bf16_splits) or 4 (f32). Decode kernels' partials are always f32.
+  int prefix_partial_o_bytes = 2;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can
   // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
   CascadePolicy cascade = CascadePolicy::cost_model;

@@ -57,7 +57,7 @@ struct CascadeDecision {
   std::string reason;
   // Set by plan_decode when both plans were priced (token-equivalents, docs/planner.md).
   double cost_cascade = 0.0, cost_per_request = 0.0;
-  int64_t extra_bytes = 0;      // prefix partials written and read back: prefix_splits * count * M * 2052 * 2
+  int64_t extra_bytes = 0;      // prefix partials written and read back: prefix_splits * count * M * (512 * o bytes + 4) * 2
   int prefix_splits = 0;        // kp of the cascade plan
   int first_slot = -1;          // B: the group's slots are B .. B + slots - 1 (cascade only)
   int slots = 0;                // (kp + max unique splits) * count

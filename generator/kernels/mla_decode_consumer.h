@@ -92,6 +92,7 @@ class Consumer {
   void merge_splits();
   void epilogue();
   void partial_base(SReg base, SReg ptr64, int slot_bytes);
+  void store_o_bf16(SReg rsrc, VReg off, VReg stage);
   void write_lse(VReg lse, SReg rsrc, SReg saved, VReg off);
 
   Kernel& k_;

@@ -437,29 +437,7 @@ void Consumer::epilogue() {
     request_base(base, k_.ptr(mla_decode_args::o), kMlaVDim * 2);
     b.make_buffer_resource(rsrc, base, Imm(M * kMlaVDim * 2));
     b.v_mul_u32_u24(off, Imm(kMlaVDim * 2), row);
-    if (g.v_lds_transpose) {
-      // Block n register r holds column 16n + 4g + r: 4 consecutive bf16 per block.
-      b.v_lshlrev_b32(t0, Imm(1), g4);
-      b.v_add_u32(off, off, t0);
-      for (int n = 0; n < kMlaVDim / 16; ++n) {
-        pack_bf16(stage[0], o[4 * n + 0], o[4 * n + 1], t0, stage[2]);
-        pack_bf16(stage[1], o[4 * n + 2], o[4 * n + 3], t0, stage[2]);
-        b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * n));
-      }
-    } else {
-      b.v_mul_u32_u24(t0, Imm(2 * Vc), g4);  // 4 Vc g columns * 2 bytes
-      b.v_add_u32(off, off, t0);
-    }
-    for (int nb = 0; nb < (g.v_lds_transpose ? 0 : kMlaVDim / (16 * Vc)); ++nb)
-      for (int r = 0; r < 4; ++r) {
-        // Columns 16 Vc nb + Vc (4g + r) + c, c = 0..Vc-1, live in O block Vc nb + c, register r.
-        VReg bf = ra.vgpr(Vc / 2, "e_bf16_columns");
-        for (int c = 0; c < Vc; c += 2)
-          pack_bf16(bf[c / 2], o[4 * (Vc * nb + c) + r], o[4 * (Vc * nb + c + 1) + r], t0, stage[2]);
-        if (Vc == 4) b.buffer_store_dwordx2(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
-        else b.buffer_store_dwordx4(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
-        ra.release(bf);
-      }
+    store_o_bf16(rsrc, off, stage);
     if (k_.s.return_lse) {
       request_base(base, k_.ptr(mla_decode_args::lse), 4);
       b.make_buffer_resource(rsrc, base, Imm(M * 4));
@@ -469,12 +447,15 @@ void Consumer::epilogue() {
   }
   b.bind(partial_path);
   {
-    // Partial slot p: partial_o[(p * M + row) * 512 + col] f32, partial_lse[p * M + row].
+    // Partial slot p: partial_o[(p * M + row) * 512 + col] f32, partial_lse[p * M + row]; a
+    // bf16 partial (g.partial_o_bytes == 2) fills the first 1024 bytes of the same 2048-byte row.
     // A prefix unit's R rows run on from its slot into the next ones (member i's in slot + i).
     partial_base(base, k_.ptr(mla_decode_args::partial_o), M * kMlaVDim * 4);
     rows_resource(rsrc, base, kMlaVDim * 4);
     b.v_mul_u32_u24(off, Imm(kMlaVDim * 4), row);
-    if (g.v_lds_transpose) {
+    if (g.partial_o_bytes == 2) {
+      store_o_bf16(rsrc, off, stage);
+    } else if (g.v_lds_transpose) {
       // Block n: columns 16n + 4g .. +3, stored straight from the accumulators.
       b.v_lshlrev_b32(t0, Imm(2), g4);
       b.v_add_u32(off, off, t0);
@@ -484,7 +465,7 @@ void Consumer::epilogue() {
       b.v_mul_u32_u24(t0, Imm(4 * Vc), g4);  // 4 Vc g columns * 4 bytes
       b.v_add_u32(off, off, t0);
     }
-    for (int nb = 0; nb < (g.v_lds_transpose ? 0 : kMlaVDim / (16 * Vc)); ++nb)
+    for (int nb = 0; nb < (g.v_lds_transpose || g.partial_o_bytes == 2 ? 0 : kMlaVDim / (16 * Vc)); ++nb)
       for (int r = 0; r < 4; ++r)
         for (int c0 = 0; c0 < Vc; c0 += 4) {
           for (int q = 0; q < 4; ++q) b.v_mov_b32(stage[q], o[4 * (Vc * nb + c0 + q) + r]);
@@ -495,6 +476,35 @@ void Consumer::epilogue() {
     write_lse(lse, rsrc, saved, off);
   }
   b.bind(done);
+}
+
+// O as bf16 (round to nearest even) at off + 2 x column of rsrc: off is this lane's row base.
+void Consumer::store_o_bf16(SReg rsrc, VReg off, VReg stage) {
+  const VReg t0 = tt;
+  const int Vc = g.v_read_columns;
+  if (g.v_lds_transpose) {
+    // Block n register r holds column 16n + 4g + r: 4 consecutive bf16 per block.
+    b.v_lshlrev_b32(t0, Imm(1), g4);
+    b.v_add_u32(off, off, t0);
+    for (int n = 0; n < kMlaVDim / 16; ++n) {
+      pack_bf16(stage[0], o[4 * n + 0], o[4 * n + 1], t0, stage[2]);
+      pack_bf16(stage[1], o[4 * n + 2], o[4 * n + 3], t0, stage[2]);
+      b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * n));
+    }
+  } else {
+    b.v_mul_u32_u24(t0, Imm(2 * Vc), g4);  // 4 Vc g columns * 2 bytes
+    b.v_add_u32(off, off, t0);
+  }
+  for (int nb = 0; nb < (g.v_lds_transpose ? 0 : kMlaVDim / (16 * Vc)); ++nb)
+    for (int r = 0; r < 4; ++r) {
+      // Columns 16 Vc nb + Vc (4g + r) + c, c = 0..Vc-1, live in O block Vc nb + c, register r.
+      VReg bf = ra.vgpr(Vc / 2, "e_bf16_columns");
+      for (int c = 0; c < Vc; c += 2)
+        pack_bf16(bf[c / 2], o[4 * (Vc * nb + c) + r], o[4 * (Vc * nb + c + 1) + r], t0, stage[2]);
+      if (Vc == 4) b.buffer_store_dwordx2(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
+      else b.buffer_store_dwordx4(bf, off, rsrc, Imm(0), uint32_t((16 * Vc * nb + Vc * r) * 2));
+      ra.release(bf);
+    }
 }
 
 // base = ptr + partial * slot_bytes (64-bit).

@@ -11,6 +11,7 @@ namespace mla::gen {
 nlohmann::json MlaGeometry::to_json() const {
   return {{"rows", rows},
           {"prefix", prefix},
+          {"partial_o_bytes", partial_o_bytes},
           {"row_blocks", row_blocks},
           {"kv_splits", kv_splits},
           {"consumers", consumers},
@@ -243,6 +244,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
   g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
   g.prefix = s.kind == KernelKind::MlaPrefix;
+  g.partial_o_bytes = g.prefix ? 2 : 4;
   mfmas(g, s, t);
   row_blocks(g, s, t);
   pair_blocks_and_pad(g, s);

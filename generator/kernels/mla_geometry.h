@@ -45,6 +45,10 @@ struct MlaGeometry {
   // Prefix kernel (KernelKind::MlaPrefix): a unit's rows are a prefix group's R = count * M
   // rows (a runtime value, PrefixUnit::rows), always the most row blocks a workgroup holds.
   bool prefix = false;
+  // Bytes per element of the partial o it writes: 4 (f32) for decode kernels; 2 (bf16) for the
+  // prefix kernel, whose partials (every split writes all R rows of a group) are most of its
+  // and the reduce's traffic (docs/shared-prefix.md "Partials").
+  int partial_o_bytes = 4;
   int row_blocks = 0;      // 16-row blocks per workgroup
   int kv_splits = 1;       // S: consumer waves per row block, each on its own T tokens of a slot
   int consumers = 0;       // consumer waves per workgroup = row_blocks * kv_splits

@@ -1,7 +1,9 @@
 // The MLA reduce kernel: merges the split partials of one request row into the final o.
 //
 // Grid (reduce entries, M rows), one wave per workgroup; lane l owns columns 8l .. 8l+7. An
-// entry's partials are slots first + k * stride (abi::ReduceEntry).
+// entry's partials are slots first + k * stride (abi::ReduceEntry); the first bf16_splits of them
+// hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32. The splits are summed in
+// order k = 0, 1, ... either way, so entries without bf16 partials sum exactly as before.
 //   lse* = max_k lse_k;  w_k = exp(lse_k - lse*);  o = sum_k w_k o_k / sum_k w_k;
 //   lse = lse* + ln(sum_k w_k).
 // Partials are normalised within their split (decode wrote o_k = sum p v / sum p), so the
@@ -34,14 +36,15 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
   b.s_load_dwordx2(args.sub(8, 2), b.kernarg_ptr(), 32);
   auto ptr = [&](uint32_t off) { return args.sub(int(off / 4), 2); };
-  SReg eaddr = ra.sgpr(2, "entry_addr"), entry = ra.sgpr(4, "entry");
-  b.s_lshl_b32(eaddr[0], b.workgroup_id(0), Imm(4));
+  static_assert(abi::reduce_entry::dwords == 8, "the reduce kernel loads a ReduceEntry as 8 dwords");
+  SReg eaddr = ra.sgpr(2, "entry_addr"), entry = ra.sgpr(8, "entry", 4);
+  b.s_lshl_b32(eaddr[0], b.workgroup_id(0), Imm(5));
   b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
   b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
-  b.s_load_dwordx4(entry, eaddr, 0);
+  b.s_load_dwordx8(entry, eaddr, 0);
   namespace E = abi::reduce_entry;
   SReg qo_row = entry[E::qo_row], first = entry[E::first_partial], splits = entry[E::num_splits],
-       stride = entry[E::partial_stride];
+       stride = entry[E::partial_stride], bf16_splits = entry[E::bf16_splits];
   SReg row = b.workgroup_id(1);
 
   // lse of split k at partial_lse + ((first + k * stride) * M + row) * 4, read through a scalar
@@ -75,26 +78,45 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.v_lshlrev_b32(col_off, Imm(5), b.workitem_ids());  // 8 f32 per lane
   for (int i = 0; i < 8; ++i) b.v_mov_b32(acc[i], Imm(0));
   b.v_mov_b32(wsum, Imm(0));
+  // Split k's row base: partial_o + ((first + k * stride) * M + row) * 2048 = lse offset * 512;
+  // a bf16 row fills its first 1024 bytes (lane l's 8 columns at 16 l, 2 per dword, low first).
+  VReg col_off16 = ra.vgpr(1, "col_offset_bf16");
+  b.v_lshlrev_b32(col_off16, Imm(4), b.workitem_ids());
+  auto sum_loop = [&](bool bf16, SReg end) {
+    Label loop = b.new_label(bf16 ? "sum_loop_bf16" : "sum_loop"), skip = b.new_label(bf16 ? "sum_bf16_done" : "sum_done");
+    b.s_cmp_ge_u32(k, end);  // none of this kind (a member with no unique part has no f32 split)
+    b.s_cbranch_scc1(skip);
+    b.bind(loop);
+    lse_address();
+    b.s_load_dword(lse_k, lse_ptr, 0);
+    b.s_lshl_b32(t[0], t[0], Imm(9));
+    b.s_add_u32(base[0], ptr(A::partial_o)[0], t[0]);
+    b.s_addc_u32(base[1], ptr(A::partial_o)[1], Imm(0));
+    b.make_buffer_resource(rsrc, base, Imm(kMlaVDim * 4));
+    if (bf16) {
+      // bf16 -> f32 is exact: the bf16 bits are the f32's high half.
+      b.buffer_load_dwordx4(part.sub(4, 4), col_off16, rsrc, Imm(0));
+      for (int i = 0; i < 4; ++i) {
+        b.v_lshlrev_b32(part[2 * i], Imm(16), part[4 + i]);
+        b.v_and_b32(part[2 * i + 1], Imm(int64_t(0xffff0000u)), part[4 + i]);
+      }
+    } else {
+      b.buffer_load_dwordx4(part.sub(0, 4), col_off, rsrc, Imm(0));
+      b.buffer_load_dwordx4(part.sub(4, 4), col_off, rsrc, Imm(0), 16);
+    }
+    b.v_sub_f32(w, lse_k, vmax);
+    b.v_mul_f32(w, FImm{kLog2e}, w);
+    b.v_exp_f32(w, w);
+    b.v_add_f32(wsum, wsum, w);
+    for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], w, part[i], acc[i]);
+    b.s_add_u32(k, k, Imm(1));
+    b.s_cmp_lt_u32(k, end);
+    b.s_cbranch_scc1(loop);
+    b.bind(skip);
+  };
   b.s_mov_b32(k, Imm(0));
-  Label sum_loop = b.new_label("sum_loop");
-  b.bind(sum_loop);
-  lse_address();
-  b.s_load_dword(lse_k, lse_ptr, 0);
-  // Row base of partial k: partial_o + ((first + k * stride) * M + row) * 2048 = lse offset * 512.
-  b.s_lshl_b32(t[0], t[0], Imm(9));
-  b.s_add_u32(base[0], ptr(A::partial_o)[0], t[0]);
-  b.s_addc_u32(base[1], ptr(A::partial_o)[1], Imm(0));
-  b.make_buffer_resource(rsrc, base, Imm(kMlaVDim * 4));
-  b.buffer_load_dwordx4(part.sub(0, 4), col_off, rsrc, Imm(0));
-  b.buffer_load_dwordx4(part.sub(4, 4), col_off, rsrc, Imm(0), 16);
-  b.v_sub_f32(w, lse_k, vmax);
-  b.v_mul_f32(w, FImm{kLog2e}, w);
-  b.v_exp_f32(w, w);
-  b.v_add_f32(wsum, wsum, w);
-  for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], w, part[i], acc[i]);
-  b.s_add_u32(k, k, Imm(1));
-  b.s_cmp_lt_u32(k, splits);
-  b.s_cbranch_scc1(sum_loop);
+  sum_loop(true, bf16_splits);
+  sum_loop(false, splits);
 
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
   VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");

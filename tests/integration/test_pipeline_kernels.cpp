@@ -11,6 +11,7 @@
 #include "codeobj/assemble.h"
 #include "config/config.h"
 #include "emulator/device.h"
+#include "abi/mla_abi.h"
 #include "mla/build_paths.h"
 
 using namespace mla;
@@ -24,10 +25,13 @@ struct Built {
 };
 
 // Builds one pipeline kernel for `arch` into a temp file and loads it.
-Built build_kernel(gen::KernelKind kind, gen::Arch arch) {
+Built build_kernel(gen::KernelKind kind, gen::Arch arch, int heads = 0, int qseqlen = 1, bool return_lse = false) {
   gen::KernelSpec s;
   s.kind = kind;
   s.arch = arch;
+  s.heads = heads;
+  s.qseqlen = qseqlen;
+  s.return_lse = return_lse;
   gen::CompiledKernel k = gen::compile_kernel(s);
   fs::path dir = fs::temp_directory_path() / fmt::format("mla-it-{}", getpid());
   fs::create_directories(dir);
@@ -215,4 +219,97 @@ TEST_CASE("integration: merge_attn_states merges two (o, lse) by lse weights") {
       CHECK(worst <= std::ldexp(1.0, -8));
       CHECK(worst > 0);  // the bf16 rounding shows: the comparison sees the kernel's output
     }
+}
+
+// The reduce kernel (abi::ReduceEntry) against the merge computed here in double precision from
+// the same partials: entries with f32 partials only (a split request), bf16 partials then f32
+// ones at a stride (a cascading member: its prefix splits, then its unique ones), and bf16 only
+// (a member whose whole KV is the prefix). A bf16 partial fills the first 1024 bytes of its
+// 2048-byte row; the other half holds garbage that must not be read.
+TEST_CASE("integration: the reduce merges f32 and bf16 partials by lse weights") {
+  auto bf16_bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  };
+  auto bf16_value = [](uint16_t h) {
+    uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return double(f);
+  };
+  const int heads = 12, qs = 2, M = heads * qs;
+  for (gen::Arch arch : kArchs) {
+    INFO(gen::arch_name(arch));
+    Built k = build_kernel(gen::KernelKind::MlaReduce, arch, heads, qs, true);
+    emu::Device dev(gfx_of(arch));
+    // {qo_row, first_partial, num_splits, partial_stride, bf16_splits}
+    const std::vector<abi::ReduceEntry> entries = {
+        {0, 0, 3, 1, 0, {}}, {2, 3, 5, 3, 2, {}}, {4, 4, 4, 3, 4, {}}, {6, 5, 2, 3, 1, {}}};
+    int slots = 0;
+    for (const auto& e : entries) slots = std::max(slots, e.first_partial + (e.num_splits - 1) * e.partial_stride + 1);
+    std::mt19937 rng(7 + int(arch));
+    std::normal_distribution<float> n01;
+    std::uniform_real_distribution<float> lse_d(-5.f, 5.f);
+    std::vector<float> po(size_t(slots) * M * 512), pl(size_t(slots) * M);
+    for (auto& v : po) v = n01(rng);
+    for (auto& v : pl) v = lse_d(rng);
+    std::vector<bool> is_bf16(size_t(slots), false);
+    for (const auto& e : entries)
+      for (int kk = 0; kk < e.bf16_splits; ++kk) is_bf16[size_t(e.first_partial + kk * e.partial_stride)] = true;
+    // A bf16 slot: row m's 512 bf16 in its first 1024 bytes (the values it stands for kept in po).
+    std::vector<uint8_t> image(po.size() * 4);
+    std::memcpy(image.data(), po.data(), image.size());
+    for (int p = 0; p < slots; ++p)
+      if (is_bf16[size_t(p)])
+        for (int m = 0; m < M; ++m) {
+          float* row = &po[(size_t(p) * M + m) * 512];
+          uint16_t* out = reinterpret_cast<uint16_t*>(&image[(size_t(p) * M + m) * 2048]);
+          for (int c = 0; c < 512; ++c) {
+            out[c] = bf16_bits(row[c]);
+            row[c] = float(bf16_value(out[c]));
+          }
+        }
+    const int requests = 8;
+    uint64_t d_map = dev.alloc(entries.size() * sizeof(abi::ReduceEntry), 256, "reduce_map");
+    uint64_t d_po = dev.alloc(image.size(), 256, "partial_o"), d_pl = dev.alloc(pl.size() * 4, 256, "partial_lse");
+    uint64_t d_o = dev.alloc(size_t(requests) * heads * 512 * 2, 256, "o", 0xff);
+    uint64_t d_l = dev.alloc(size_t(requests) * heads * 4, 256, "lse", 0xff);
+    dev.write(d_map, entries.data(), entries.size() * sizeof(abi::ReduceEntry));
+    dev.write(d_po, image.data(), image.size());
+    dev.write(d_pl, pl.data(), pl.size() * 4);
+    namespace A = abi::reduce_args;
+    emu::KernargBuilder ka;
+    ka.put<uint64_t>(A::reduce_map, d_map).put<uint64_t>(A::partial_o, d_po).put<uint64_t>(A::partial_lse, d_pl);
+    ka.put<uint64_t>(A::o, d_o).put<uint64_t>(A::lse, d_l);
+    dev.dispatch(k.co, k.name, {uint32_t(entries.size()), uint32_t(M), 1}, {64, 1, 1}, ka.bytes);
+    auto o = dev.read_vector<uint16_t>(d_o, size_t(requests) * heads * 512);
+    auto ol = dev.read_vector<float>(d_l, size_t(requests) * heads);
+    double worst = 0;
+    for (const auto& e : entries)
+      for (int m = 0; m < M; ++m) {
+        double mx = -INFINITY;
+        for (int kk = 0; kk < e.num_splits; ++kk) mx = std::max(mx, double(pl[size_t(e.first_partial + kk * e.partial_stride) * M + m]));
+        double wsum = 0;
+        std::vector<double> want(512, 0.0);
+        for (int kk = 0; kk < e.num_splits; ++kk) {
+          const size_t pk = size_t(e.first_partial + kk * e.partial_stride) * M + m;
+          const double w = std::exp(pl[pk] - mx);
+          wsum += w;
+          for (int c = 0; c < 512; ++c) want[size_t(c)] += w * po[pk * 512 + size_t(c)];
+        }
+        const size_t row = size_t(e.qo_row) * heads + size_t(m);
+        for (int c = 0; c < 512; ++c) {
+          const double wv = want[size_t(c)] / wsum, got = bf16_value(o[row * 512 + size_t(c)]);
+          // bf16 rounding of the result (half an ulp, 2^-9 relative) plus f32 arithmetic.
+          const double err = std::abs(got - wv);
+          worst = std::max(worst, err / (std::abs(wv) + 1e-30));
+          if (err > std::ldexp(std::abs(wv), -8) + 1e-6)
+            FAIL_CHECK("entry qo_row " << e.qo_row << " row " << m << " col " << c << ": got " << got << ", want " << wv);
+        }
+        CHECK(std::abs(ol[row] - (mx + std::log(wsum))) <= 1e-5 * std::max(1.0, std::abs(mx)));
+      }
+    CHECK(worst <= std::ldexp(1.0, -8));
+    CHECK(worst > 0);
+  }
 }

@@ -55,7 +55,13 @@ inline uint64_t fingerprint(const rt::Plan& p) {
     for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
   };
   add(p.units.data(), p.units.size() * sizeof(rt::WorkUnit));
-  add(p.reduces.data(), p.reduces.size() * sizeof(rt::ReduceEntry));
+  // An entry's first four fields as the int32[4] ReduceEntry was, when pinned; the rest (the
+  // bf16 split count and the reserved dwords) only when not all zero, which changes the hash.
+  for (const rt::ReduceEntry& e : p.reduces) {
+    add(&e, 4 * sizeof(int32_t));
+    if (e.bf16_splits || e.reserved[0] || e.reserved[1] || e.reserved[2])
+      add(&e.bf16_splits, sizeof e - 4 * sizeof(int32_t));
+  }
   add(p.splits.data(), p.splits.size() * sizeof(int));
   add(&p.num_partials, sizeof p.num_partials);
   add(p.cu_tokens.data(), p.cu_tokens.size() * sizeof(int64_t));

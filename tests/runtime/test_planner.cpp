@@ -292,6 +292,9 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   k.decode.name = "mla_decode_test";
   k.decode.launch.tile_tokens = 32, k.decode.launch.rows_per_group = 16;
   k.decode.resident_workgroups_per_cu = 2;
+  CHECK_THROWS_WITH(rt::plan_inputs_for(k, {1000}, 256, 0),
+                    Catch::Contains("geometry.partial_o_bytes = 0") && Catch::Contains("must be f32"));
+  k.decode.launch.partial_o_bytes = 4;
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 3).workgroups_per_cu == 3);  // an explicit override wins
   // With two resident workgroups the planner fills each CU with two units of a long request.
@@ -422,12 +425,13 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
   // Per (request, row): token intervals with the slot written (-1: final o).
   struct Piece {
     int start, end, slot;
+    bool prefix = false;  // written by a prefix unit (bf16 o when in.prefix_partial_o_bytes == 2)
   };
   std::vector<std::vector<std::vector<Piece>>> pieces(B, std::vector<std::vector<Piece>>(M));
   std::map<std::pair<int, int>, int> slot_row_writes;  // (slot, row m) -> units writing it
   std::map<int, int> slot_owner;                       // slot -> request
-  auto write = [&](int b, int m, int s, int e, int slot) {
-    pieces[b][m].push_back({s, e, slot});
+  auto write = [&](int b, int m, int s, int e, int slot, bool prefix = false) {
+    pieces[b][m].push_back({s, e, slot, prefix});
     if (slot < 0) return;
     CHECK(slot < p.num_partials);
     slot_row_writes[{slot, m}] += 1;
@@ -477,7 +481,7 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     REQUIRE(u.row_group >= 0);
     REQUIRE(u.row_group * p.prefix_rows_per_group < R);
     const int r0 = u.row_group * p.prefix_rows_per_group, r1 = std::min(R, r0 + p.prefix_rows_per_group);
-    for (int r = r0; r < r1; ++r) write(first + r / M, r % M, u.kv_start, u.kv_end, u.partial + r / M);
+    for (int r = r0; r < r1; ++r) write(first + r / M, r % M, u.kv_start, u.kv_end, u.partial + r / M, true);
   }
   // (a) every (request, row, token) once; (b) a row's slots are distinct.
   for (int b = 0; b < B; ++b)
@@ -519,9 +523,11 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     CHECK(int(listed.size()) == r.num_splits);
     CHECK(listed == written);
     CHECK(p.splits[b] == r.num_splits);
+    CHECK((r.reserved[0] == 0 && r.reserved[1] == 0 && r.reserved[2] == 0));
     if (group_of[b] < 0) {
       CHECK(r.partial_stride == 1);
       CHECK(r.num_splits >= 2);
+      CHECK(r.bf16_splits == 0);
     } else {
       // The documented layout: member i's k-th partial at B + k * count + i.
       const auto& d = cascading[size_t(group_of[b])];
@@ -533,6 +539,10 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
       std::vector<Piece> v = pieces[b][0];
       std::sort(v.begin(), v.end(), [](const Piece& x, const Piece& y) { return x.start < y.start; });
       for (size_t k = 0; k < v.size(); ++k) CHECK(v[k].slot == r.first_partial + int(k) * r.partial_stride);
+      // The reduce reads partials k < bf16_splits as bf16: exactly the prefix kernel's (when it
+      // writes bf16), which come first.
+      for (size_t k = 0; k < v.size(); ++k)
+        CHECK((int(k) < r.bf16_splits) == (v[k].prefix && in.prefix_partial_o_bytes == 2));
     }
   }
   CHECK(e == p.reduces.size());
@@ -710,6 +720,7 @@ TEST_CASE("planner cascade: random batches with groups keep every promise", "[pl
     in.tile_tokens = pick({16, 32, 64});
     in.rows_per_group = pick({16, 32, 48});
     in.prefix_rows_per_group = pick({48, 64, 96});
+    in.prefix_partial_o_bytes = pick({2, 4});
     in.min_tiles_per_split = pick({1, 2});
     const int batch = pick({2, 3, 8, 24});
     const int shared = pick({1, 4, 40, 500}) * 128;  // a multiple of every page size and tile
