@@ -89,7 +89,12 @@ struct ModelUnit {
   // Query rows the unit computes (prefix units: its row group's rows of the group, which the last
   // row group may fill only in part); priced by KernelFacts' per-row terms (0 for decode units).
   int rows = 0;
+  // 16-row blocks that compute (0: all of the kernel's): the prefix kernel's waves of row blocks
+  // wholly past a unit's rows take no tile (a member's unique part: one of 6).
+  int blocks = 0;
 };
+// The row blocks a prefix unit of `rows` query rows computes (the prefix kernel's rule).
+inline int prefix_unit_blocks(int rows, int row_blocks) { return std::min(row_blocks, (rows + 15) / 16); }
 
 // Per-kernel facts the model needs (measured or static).
 struct KernelFacts {
@@ -110,6 +115,8 @@ struct KernelFacts {
   int row_groups = 1;
   double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (co-issue model + ring stall)
   double lds_cycles_per_tile = 0;     // CU LDS clocks per tile (128 B/clk; consumers' reads + producer's write)
+  double lds_cycles_per_block = 0;    // of those, one row block's reads (a unit computing fewer blocks saves them)
+  double macs_per_block_token = 0;    // prefix kernel: MACs per token per computing row block (MACs fit on NBp)
   // Fits of measured counters the report extrapolates (model_time does not use them).
   double kv_read_per_unit = 0, kv_read_per_token = 0;  // the kv buffer's global reads
   double macs_per_unit = 0, macs_per_token = 0;        // MFMA MACs issued
@@ -203,6 +210,7 @@ struct RunSample {
   // Query rows: summed over the prefix units (each unit's rows of its row group), and over the
   // distinct (group, row group) Q blocks.
   double Rp = 0, Rpd = 0;
+  double NBp = 0;  // tokens (whole tiles) x computing row blocks, summed over the prefix units (its MACs' measure)
   double prefix_read = 0, prefix_read_distinct = 0, prefix_written = 0, prefix_kv_read = 0, prefix_macs = 0;
   double kv_distinct = 0;  // the batch's distinct KV entries x bytes (shared pages once)
   bool ran_prefix = false;

@@ -25,7 +25,8 @@ int decode_q_blocks(const rt::Plan& plan) {
 // prefix kernel's KernelFacts::distinct_per_q_group is per row).
 int prefix_q_rows(const rt::Plan& plan) {
   std::map<std::pair<int, int>, int> b;
-  for (const auto& u : plan.prefix_units) b[{u.first_request, u.row_group}] = prefix_unit_rows(u, plan.prefix_rows_per_group);
+  for (const auto& u : plan.prefix_units)
+    if (!plan.is_unique_part(u)) b[{u.first_request, u.row_group}] = prefix_unit_rows(u, plan.prefix_rows_per_group);
   int rows = 0;
   for (const auto& [k, r] : b) rows += r;
   return rows;
@@ -79,6 +80,7 @@ nlohmann::json CascadeResult::to_json() const {
                               {"reduce_per_bf16_split", facts.reduce_per_bf16_split},
                               {"kv_read_per_token", facts.kv_read_per_token},
                               {"macs_per_token", facts.macs_per_token},
+                              {"macs_per_block_token", facts.macs_per_block_token},
                               {"macs_per_unit", facts.macs_per_unit},
                               {"consumers", facts.consumers},
                               {"row_blocks", facts.row_blocks},
@@ -194,12 +196,13 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   // partly filled); kv reads and MACs per unit and token (every row block runs); distinct reads
   // per unit, distinct token (each split's range once) and distinct query row; partial writes
   // per query row.
-  std::vector<double> xu, xn, ykv, ym, yr, yd;
+  std::vector<double> xu, xn, xnb, ykv, ym, yr, yd;
   std::vector<std::vector<double>> xr, xd;
   double wp = 0, rp = 0;
   for (const auto& x : c.samples) {
     xu.push_back(x.Up);
     xn.push_back(x.Np);
+    xnb.push_back(x.NBp);
     xr.push_back(vary_rows ? std::vector<double>{x.Up, x.Np, x.Rp} : std::vector<double>{x.Up, x.Np});
     yr.push_back(x.prefix_read);
     ykv.push_back(x.prefix_kv_read);
@@ -209,7 +212,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     wp += x.prefix_written;
     rp += x.Rp;
   }
-  const Fit2 fkv = fit2(xu, xn, ykv), fm = fit2(xu, xn, ym);
+  // MACs per unit and per token x computing row block (a member's unique part computes one).
+  const Fit2 fkv = fit2(xu, xn, ykv), fm = fit2(xu, xnb, ym);
   const FitN fr = fit_linear(xr, yr), fd = fit_linear(xd, yd);
   c.fit_residual = std::max({fr.residual, fkv.residual, fm.residual, fd.residual});
 
@@ -221,7 +225,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   f.kv_read_per_unit = fkv.a;
   f.kv_read_per_token = fkv.b;
   f.macs_per_unit = fm.a;
-  f.macs_per_token = fm.b;
+  f.macs_per_block_token = fm.b;
+  f.macs_per_token = fm.b * pk.launch.row_blocks;  // a unit of full row groups
   f.distinct_per_unit = fd.c[0];
   f.distinct_per_token = fd.c[1];  // per distinct token: ModelUnit::first_read = 1/Gp
   f.distinct_per_q_group = fd.c[2];  // per distinct query row (prefix_q_rows)
@@ -260,6 +265,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
         0.0, double(pk.launch.slot_tokens) * double(pk.launch.lds_row_bytes) / 128.0 - c.hot.after_release_cycles);
   f.hot_loop_cycles = c.hot.coissue_cycles + c.hot.ring_stall_cycles;
   f.lds_cycles_per_tile = (f.row_blocks * c.hot.lds_bytes + T * double(pk.launch.lds_row_bytes)) / 128.0;
+  f.lds_cycles_per_block = c.hot.lds_bytes / 128.0;
   c.mfma_busy = c.hot.mfma_cycles / f.hot_loop_cycles;
   const double kvb = rt::elem_bytes(s.kv_dtype);
   const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
@@ -298,18 +304,23 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   b.prefix_splits = plan.prefix_groups.at(0).prefix_splits;
   b.reduce_entries = int(plan.reduces.size());
   for (const auto& e : plan.reduces) b.reduce_splits += e.num_splits, b.reduce_bf16_splits += e.bf16_splits;
-  double Nd = 0, Np = 0;
+  double Nd = 0, Np = 0, NBp = 0;
   for (const auto& u : plan.units) Nd += u.kv_end - u.kv_start;
   std::vector<ModelUnit> pu;
   for (const auto& u : plan.prefix_units) {
     Np += u.kv_end - u.kv_start;
-    pu.push_back({int64_t(u.kv_end - u.kv_start), true, 1.0 / Gp, prefix_unit_rows(u, plan.prefix_rows_per_group)});
+    // A group's prefix is read by its Gp row groups; a member's unique part (the prefix launch
+    // runs those too at qseqlen 1, docs/planner.md) once.
+    const bool unique = plan.is_unique_part(u);
+    const int rows = prefix_unit_rows(u, plan.prefix_rows_per_group), blocks = prefix_unit_blocks(rows, f.row_blocks);
+    NBp += std::ceil(double(u.kv_end - u.kv_start) / T) * T * blocks;  // RunSample::NBp's measure
+    pu.push_back({int64_t(u.kv_end - u.kv_start), true, unique ? 1.0 : 1.0 / Gp, rows, blocks});
   }
   b.kv_read = r.facts.kv_read_per_unit * b.decode_units + r.facts.kv_read_per_token * Nd +
               f.kv_read_per_unit * b.prefix_units + f.kv_read_per_token * Np;
   b.kv_distinct = kv_distinct;
   b.macs = r.facts.macs_per_unit * b.decode_units + r.facts.macs_per_token * Nd + f.macs_per_unit * b.prefix_units +
-           f.macs_per_token * Np;
+           f.macs_per_block_token * NBp;
   // Partial bytes written (and read back by the reduce): the prefix kernel's rows at its o
   // element size, the decode kernel's f32 rows.
   b.partial_bytes = 0;

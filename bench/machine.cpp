@@ -1,6 +1,7 @@
 // The machine model (docs/performance.md). Every number it produces is modeled, not measured.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -71,7 +72,10 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   if (cu_of_unit.size() != units.size())
     throw std::invalid_argument("model_time_assigned: one CU per unit expected");
   const int C = m.cus;
-  std::vector<double> bytes(C, 0), tiles(C, 0);
+  std::vector<double> bytes(C, 0), tiles(C, 0), idle_block_tiles(C, 0);
+  // Per CU: tiles x computing row blocks, by the unit's computing consumer waves (which set how
+  // many SIMDs share its issue). Whole numbers: the sums are exact in any order.
+  std::vector<std::map<int, double>> block_tiles(C);
   std::vector<int> n(C, 0);
   // Every read passes the CU's port (bytes[c]); HBM sees each distinct byte once per launch
   // (re-reads such as Q by every unit of a request hit the L2 / Infinity Cache: modeled).
@@ -83,7 +87,11 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     const double w = (u.partial ? f.write_partial_unit : f.write_final_unit) + f.write_partial_per_row * u.rows;
     bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + f.read_per_row * u.rows + w;
     total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
-    tiles[c] += std::ceil(double(u.tokens) / f.tile_tokens);
+    const double t = std::ceil(double(u.tokens) / f.tile_tokens);
+    tiles[c] += t;
+    const int blocks = u.blocks > 0 ? std::min(u.blocks, f.row_blocks) : f.row_blocks;
+    block_tiles[c][std::max(1, f.consumers * blocks / std::max(1, f.row_blocks))] += t * blocks;
+    idle_block_tiles[c] += t * (f.row_blocks - blocks);
     n[c] += 1;
   }
   ModeledTime t;
@@ -94,11 +102,14 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     if (!n[c]) continue;
     const int resident = std::min(n[c], f.max_resident_wgs);
     const double rate = std::min(port, resident * f.inflight_bytes_per_wg / m.little_latency_s);
-    const double simds = std::min(4, resident * f.consumers);
     const double mem = bytes[c] / rate;
-    // Every tile passes through each of the row blocks' consumers (one 16-row block each).
-    const double issue = std::max(tiles[c] * f.row_blocks * f.hot_loop_cycles / m.clock_hz / simds,
-                                  tiles[c] * f.lds_cycles_per_tile / m.clock_hz);  // LDS is per CU
+    // Every tile passes through each computing row block's consumer (one 16-row block each), on
+    // the SIMDs its computing consumers and resident neighbours occupy; LDS is per CU.
+    double mfma = 0;
+    for (const auto& [consumers, bt] : block_tiles[c])
+      mfma += bt * f.hot_loop_cycles / m.clock_hz / std::min(4, resident * consumers);
+    const double lds = (tiles[c] * f.lds_cycles_per_tile - idle_block_tiles[c] * f.lds_cycles_per_block) / m.clock_hz;
+    const double issue = std::max(mfma, lds);
     // Units on a CU run back to back (resident ones overlap their fill).
     const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
     const double tc = fill + std::max(mem, issue);

@@ -39,6 +39,9 @@ const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
   if (auto it = cache.find(key); it != cache.end()) return *it->second;
   std::string dir =
       (std::filesystem::temp_directory_path() / fmt::format("mlabench-{}-{}", getpid(), cache.size())).string();
+  // A fresh directory: one left by an earlier process of the same pid may hold another
+  // generator's catalog, which the build would keep beside this shape's kernels.
+  std::filesystem::remove_all(dir);
   gen::BuildOptions opts;
   opts.out_dir = dir;
   opts.jobs = 2;
@@ -132,7 +135,9 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
       if (u.partial >= 0) x.prefix_partial_units += 1;
       const int rows = prefix_unit_rows(u, r.plan.prefix_rows_per_group);
       x.Rp += rows;
-      q_blocks[{u.first_request, u.row_group}] = rows;
+      const int T = r.plan.tile_tokens, tiles = (u.kv_end - u.kv_start + T - 1) / T;  // a partial tile computes whole
+      x.NBp += double(tiles) * T * prefix_unit_blocks(rows, r.plan.prefix_rows_per_group / 16);
+      if (!r.plan.is_unique_part(u)) q_blocks[{u.first_request, u.row_group}] = rows;  // a member's rows are its group's
     }
     x.Gp = double(q_blocks.size());
     for (const auto& [k, rows] : q_blocks) x.Rpd += rows;

@@ -267,8 +267,11 @@ mla_status mla_plan_get_tables(const mla_plan* plan, const mla_work_unit** units
 /* A cascade plan's prefix-kernel units, in its launch order (none without a cascading group:
  * *num_units = 0). Each reads the KV range [kv_start, kv_end) of the prefix its group shares, for
  * the group's rows [row_group * rows per prefix unit, ...) of its `rows` = count * heads * qseqlen,
- * and writes row r to partial slot `partial + r / (heads * qseqlen)`. Valid until the plan's next
- * update or destruction; either out may be NULL. */
+ * and writes row r to partial slot `partial + r / (heads * qseqlen)`. At qseqlen 1, when every
+ * request is a cascading member, the members' unique parts are prefix-kernel units too (one
+ * launch): such a unit has rows = heads (one request, first_request = the member) and a range
+ * past its group's prefix. Valid until the plan's next update or destruction; either out may be
+ * NULL. */
 typedef struct mla_prefix_unit {
   int32_t qo_row, page_base, kv_start, kv_end, rows, partial, row_group, first_request;
 } mla_prefix_unit;

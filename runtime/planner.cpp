@@ -294,8 +294,21 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
   const int batch = int(in.kv_lens.size()), M = decode.M, q = in.qseqlen;
   std::vector<int> page_base(size_t(batch) + 1, 0);
   for (int b = 0; b < batch; ++b) page_base[size_t(b) + 1] = page_base[size_t(b)] + (in.kv_lens[size_t(b)] + in.page_size - 1) / in.page_size;
-  std::vector<int> job_of(size_t(batch), -1);  // decode job of each request (-1: a member without unique tokens)
-  for (size_t j = 0; j < decode.jobs.size(); ++j) job_of[size_t(decode.jobs[j].b)] = int(j);
+  // Each request's job of its own tokens: a lone request's or a member's unique part, in the
+  // decode launch or (qseqlen 1, every request a member: cascade_plan) in the prefix launch;
+  // job -1: a member without unique tokens.
+  struct Own {
+    bool in_prefix = false;
+    int job = -1;
+  };
+  std::vector<Own> own(static_cast<size_t>(batch));
+  for (size_t j = 0; j < decode.jobs.size(); ++j) own[size_t(decode.jobs[j].b)] = {false, int(j)};
+  for (size_t j = 0; j < prefix.jobs.size(); ++j)
+    if (prefix.jobs[j].kind == Job::unique) own[size_t(prefix.jobs[j].b)] = {true, int(j)};
+  auto own_splits = [&](int b) {
+    const Own& o = own[size_t(b)];
+    return o.job < 0 ? 0 : o.in_prefix ? pre.splits[size_t(o.job)] : dec.splits[size_t(o.job)];
+  };
   std::vector<int> dec_slot(decode.jobs.size(), -1), pre_slot(prefix.jobs.size(), -1);  // slot of split 0
   std::vector<int> dec_stride(decode.jobs.size(), 1), pre_stride(prefix.jobs.size(), 1);
 
@@ -307,7 +320,7 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
   for (int b = 0; b < batch;) {
     const int gi = group_at[size_t(b)];
     if (gi < 0) {
-      const int j = job_of[size_t(b)], s = dec.splits[size_t(j)];
+      const int j = own[size_t(b)].job, s = dec.splits[size_t(j)];
       p.splits[size_t(b)] = s;
       if (s > 1) {
         p.reduces.push_back({b * q, next, s, 1, 0, {}});
@@ -320,18 +333,22 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
     const PrefixGroup& g = cascading[size_t(gi)];
     const int kp = pre.splits[size_t(gi)];
     int U = 0;
-    for (int i = 0; i < g.count; ++i) {
-      const int j = job_of[size_t(g.first + i)];
-      U = std::max(U, j < 0 ? 0 : dec.splits[size_t(j)]);
-    }
+    for (int i = 0; i < g.count; ++i) U = std::max(U, own_splits(g.first + i));
     const int B = next;
     pre_slot[size_t(gi)] = B;
     pre_stride[size_t(gi)] = g.count;
     for (int i = 0; i < g.count; ++i) {
-      const int r = g.first + i, j = job_of[size_t(r)], u = j < 0 ? 0 : dec.splits[size_t(j)];
-      if (j >= 0) dec_slot[size_t(j)] = B + kp * g.count + i, dec_stride[size_t(j)] = g.count;
+      const int r = g.first + i, u = own_splits(r);
+      const Own& o = own[size_t(r)];
+      if (o.job >= 0) {
+        (o.in_prefix ? pre_slot : dec_slot)[size_t(o.job)] = B + kp * g.count + i;
+        (o.in_prefix ? pre_stride : dec_stride)[size_t(o.job)] = g.count;
+      }
+      // The prefix kernel's partials (its splits of the prefix, and of the unique part when it
+      // runs that too) are bf16 where its geometry says so; they come first.
+      const int bf16 = in.prefix_partial_o_bytes == 2 ? kp + (o.in_prefix ? u : 0) : 0;
       p.splits[size_t(r)] = kp + u;
-      p.reduces.push_back({r * q, B + i, kp + u, g.count, in.prefix_partial_o_bytes == 2 ? kp : 0, {}});
+      p.reduces.push_back({r * q, B + i, kp + u, g.count, bf16, {}});
     }
     next = B + (kp + U) * g.count;
     b = g.first + g.count;
@@ -413,11 +430,23 @@ Plan cascade_plan(const PlanInputs& in, int M, const std::vector<PrefixGroup>& g
     j.forced_partial = true;
     prefix.jobs.push_back(j);
   }
+  // At qseqlen 1 the decode kernel's causal rule (t < kv_len) is the prefix kernel's (the unit's
+  // end), so when every request is a member the unique parts run in the prefix launch too, as
+  // units of one member's M rows: one attention launch instead of two (docs/planner.md).
+  const bool one_launch = in.qseqlen == 1 && std::all_of(shared.begin(), shared.end(), [](int t) { return t > 0; });
   for (int b = 0; b < int(in.kv_lens.size()); ++b) {
-    if (shared[size_t(b)] == 0)
+    if (shared[size_t(b)] == 0) {
       decode.jobs.push_back(request_job(in, M, b, 0, Job::request));
-    else if (in.kv_lens[size_t(b)] > shared[size_t(b)])
-      decode.jobs.push_back(request_job(in, M, b, shared[size_t(b)], Job::unique));
+    } else if (in.kv_lens[size_t(b)] > shared[size_t(b)]) {
+      Job j = request_job(in, M, b, shared[size_t(b)], Job::unique);
+      if (one_launch) {
+        j.rows_per_group = in.prefix_rows_per_group;
+        j.G = (j.rows + j.rows_per_group - 1) / j.rows_per_group;
+        prefix.jobs.push_back(j);
+      } else {
+        decode.jobs.push_back(j);
+      }
+    }
   }
   Candidate dec = search(decode), pre = search(prefix);
   return assemble(in, groups, decode, std::move(dec), prefix, std::move(pre));
@@ -602,7 +631,7 @@ Plan plan_decode(const PlanInputs& in) {
     d.prefix_splits = 0;
     int first_slot = -1;
     for (const abi::PrefixUnit& u : w.plan.prefix_units)
-      if (u.first_request == g.first) {
+      if (u.first_request == g.first && u.kv_start < g.shared_tokens) {  // the group's, not a member's unique part
         d.prefix_splits += u.row_group == 0;
         first_slot = first_slot < 0 ? u.partial : std::min(first_slot, u.partial);
       }

@@ -93,6 +93,10 @@ struct Plan {
 
   // Sum of decode and prefix units' token counts (row groups counted each): the KV tokens the
   // two launches read.
+  // A prefix-launch unit that is a member's unique part (qseqlen 1, every request a member:
+  // cascade_plan) rather than a group's prefix: its rows are one request's M (a group has >= 2
+  // members, so a group unit's rows are >= 2 M).
+  bool is_unique_part(const abi::PrefixUnit& u) const { return u.rows == rows; }
   int64_t total_tokens() const;
   // Partial buffer sizes in bytes: partial_o = num_partials * M * 512 * 4, partial_lse = num_partials * M * 4.
   size_t partial_o_bytes() const { return size_t(num_partials) * rows * 512 * 4; }

@@ -70,6 +70,14 @@ void Consumer::rows() {
   b.s_lshl_b32(k_.wave, k_.wave, Imm(4));
   b.s_add_u32(srow, srow, k_.wave);
   b.v_add_u32(row, srow, j);
+  if (g.prefix) {
+    // A row block wholly past the unit's R rows (a member's unique part has M <= 16 rows, the
+    // last row group of a group may be partly filled) computes nothing: its wave takes no tile
+    // (every slot is `absent`: only the barriers), so the MFMAs run for the rows that exist.
+    // Its rows' stores fall outside the partial buffer's R rows and are dropped, as before.
+    b.s_cmp_ge_u32(srow, k_.unit[abi::prefix_unit::rows]);
+    b.s_cselect_b32(k_.ntiles, Imm(0), k_.ntiles);
+  }
 }
 
 void Consumer::limits_and_scales() {

@@ -295,12 +295,23 @@ TEST_CASE("bench: a scaled shared problem's cascade reads the prefix once per pr
   const double row = rt::kQkDim * rt::elem_bytes(s.kv_dtype);
   const RunSample c = run_sample(s, lens, 4, 3, 1, {{0, n, shared}}, rt::CascadePolicy::always);
   REQUIRE(c.ran_prefix);
+  // qseqlen 1 and every request a member: the unique parts run in the prefix launch too (one
+  // unit of 12 rows each), no decode launch.
   CHECK(c.Gp == 2);
-  CHECK(c.Np == 2.0 * shared);
-  CHECK(c.Npd == shared);
-  CHECK(c.prefix_kv_read == 2.0 * shared * row);
-  CHECK(c.decode_kv_read == unique * row);
+  CHECK(c.U == 0);
+  CHECK(c.Np == 2.0 * shared + unique);
+  CHECK(c.Npd == shared + unique);
+  CHECK(c.prefix_kv_read == (2.0 * shared + unique) * row);
+  CHECK(c.decode_kv_read == 0);
   CHECK(c.kv_distinct == (shared + unique) * row);
+  // A lone request beside the group keeps the decode launch, which reads the unique parts.
+  std::vector<int> with_lone = lens;
+  with_lone.push_back(300);
+  const RunSample l = run_sample(s, with_lone, 4, 3, 1, {{0, n, shared}}, rt::CascadePolicy::always);
+  REQUIRE(l.ran_prefix);
+  CHECK(l.Np == 2.0 * shared);
+  CHECK(l.prefix_kv_read == 2.0 * shared * row);
+  CHECK(l.decode_kv_read == (unique + 300) * row);
   const RunSample p = run_sample(s, lens, 4, 3, 1, {{0, n, shared}}, rt::CascadePolicy::never);
   CHECK_FALSE(p.ran_prefix);
   CHECK(p.decode_kv_read == all * row);
@@ -326,14 +337,18 @@ TEST_CASE("bench: the prefix kernel's fitted facts reproduce a held-out emulator
   INFO("prefix units " << x.Up << ", tokens " << x.Np << ", Q blocks " << x.Gp << ", rows " << x.Rp);
   REQUIRE(f.row_blocks == 6);
   CHECK(x.Gp == 2);
-  CHECK(x.Rp == 3 * 144);  // 3 splits x (96 + 48) rows
+  // Rows: each prefix split's 96 + 48, and 12 for each member's unique part, which the prefix
+  // launch runs too (qseqlen 1, every request a member) on one row block of 6, as the half-filled
+  // row group computes 3.
+  CHECK(x.Up > x.Gp);
+  CHECK(x.NBp < 6 * x.Np);
   CHECK(f.read_per_row > 0);
   CHECK(near(f.read_per_unit * x.Up + f.read_per_token * x.Np + f.read_per_row * x.Rp, x.prefix_read));
   CHECK(near(f.distinct_per_unit * x.Up + f.distinct_per_token * x.Npd + f.distinct_per_q_group * x.Rpd,
              x.prefix_read_distinct));
   CHECK(near(f.write_partial_unit * x.Up + f.write_partial_per_row * x.Rp, x.prefix_written));
   CHECK(near(f.kv_read_per_unit * x.Up + f.kv_read_per_token * x.Np, x.prefix_kv_read));
-  CHECK(near(f.macs_per_unit * x.Up + f.macs_per_token * x.Np, x.prefix_macs));
+  CHECK(near(f.macs_per_unit * x.Up + f.macs_per_block_token * x.NBp, x.prefix_macs));
 }
 
 TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the cascade reads less KV") {
@@ -365,9 +380,13 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     CHECK(a.kv_distinct == b.kv_distinct);
     CHECK(b.kv_read >= b.kv_distinct);
     CHECK(b.macs < a.macs);                   // the prefix's 192 rows fill their MFMA blocks (12 heads pad to 16)
-    CHECK(b.partial_bytes > a.partial_bytes);  // every member merges its prefix and unique partials
+    // Every member merges its prefix and unique partials, all bf16 (the prefix kernel's).
+    CHECK(b.reduce_bf16_splits == b.reduce_splits);
+    CHECK(a.reduce_bf16_splits == 0);
     CHECK(a.prefix_units == 0);
-    CHECK(b.prefix_units == c.decision.prefix_row_groups * b.prefix_splits);
+    // qseqlen 1, every request a member: one attention launch, the unique parts in it too.
+    CHECK(b.decode_units == 0);
+    CHECK(b.prefix_units > c.decision.prefix_row_groups * b.prefix_splits);
     // Two launches on one stream + the reduce, each launch max(memory, issue) per CU (modeled).
     CHECK(b.total_s == Approx(b.decode.total_s + b.prefix.total_s).epsilon(1e-12));
     CHECK(b.prefix.decode_s >= b.prefix.max_cu_compute_s);

@@ -32,6 +32,9 @@ inline const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
           "kv_dtype": "{}", "qseqlen": {}, "page_size": {}, "return_lse": {}, "logit_cap": {}}}]}})",
       rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), s.qseqlen, s.page_size,
       s.return_lse ? "true" : "false", s.logit_cap ? "true" : "false");
+  // A fresh directory: one an earlier process of the same pid left may hold another catalog
+  // (another generator's), which the build would keep beside this shape's kernels.
+  std::filesystem::remove_all(dir);
   gen::BuildOptions opts;
   opts.out_dir = dir;
   opts.jobs = 2;

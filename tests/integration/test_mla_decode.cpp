@@ -277,6 +277,11 @@ std::vector<SharedCase> shared_cases() {
   v.push_back({b16, b16, 8, 3, 1, {700, 800, 333}, {{0, 2, 512}}, false, 30.0});
   // Members whose whole KV is the prefix (no unique part: the prefix partial alone is the output).
   v.push_back({f8, f8, 16, 1, 1, {1024, 1024, 1100}, {{0, 3, 1024}}, true});
+  // K3 c16 in small: 192 rows, every request a member, so at qseqlen 1 the unique parts (not
+  // whole tiles) run in the prefix launch too, on one row block of the prefix kernel's 3 or 6.
+  std::vector<int> lens16;
+  for (int i = 0; i < 16; ++i) lens16.push_back(1792 + 23 + 37 * i);
+  v.push_back({f8, f8, 12, 1, 128, lens16, {{0, 16, 1792}}});
   return v;
 }
 
@@ -300,6 +305,16 @@ TEST_CASE("mla e2e: shared prefixes are read once per prefix row group (48 or 96
       }
       CHECK(e.result.ran_prefix);
       CHECK_FALSE(plan.prefix_units.empty());
+      // qseqlen 1 and every request a member: one attention launch (the prefix kernel's), the
+      // members' unique parts among its units.
+      int members = 0;
+      for (const auto& g : c.shared) members += g.count;
+      const bool one_launch = c.qseqlen == 1 && members == int(c.lens.size());
+      CHECK(plan.units.empty() == one_launch);
+      CHECK(e.result.ran_decode == !plan.units.empty());
+      int unique_units = 0;
+      for (const auto& u : plan.prefix_units) unique_units += plan.is_unique_part(u);
+      CHECK((unique_units > 0) == one_launch);  // every one-launch case has a member with unique tokens
       // The KV bytes the kernels read: each group's prefix once per prefix row group, every other
       // token once per row group of its request (tile-rounded prefixes move up to a tile per group).
       const int M = c.heads * c.qseqlen;
@@ -345,8 +360,8 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
   const auto f8 = rt::DType::fp8, b16 = rt::DType::bf16;
   for (const DmaCase& c : {DmaCase{f8, f8, 12, 128, {2000, 2100, 2200, 900}, 1792}, DmaCase{f8, f8, 12, 1, {1900, 2000, 2100, 700}, 1700},
                            DmaCase{f8, f8, 16, 64, {1500, 1600}, 1408}, DmaCase{b16, b16, 16, 64, {900, 1000}, 768},
-                           DmaCase{b16, b16, 8, 1, {800, 900}, 700}, DmaCase{f8, f8, 12, 16, {1500, 1300, 1400}, 1280},
-                           DmaCase{b16, b16, 8, 8, {800, 900}, 704}, DmaCase{f8, f8, 16, 64, {1400, 1500}, 1280, 2, true}})
+                           DmaCase{b16, b16, 8, 1, {800, 900}, 700}, DmaCase{f8, f8, 12, 16, {2300, 2100, 2200}, 2080},
+                           DmaCase{b16, b16, 8, 8, {1200, 1300}, 1104}, DmaCase{f8, f8, 16, 64, {1400, 1500}, 1280, 2, true}})
     for (uint32_t seed : {0u, 7u}) {
       auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, c.qseqlen, c.page, c.lens, 40 + seed);
       p.return_lse = c.lse;

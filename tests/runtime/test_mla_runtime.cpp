@@ -45,6 +45,7 @@ std::string build_catalog(int qseqlen) {
   std::string cfg = fmt::format(R"({{"deployment": "capi", "kernels": [{{"kind": "mla_decode", "target": "gfx942",
       "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "qseqlen": {}, "page_size": 16, "return_lse": false,
       "logit_cap": false}}]}})", qseqlen);
+  fs::remove_all(d);  // a directory of an earlier process with this pid may hold another catalog
   gen::BuildOptions o;
   o.out_dir = d;
   o.jobs = 2;

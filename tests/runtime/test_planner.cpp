@@ -461,6 +461,10 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     CHECK(u.kv_start < len - Q + m0 / H + 1);
     for (int m = m0; m < m1; ++m) write(b, m, u.kv_start, u.kv_end, u.partial);
   }
+  // The members' unique parts run in the prefix launch exactly when qseqlen is 1 and every
+  // request is a cascading member (docs/planner.md "Cascade plans": one attention launch).
+  const bool one_launch = Q == 1 && std::all_of(group_of.begin(), group_of.end(), [](int g) { return g >= 0; });
+  if (one_launch) CHECK(p.units.empty());
   for (const auto& u : p.prefix_units) {
     REQUIRE(p.prefix_rows_per_group > 0);
     const int first = u.first_request;
@@ -468,6 +472,22 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     REQUIRE(first < B);
     REQUIRE(group_of[first] >= 0);
     const auto& d = cascading[size_t(group_of[first])];
+    if (u.kv_start >= d.group.shared_tokens) {
+      // A member's unique part: its M rows, all to one slot, no row past its own tokens.
+      REQUIRE(one_launch);
+      const int len = in.kv_lens[first];
+      CHECK(u.qo_row == first * Q);
+      CHECK(u.page_base == page_base[first]);
+      CHECK(u.rows == M);
+      CHECK(u.row_group == 0);
+      REQUIRE(u.kv_start < u.kv_end);
+      REQUIRE(u.kv_end <= len);
+      CHECK(u.kv_start % T == 0);
+      CHECK((u.kv_end % T == 0 || u.kv_end == len));
+      CHECK(u.partial >= 0);
+      for (int m = 0; m < M; ++m) write(first, m, u.kv_start, u.kv_end, u.partial, true);
+      continue;
+    }
     REQUIRE(d.group.first == first);
     const int count = d.group.count, shared = d.group.shared_tokens, R = count * M;
     CHECK(u.qo_row == first * Q);
@@ -604,7 +624,12 @@ TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner
   CHECK(d.cascade);
   CHECK(d.prefix_row_groups == 4);
   CHECK(d.prefix_splits >= 1);
-  CHECK(p.prefix_units.size() == size_t(d.prefix_splits) * 4);
+  // Every request is a member at qseqlen 1: the unique parts run in the prefix launch too.
+  CHECK(p.units.empty());
+  size_t group_units = 0;
+  for (const auto& u : p.prefix_units) group_units += u.rows == 16 * 12;
+  CHECK(group_units == size_t(d.prefix_splits) * 4);
+  CHECK(p.prefix_units.size() > group_units);
   CHECK(p.reduces.size() == 16);
   CHECK(p.prefix_rows_per_group == 48);
   // Prefix tokens read 4 times (row groups) instead of 16.
@@ -829,6 +854,6 @@ TEST_CASE("planner cascade: a caller-given prefix that ends inside a tile is cut
   REQUIRE(p.prefix_groups[0].cascade);
   CHECK(p.prefix_groups[0].group.shared_tokens == 63872);
   CHECK_THAT(p.prefix_groups[0].reason, Contains("(shared_tokens 63888 cut to whole 32-token tiles)"));
-  for (const auto& u : p.prefix_units) CHECK(u.kv_end <= 63872);
+  for (const auto& u : p.prefix_units) CHECK((u.kv_end <= 63872 || (u.rows == 12 && u.kv_start >= 63872)));
   for (const auto& u : p.units) CHECK(u.kv_start >= 63872);
 }
