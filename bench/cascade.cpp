@@ -1,6 +1,7 @@
 // Shared-prefix (cascade) evidence: the prefix kernel's counters fitted from scaled emulator runs
 // of one-group problems, extrapolated with the planner's exact full-scale cascade plan, priced as
-// two launches on one stream plus the reduce (docs/performance.md "Shared prefix").
+// the decode launch (when the plan has decode units), the prefix launch and the reduce on one stream
+// (docs/performance.md "Shared prefix").
 #include <algorithm>
 #include <cmath>
 #include <map>

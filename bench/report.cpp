@@ -44,8 +44,9 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
   if (!any) return s;
   s += "\nShared prefix (seed 000: every request shares its first 63,911 tokens; whole pages only, 63,872 at page "
        "128): the per-request plan vs the planner's full-scale cascade plan. KV bytes and MACs are measured "
-       "(emulator counters, scaled runs extrapolated with the exact plan); times are **modeled** (two launches on one "
-       "stream, decode then prefix, + the reduce; each launch on the machine model with its own kernel's facts).\n\n"
+       "(emulator counters, scaled runs extrapolated with the exact plan); times are **modeled** (on one stream: the "
+       "decode launch when the plan has decode units, then the prefix launch, then the reduce; each launch on the machine "
+       "model with its own kernel's facts; partials MB = bytes the partials hold, written once and read once).\n\n"
        "| shape | plan | units decode + prefix (prefix splits) | KV read MB | distinct KV MB | KV read / distinct | "
        "MACs issued G | partials MB | **modeled** us: launches / decode kernel / prefix kernel / reduce / total | **modeled** "
        "bound (per launch) |\n|---|---|---|---|---|---|---|---|---|---|\n";

@@ -165,10 +165,16 @@ Traffic needed_traffic(const Problem& p, const Plan& plan) {
   for (const auto& u : plan.units) add(u, std::min(plan.rows_per_group, M - u.row_group * plan.rows_per_group));
   for (const auto& u : plan.prefix_units)
     add(u, std::min(plan.prefix_rows_per_group, u.rows - u.row_group * plan.prefix_rows_per_group));
-  uint64_t partial_rows = uint64_t(plan.num_partials) * M;
+  // The reduce reads each entry's partial rows once: bf16 ones (the prefix kernel's) 1024 bytes,
+  // f32 ones 2048.
+  uint64_t partial_rows = 0, partial_o = 0;
+  for (const ReduceEntry& e : plan.reduces) {
+    partial_rows += uint64_t(e.num_splits) * M;
+    partial_o += uint64_t(M) * (uint64_t(e.bf16_splits) * 512 * 2 + uint64_t(e.num_splits - e.bf16_splits) * 512 * 4);
+  }
   t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q},
              {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit)},
-             {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry)}, {"partial_o", partial_rows * 512 * 4},
+             {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry)}, {"partial_o", partial_o},
              {"partial_lse", partial_rows * 4}};
   return t;
 }

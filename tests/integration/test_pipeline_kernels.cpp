@@ -53,6 +53,19 @@ double e4m3_value(uint8_t b, bool fnuz) {
   return sign ? -mag : mag;
 }
 
+// bf16 of an f32, rounded to nearest even (written here from the format, not the kernels').
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+double bf16_value(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return double(f);
+}
+
 const gen::Arch kArchs[] = {gen::Arch::gfx942, gen::Arch::gfx950};
 
 }  // namespace
@@ -153,17 +166,6 @@ TEST_CASE("integration: one MFMA tile equals the plain matrix product") {
 // the same bf16 / f32 inputs: random rows, rows with one side empty (lse -inf), and a row with
 // both sides empty (o 0, lse -inf); with and without output_lse.
 TEST_CASE("integration: merge_attn_states merges two (o, lse) by lse weights") {
-  auto bf16_bits = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  };
-  auto bf16_value = [](uint16_t h) {
-    uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return double(f);
-  };
   for (gen::Arch arch : kArchs)
     for (bool with_lse : {true, false}) {
       INFO(gen::arch_name(arch) << (with_lse ? " with output_lse" : " without output_lse"));
@@ -227,17 +229,6 @@ TEST_CASE("integration: merge_attn_states merges two (o, lse) by lse weights") {
 // (a member whose whole KV is the prefix). A bf16 partial fills the first 1024 bytes of its
 // 2048-byte row; the other half holds garbage that must not be read.
 TEST_CASE("integration: the reduce merges f32 and bf16 partials by lse weights") {
-  auto bf16_bits = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  };
-  auto bf16_value = [](uint16_t h) {
-    uint32_t u = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return double(f);
-  };
   const int heads = 12, qs = 2, M = heads * qs;
   for (gen::Arch arch : kArchs) {
     INFO(gen::arch_name(arch));
