@@ -78,6 +78,7 @@ nlohmann::json CascadeResult::to_json() const {
                               {"read_per_row", facts.read_per_row},
                               {"distinct_per_q_row", facts.distinct_per_q_group},
                               {"write_partial_per_row", facts.write_partial_per_row},
+                              {"reduce_per_entry", facts.reduce_per_entry},
                               {"reduce_per_bf16_split", facts.reduce_per_bf16_split},
                               {"kv_read_per_token", facts.kv_read_per_token},
                               {"macs_per_token", facts.macs_per_token},
@@ -234,23 +235,21 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   f.write_partial_unit = 0;
   f.write_partial_per_row = rp ? wp / rp : 0;
   f.write_final_unit = 0;  // prefix units always write partials
-  // The reduce: entries and f32 splits as the decode shape's fit prices them (the same reduce
-  // kernel); a bf16 split (a prefix partial) costs what the cascade runs' reduce read and wrote
-  // beyond those, per bf16 split.
-  f.reduce_per_entry = r.facts.reduce_per_entry;
+  // The reduce (the same kernel as the decode shape's): f32 splits (unique parts a decode launch
+  // wrote) as the decode shape's fit prices them; per entry and per bf16 split (the prefix
+  // kernel's partials) fitted on the cascade runs' reduce bytes beyond their f32 splits.
   f.reduce_per_split = r.facts.reduce_per_split;
   {
-    double extra = 0, sb = 0;
+    std::vector<double> xe, xb, yb;
     for (const auto& x : c.samples) {
-      extra += x.reduce_read + x.reduce_written - f.reduce_per_entry * x.E - f.reduce_per_split * (x.S - x.Sb);
-      sb += x.Sb;
+      xe.push_back(x.E);
+      xb.push_back(x.Sb);
+      yb.push_back(x.reduce_read + x.reduce_written - f.reduce_per_split * (x.S - x.Sb));
     }
-    f.reduce_per_bf16_split = sb > 0 ? extra / sb : 0;
-    for (const auto& x : c.samples) {
-      const double y = x.reduce_read + x.reduce_written;
-      const double fit = f.reduce_per_entry * x.E + f.reduce_per_split * (x.S - x.Sb) + f.reduce_per_bf16_split * x.Sb;
-      c.reduce_fit_residual = std::max(c.reduce_fit_residual, std::abs(y - fit) / y);
-    }
+    const Fit2 fr2 = fit2(xe, xb, yb);
+    f.reduce_per_entry = fr2.a;
+    f.reduce_per_bf16_split = fr2.b;
+    c.reduce_fit_residual = fr2.residual;
   }
   f.consumers = pk.launch.consumers;
   f.row_blocks = pk.launch.row_blocks;

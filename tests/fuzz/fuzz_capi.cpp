@@ -124,6 +124,10 @@ void check_plan(const mla_plan* plan, const std::vector<int32_t>& lens) {
     if (reduces[i].num_splits < 2 || reduces[i].first_partial < 0 ||
         int64_t(reduces[i].first_partial) + int64_t(reduces[i].num_splits - 1) * reduces[i].partial_stride >= info.num_partials)
       contract_broken("reduce entry outside the partials");
+  for (size_t i = 0; i < nr; ++i)
+    if (reduces[i].bf16_splits < 0 || reduces[i].bf16_splits > reduces[i].num_splits || reduces[i].reserved[0] ||
+        reduces[i].reserved[1] || reduces[i].reserved[2])
+      contract_broken("reduce entry's bf16 splits or reserved dwords");
   const char* json = mla_plan_describe_json(plan);
   if (!json) contract_broken("describe_json failed after an update");
   (void)std::strlen(json);

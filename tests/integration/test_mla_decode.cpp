@@ -275,6 +275,8 @@ std::vector<SharedCase> shared_cases() {
   // bf16 q over fp8 KV, qseqlen 4, lse; bf16/bf16, qseqlen 3, soft cap.
   v.push_back({b16, f8, 16, 4, 64, {900, 1000, 700, 650}, {{0, 3, 640}}, true});
   v.push_back({b16, b16, 8, 3, 1, {700, 800, 333}, {{0, 2, 512}}, false, 30.0});
+  // bf16 q over fp8 KV at qseqlen 1, every request a member, lse: one attention launch.
+  v.push_back({b16, f8, 16, 1, 64, {900, 1000, 700}, {{0, 3, 640}}, true});
   // Members whose whole KV is the prefix (no unique part: the prefix partial alone is the output).
   v.push_back({f8, f8, 16, 1, 1, {1024, 1024, 1100}, {{0, 3, 1024}}, true});
   // K3 c16 in small: 192 rows, every request a member, so at qseqlen 1 the unique parts (not
