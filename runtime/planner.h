@@ -5,8 +5,9 @@
 // whose tokens are split over several units gets one partial slot per split, and the reduce
 // kernel merges its partials (one ReduceEntry per such request). A cascade plan adds prefix
 // units (a second launch, the prefix kernel) that read a shared prefix once for all members of
-// its group; the members' decode units then cover only their unique parts (docs/planner.md
-// "Cascade plans"). The binary layouts are the contract's (abi/mla_abi.h), which the kernel
+// its group; the members' decode units then cover only their unique parts, or, at qseqlen 1
+// with every request a member, prefix units do that too and there is no decode launch
+// (docs/planner.md "Cascade plans"). The binary layouts are the contract's (abi/mla_abi.h), which the kernel
 // builders read too.
 #pragma once
 #include <nlohmann/json.hpp>
