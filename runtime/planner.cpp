@@ -471,9 +471,14 @@ nlohmann::json Plan::to_json() const {
   int max_units = cu_units.empty() ? 0 : *std::max_element(cu_units.begin(), cu_units.end());
   int split_requests = 0;
   for (int s : splits) split_requests += s > 1;
+  int unique_parts = 0, prefix_cus = 0;
+  for (const auto& u : prefix_units) unique_parts += is_unique_part(u);
+  for (int n : prefix_cu_units) prefix_cus += n > 0;
   return nlohmann::json{
       {"units", units.size()},
       {"prefix_units", prefix_units.size()},
+      {"prefix_unique_part_units", unique_parts},  // members' unique parts run by the prefix kernel
+      {"prefix_cus_used", prefix_cus},
       {"prefix_rows_per_group", prefix_rows_per_group},
       {"reduce_entries", reduces.size()},
       {"split_requests", split_requests},

@@ -636,6 +636,9 @@ TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner
   CHECK(p.total_tokens() == int64_t(63872) * 4 + int64_t(16) * (68000 - 63872));
   const auto j = p.to_json();
   CHECK(j["prefix_units"] == p.prefix_units.size());
+  CHECK(j["prefix_unique_part_units"] == p.prefix_units.size() - group_units);
+  CHECK(j["prefix_cus_used"] == 256);
+  CHECK(j["cus_used"] == 0);  // no decode launch
   CHECK(j["prefix_groups"][0]["prefix_splits"] == d.prefix_splits);
   CHECK(j["prefix_groups"][0]["slots"] == d.slots);
   CHECK(j["prefix_groups"][0]["cost_cascade"].get<double>() < j["prefix_groups"][0]["cost_per_request"].get<double>());
