@@ -105,7 +105,18 @@ bool decode_one(McContext& mc, const uint8_t* p, size_t n, uint64_t addr, unsign
   const bool literal_soffset = (major == 0x38 || major == 0x3a) && (w1 >> 24) == 0xff;
   const bool literal_vop3_src = major == 0x34 && ((w1 & 0x1ff) == 0xff || ((w1 >> 9) & 0x1ff) == 0xff ||
                                                   ((w1 >> 18) & 0x1ff) == 0xff);
-  if (literal_soffset || literal_vop3_src) {
+  // SDWA (src0 = 249 in VOP1 / VOP2 / VOPC): a select above 6 (DWORD) or a dst_unused above 2
+  // (PRESERVE) is reserved (ISA text, SDWA fields); LLVM's disassembler crashes printing its
+  // name (a fuzz finding: VOP2 with dst_unused 3 and src1_sel 7). Only the fields each encoding
+  // has: VOPC's bits 8..15 are its sdst.
+  bool reserved_sdwa = false;
+  if (n >= 8 && (w0 & 0x1ff) == 0xf9) {
+    const bool vopc = (w0 >> 25) == 0x3e, vop1 = (w0 >> 25) == 0x3f, vop2 = (w0 >> 31) == 0;
+    const uint32_t dst_sel = (w1 >> 8) & 7, dst_unused = (w1 >> 11) & 3, src0_sel = (w1 >> 16) & 7, src1_sel = (w1 >> 24) & 7;
+    if (vop1 || vop2) reserved_sdwa = dst_sel > 6 || dst_unused > 2 || src0_sel > 6;
+    if (vop2 || vopc) reserved_sdwa = reserved_sdwa || src1_sel > 6 || (vopc && src0_sel > 6);
+  }
+  if (literal_soffset || literal_vop3_src || reserved_sdwa) {
     size = 4;
     return false;
   }

@@ -132,3 +132,26 @@ TEST_CASE("disasm: literal codes in MUBUF / MTBUF soffset and VOP3 sources are i
     REQUIRE_NOTHROW(build_program(co, co->kernels().at(0)));
   }
 }
+
+// Fuzzing found this too: an SDWA VOP2 whose dst_unused (3) and src1_sel (7) are reserved values
+// crashed LLVM's disassembler (llvm-objdump-22 too) printing their names. The decoder calls
+// reserved SDWA selects invalid; valid ones still decode.
+TEST_CASE("disasm: SDWA with reserved selects is invalid, not a crash") {
+  // The fuzzer's word (v_mul_f32_sdwa, dst_unused 3, src1_sel 7), then dst_sel 7, src0_sel 7,
+  // and a VOPC (v_cmp_*_sdwa) with src1_sel 7.
+  const std::vector<std::array<uint32_t, 2>> words = {
+      {0x0e0a1af9, 0x0f0a1c0b}, {0x0a0a1af9, 0x06060703}, {0x0a0a1af9, 0x06070603}, {0x7c821af9, 0x07060003}};
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950})
+    for (const auto& w : words) {
+      uint8_t bytes[8];
+      std::memcpy(bytes, w.data(), 8);
+      unsigned size = 0;
+      CHECK(decode_text(g, bytes, 8, 0x1000, &size).empty());
+      CHECK(size == 4);
+    }
+  // v_add_f32_sdwa v5, v3, v13 dst_sel:DWORD dst_unused:UNUSED_PRESERVE src0_sel:DWORD src1_sel:DWORD
+  const uint32_t good[2] = {0x020a1af9, 0x06061603};
+  uint8_t ok[8];
+  std::memcpy(ok, good, 8);
+  CHECK_THAT(decode_text(Gfx::gfx942, ok, 8, 0x1000, nullptr), Catch::StartsWith("v_add_f32_sdwa v5, v3, v13"));
+}
