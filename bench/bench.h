@@ -95,6 +95,11 @@ struct ModelUnit {
 };
 // The row blocks a prefix unit of `rows` query rows computes (the prefix kernel's rule).
 inline int prefix_unit_blocks(int rows, int row_blocks) { return std::min(row_blocks, (rows + 15) / 16); }
+// A prefix unit's MAC measure: its tokens in whole tiles (a partial tile computes whole) times
+// its computing row blocks (RunSample::NBp, KernelFacts::macs_per_block_token).
+inline double prefix_unit_block_tokens(const abi::PrefixUnit& u, int tile_tokens, int blocks) {
+  return double((u.kv_end - u.kv_start + tile_tokens - 1) / tile_tokens) * tile_tokens * blocks;
+}
 
 // Per-kernel facts the model needs (measured or static).
 struct KernelFacts {

@@ -313,7 +313,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     // runs those too at qseqlen 1, docs/planner.md) once.
     const bool unique = plan.is_unique_part(u);
     const int rows = prefix_unit_rows(u, plan.prefix_rows_per_group), blocks = prefix_unit_blocks(rows, f.row_blocks);
-    NBp += std::ceil(double(u.kv_end - u.kv_start) / T) * T * blocks;  // RunSample::NBp's measure
+    NBp += prefix_unit_block_tokens(u, T, blocks);
     pu.push_back({int64_t(u.kv_end - u.kv_start), true, unique ? 1.0 : 1.0 / Gp, rows, blocks});
   }
   b.kv_read = r.facts.kv_read_per_unit * b.decode_units + r.facts.kv_read_per_token * Nd +

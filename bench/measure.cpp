@@ -135,8 +135,7 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
       if (u.partial >= 0) x.prefix_partial_units += 1;
       const int rows = prefix_unit_rows(u, r.plan.prefix_rows_per_group);
       x.Rp += rows;
-      const int T = r.plan.tile_tokens, tiles = (u.kv_end - u.kv_start + T - 1) / T;  // a partial tile computes whole
-      x.NBp += double(tiles) * T * prefix_unit_blocks(rows, r.plan.prefix_rows_per_group / 16);
+      x.NBp += prefix_unit_block_tokens(u, r.plan.tile_tokens, prefix_unit_blocks(rows, r.plan.prefix_rows_per_group / 16));
       if (!r.plan.is_unique_part(u)) q_blocks[{u.first_request, u.row_group}] = rows;  // a member's rows are its group's
     }
     x.Gp = double(q_blocks.size());
