@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "catalog/asm_facts.h"
 #include "runtime/catalog.h"
 #include "runtime/planner.h"
 #include "runtime/problem.h"
@@ -67,10 +68,12 @@ struct Machine {
   std::string hbm_source;   // where the ceiling comes from ("measured: ...", "estimate: ...")
   // "MI300X achievable 4.1 TB/s (measured: ...; 0.77 of the 5.3 TB/s datasheet peak)"
   std::string ceiling_text() const;
-  double clock_hz;        // peak engine clock (2.1 GHz / 2.4 GHz)
-  double little_latency_s = 2e-6;   // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
-  double unit_fill_s = 1e-6;        // per work unit: page id then KV row, 2 dependent ~500 ns trips
-  double cu_port_bytes_per_clk = 64;  // L2 -> CU read port, per CU
+  // From the target description's machine constants (gen::MachineModel), assumed:
+  double clock_hz = 0;              // peak engine clock (2.1 GHz / 2.4 GHz)
+  double little_latency_s = 0;      // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
+  double cu_port_bytes_per_clk = 0; // L2 -> CU read port, per CU
+  double unit_fill_s = 0;           // per work unit: page id then KV row, 2 dependent ~500 ns trips
+  // Assumed here:
   double launch_s = 5e-6;           // per kernel launch (eager HIP stream, assumed)
   double little_bytes_per_cu() const { return hbm_bytes_per_s * little_latency_s / cus; }
   double hbm_share_per_cu() const { return hbm_bytes_per_s / cus; }
@@ -163,31 +166,12 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
 
 // ---- Static analysis of the generated assembly ----------------------------------------------
 
-struct HotLoop {
-  std::vector<std::string> insts;  // steady-state path of one tile (full tile)
-  std::vector<int> coissue_slots;  // issue slot of each of insts in the steady (third) iteration
-  double issue_cycles = 0;         // per-target table (docs/performance.md): a serial sum, upper bound
-  // Steady-state cycles per iteration on the co-execution issue model (target/issue_model.h:
-  // MFMAs run in the matrix pipe while independent instructions issue; modeled).
-  double coissue_cycles = 0;
-  double lds_bytes = 0;            // bytes the wave moves through LDS per iteration (64 lanes)
-  double ring_stall_cycles = 0;    // one-slot ring: modeled wait for the producer's LDS write
-  // Co-issue cycles from the path's first s_barrier (the slot's release) to its second (the
-  // next slot written), or to the iteration's end: the consumer work that overlaps the
-  // producer's write of the next slot.
-  double after_release_cycles = 0;
-  double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
-  int mfma = 0, valu = 0, lds = 0, salu = 0;
-  double mca_cycles = -1;          // llvm-mca's estimate per iteration (-1: not available)
-  nlohmann::json to_json() const;
-};
-// The consumer loop `.Lconsumer_loop_*` .. its back-branch, forward-skipped blocks excluded
-// (the masked-tile path a full tile branches over).
+using HotLoop = gen::HotLoop;  // generator/catalog/asm_facts.h
+// gen::analyze_hot_loop on the target's description, and llvm-mca's estimate of the same path
+// when run_mca (HotLoop::mca_cycles).
 HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca);
-// Peak global-load bytes outstanding in the producer loop (steady state, full tiles):
-// a static replay of its loads and s_waitcnt vmcnt(N) over three iterations.
-double producer_inflight_bytes(const std::string& asm_text);
-double issue_cycles_of(const std::string& inst_line, rt::Target t);
+using gen::producer_inflight_bytes;
+double issue_cycles_of(const std::string& inst_line, rt::Target t);  // gen::issue_cycles_of
 
 // ---- Measurement ------------------------------------------------------------------------------
 

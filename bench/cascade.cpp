@@ -260,9 +260,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   const std::string text = prefix_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   c.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  if (pk.launch.ring == 1)
-    c.hot.ring_stall_cycles = std::max(
-        0.0, double(pk.launch.slot_tokens) * double(pk.launch.lds_row_bytes) / 128.0 - c.hot.after_release_cycles);
+  c.hot.ring_stall_cycles =
+      gen::modeled_ring_stall_cycles(c.hot, pk.launch.ring, pk.launch.slot_tokens, pk.launch.lds_row_bytes);
   f.hot_loop_cycles = c.hot.coissue_cycles + c.hot.ring_stall_cycles;
   f.lds_cycles_per_tile = (f.row_blocks * c.hot.lds_bytes + T * double(pk.launch.lds_row_bytes)) / 128.0;
   f.lds_cycles_per_block = c.hot.lds_bytes / 128.0;

@@ -20,7 +20,10 @@ Machine machine_for(rt::Target t) {
   m.hbm_bytes_per_s = tgt.hbm_achievable_bytes_per_s;
   m.hbm_peak_bytes_per_s = tgt.hbm_peak_bytes_per_s;
   m.hbm_source = std::string(tgt.hbm_achievable_source);
-  m.clock_hz = t == rt::Target::gfx942 ? 2.1e9 : 2.4e9;
+  m.clock_hz = tgt.machine.clock_hz;
+  m.little_latency_s = tgt.machine.little_latency_s;
+  m.cu_port_bytes_per_clk = tgt.machine.cu_port_bytes_per_clk;
+  m.unit_fill_s = tgt.machine.unit_fill_s;
   return m;
 }
 

@@ -439,14 +439,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     for (size_t k = 0; k < r.hot.insts.size(); ++k)
       fmt::print(stderr, "  {:5d}  {}\n", r.hot.coissue_slots[k] - r.hot.coissue_slots[0], r.hot.insts[k]);
   }
-  // One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's
-  // LDS bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the
-  // consumers wait for whatever of that write their work after the first barrier (the slot's
-  // release: at the tile's end, or before PV when V is read ahead) does not cover.
-  if (sel.decode.launch.ring == 1)
-    r.hot.ring_stall_cycles = std::max(0.0, double(sel.decode.launch.slot_tokens) *
-                                                    double(sel.decode.launch.lds_row_bytes) / 128.0 -
-                                                r.hot.after_release_cycles);
+  r.hot.ring_stall_cycles = gen::modeled_ring_stall_cycles(r.hot, sel.decode.launch.ring, sel.decode.launch.slot_tokens,
+                                                           sel.decode.launch.lds_row_bytes);
   f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);

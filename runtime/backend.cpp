@@ -213,6 +213,15 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
     in.prefix_rows_per_group = k.prefix->launch.rows_per_group;
     in.prefix_partial_o_bytes = k.prefix->launch.partial_o_bytes;
     in.prefix_workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.prefix->resident_workgroups_per_cu;
+    // The prefix launch's issue model (modeled, catalog.json): a CU streams at its resident
+    // workgroups' bytes in flight over the loaded latency (Little's law), at most its read port;
+    // a token-equivalent is one KV token at that rate.
+    const IssueModel& im = k.prefix->issue_model.value();
+    const double rate = std::min(im.cu_port_bytes_per_clk * im.clock_hz,
+                                 in.prefix_workgroups_per_cu * im.producer_inflight_bytes / im.little_latency_s);
+    in.prefix_issue_per_block_tile = im.cycles_per_block_tile / im.clock_hz * rate / in.kv_bytes_per_token;
+    in.prefix_hbm_factor = num_cus * rate / im.hbm_bytes_per_s;
+    in.prefix_unit_fill = im.unit_fill_s * rate / in.kv_bytes_per_token;
   }
   return in;
 }

@@ -1,6 +1,7 @@
 #include "runtime/catalog.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,32 @@ DecodeShape shape_of(const Problem& p) {
   s.logit_cap = p.logit_cap != 0.0;
   return s;
 }
+
+namespace {
+
+IssueModel issue_model_of(const json& k, const std::string& file, const std::string& kernel) {
+  if (!k.contains("issue_model") || !k.at("issue_model").is_object())
+    throw CatalogError(fmt::format("{}: kernel {}: no issue_model (a prefix kernel's modeled hot loop; rebuild the "
+                                   "catalog with this mlagen)",
+                                   file, kernel));
+  const json& j = k.at("issue_model");
+  auto field = [&](const char* name) {
+    const double v = j.contains(name) && j.at(name).is_number() ? j.at(name).get<double>() : 0.0;
+    if (!(v > 0) || !std::isfinite(v))
+      throw CatalogError(fmt::format("{}: kernel {}: issue_model.{} = {} (allowed: a finite number > 0)", file, kernel,
+                                     name, j.contains(name) ? j.at(name).dump() : "missing"));
+    return v;
+  };
+  return IssueModel{.cycles_per_block_tile = field("cycles_per_block_tile"),
+                    .producer_inflight_bytes = field("producer_inflight_bytes"),
+                    .clock_hz = field("clock_hz"),
+                    .little_latency_s = field("little_latency_s"),
+                    .cu_port_bytes_per_clk = field("cu_port_bytes_per_clk"),
+                    .unit_fill_s = field("unit_fill_s"),
+                    .hbm_bytes_per_s = field("hbm_bytes_per_s")};
+}
+
+}  // namespace
 
 Catalog Catalog::open(const std::string& dir) {
   Catalog c;
@@ -78,6 +105,7 @@ Catalog Catalog::open(const std::string& dir) {
           throw CatalogError(fmt::format("{}: kernel {}: occupancy.workgroups_per_cu = {} (allowed: >= 1)", dir,
                                          ck.name, ck.resident_workgroups_per_cu));
       }
+      if (ck.kind == "mla_prefix") ck.issue_model = issue_model_of(k, cj.string(), ck.name);
       for (const auto& a : k.at("args"))
         ck.args.push_back({a.at("name"), a.at("offset"), a.at("size"), a.at("value_kind")});
       c.kernels_.push_back(std::move(ck));

@@ -23,6 +23,15 @@ struct KernelArgInfo {
   std::string value_kind;
 };
 
+// A prefix kernel's catalog.json "issue_model": modeled figures (the generator's static
+// co-issue model of its hot loop, the target's assumed machine constants), from which the
+// planner prices the prefix launch's issue (docs/planner.md "Issue-aware prefix launch").
+struct IssueModel {
+  double cycles_per_block_tile = 0;    // one token tile through one computing row block's consumer
+  double producer_inflight_bytes = 0;  // per workgroup, steady state
+  double clock_hz = 0, little_latency_s = 0, cu_port_bytes_per_clk = 0, unit_fill_s = 0, hbm_bytes_per_s = 0;
+};
+
 struct CatalogKernel {
   std::string name;        // symbol
   std::string co_path;     // absolute path of the .co
@@ -34,6 +43,7 @@ struct CatalogKernel {
   uint32_t kernarg_size = 0;
   int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
   int resident_workgroups_per_cu = 1;  // catalog.json occupancy: workgroups a CU holds at once
+  std::optional<IssueModel> issue_model;  // prefix kernels (required there)
   std::vector<KernelArgInfo> args;
   const KernelArgInfo& arg(const std::string& name) const;  // throws CatalogError naming the field
 };

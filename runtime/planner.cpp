@@ -74,6 +74,21 @@ struct Launch {
   bool prefix_kernel = false;  // the prefix launch (its partials: PlanInputs::prefix_partial_o_bytes)
 };
 
+// Whether the launch is priced with the prefix kernel's machine model (PlanInputs).
+bool issue_modeled(const Launch& L) {
+  return L.prefix_kernel && L.in.prefix_issue_per_block_tile > 0 && L.in.prefix_hbm_factor > 0;
+}
+
+// A job's weight per token when splits are apportioned: 1 (tokens), or, in an issue-modeled
+// launch, the larger of a unit's memory and its issue per token (a full row group's computing
+// blocks on the SIMDs its waves occupy).
+double job_weight(const Launch& L, const Job& j) {
+  if (!issue_modeled(L)) return 1.0;
+  const int blocks = (std::min(j.rows_per_group, j.rows) + 15) / 16;
+  return std::max(1.0, blocks * L.in.prefix_issue_per_block_tile / std::min(4, blocks * L.workgroups_per_cu) /
+                           L.in.tile_tokens);
+}
+
 // Token ranges of a job cut into `s` splits of whole tiles, sizes differing by at most one tile
 // (the larger ones last). If the last split of a causal job would hold fewer than qseqlen tokens
 // (possible only with 1-tile splits and a short last tile), fewer splits are used: then every
@@ -113,17 +128,17 @@ int64_t units_of(const Launch& L, const std::vector<int>& s) {
   return u;
 }
 
-// Split counts for about `slots` units: start from one split per job, then repeatedly give one
-// more split to the job whose current splits are longest (largest tokens / split), so unit
-// sizes even out across jobs. Each increment adds the job's G units; a job whose increment no
-// longer fits drops out.
-std::vector<int> apportion(const Launch& L, int64_t slots) {
-  std::vector<int> s(L.jobs.size(), 1);
+// Split counts for about `slots` units: start from `base` splits, then repeatedly give one more
+// split to the growing job whose current splits are largest (tokens / split, times the job's
+// per-token weight), so unit sizes even out across jobs. Each increment adds the job's G units;
+// a job whose increment no longer fits drops out.
+std::vector<int> apportion(const Launch& L, int64_t slots, std::vector<int> s, const std::vector<char>& grow) {
   int64_t units = units_of(L, s);
-  using Item = std::pair<double, int>;  // (tokens per split, job)
+  using Item = std::pair<double, int>;  // (size per split, job)
   std::priority_queue<Item> heap;
   for (int j = 0; j < int(L.jobs.size()); ++j)
-    if (L.jobs[size_t(j)].cap > 1) heap.emplace(double(L.jobs[size_t(j)].len), j);
+    if (grow[size_t(j)] && s[size_t(j)] < L.jobs[size_t(j)].cap)
+      heap.emplace(job_weight(L, L.jobs[size_t(j)]) * L.jobs[size_t(j)].len / s[size_t(j)], j);
   while (!heap.empty()) {
     auto [size, j] = heap.top();
     heap.pop();
@@ -131,9 +146,12 @@ std::vector<int> apportion(const Launch& L, int64_t slots) {
     if (units + job.G > slots) continue;
     ++s[size_t(j)];
     units += job.G;
-    if (s[size_t(j)] < job.cap) heap.emplace(double(job.len) / s[size_t(j)], j);
+    if (s[size_t(j)] < job.cap) heap.emplace(job_weight(L, job) * job.len / s[size_t(j)], j);
   }
   return s;
+}
+std::vector<int> apportion(const Launch& L, int64_t slots) {
+  return apportion(L, slots, std::vector<int>(L.jobs.size(), 1), std::vector<char>(L.jobs.size(), 1));
 }
 
 // A unit before partial slots are numbered: they depend on both launches (a cascading group's
@@ -160,6 +178,33 @@ double partial_row_bytes(const Launch& L) {
 }
 const double kFinalRowBytes = 512.0 * 2;        // bf16 o row
 
+// A unit's share of its CU's time, in token-equivalents: its memory stream (KV tokens and the
+// partial or final rows it writes) and, when the launch is issue-modeled, its hot-loop issue:
+// each computing row block's consumer wave passes every tile (the prefix kernel's waves of row
+// blocks wholly past the unit's rows take none), the waves of `resident` workgroups sharing a
+// CU's 4 SIMDs.
+struct UnitCost {
+  double mem = 0;
+  double block_tiles = 0;  // tiles x computing blocks x issue per block-tile
+  int blocks = 1;
+  double hbm = 0;  // what it moves from HBM: a prefix split's tokens once for its G row groups
+  double issue(int resident) const { return block_tiles / std::min(4, blocks * resident); }
+};
+UnitCost unit_cost(const Launch& L, const Raw& x) {
+  const PlanInputs& in = L.in;
+  UnitCost c;
+  const double row_bytes = x.u.partial >= 0 ? partial_row_bytes(L) : kFinalRowBytes;
+  const double writes = x.rows * row_bytes / in.kv_bytes_per_token;
+  c.mem = x.tokens + writes;
+  if (!issue_modeled(L)) return c;
+  c.blocks = (x.rows + 15) / 16;
+  c.block_tiles = std::ceil(double(x.tokens) / in.tile_tokens) * c.blocks * in.prefix_issue_per_block_tile;
+  c.hbm = double(x.tokens) / L.jobs[size_t(x.job)].G + writes;
+  return c;
+}
+// The measure that orders units and balances CUs (see build()).
+double weight(const Launch& L, const UnitCost& c) { return std::max(c.mem, c.issue(L.workgroups_per_cu)); }
+
 // Builds the units of the given split counts, assigns them to CUs and orders them for launch.
 //
 // Model: the dispatcher hands workgroup i to CU i mod C (round-robin in launch order). So the
@@ -167,10 +212,13 @@ const double kFinalRowBytes = 512.0 * 2;        // bf16 o row
 // longest first and, within each round, the longest unit of the round goes to the CU with the
 // least work so far (LPT restricted to one unit per CU per round); long and short units
 // interleave and per-CU sums even out. Only the last round may be partial: the CUs it feeds are
-// relabelled 0..n-1 so that position i of that round still lands on CU i mod C.
+// relabelled 0..n-1 so that position i of that round still lands on CU i mod C. "Longest" and
+// "work" are tokens, or, in an issue-modeled prefix launch, max(memory, issue) (a CU's memory
+// stream and its waves' issue overlap; the larger bounds it).
 Candidate build(const Launch& L, std::vector<int> splits) {
   const PlanInputs& in = L.in;
   const int C = in.num_cus;
+  const bool modeled = issue_modeled(L);
   Candidate c;
   std::vector<Raw> raw;
   for (int ji = 0; ji < int(L.jobs.size()); ++ji) {
@@ -187,13 +235,28 @@ Candidate build(const Launch& L, std::vector<int> splits) {
   }
   c.splits = std::move(splits);
 
-  std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.tokens > b.tokens; });
+  std::vector<UnitCost> cost;
+  if (modeled) {
+    for (const Raw& x : raw) cost.push_back(unit_cost(L, x));
+    std::vector<size_t> idx(raw.size());
+    std::iota(idx.begin(), idx.end(), size_t(0));
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+      return weight(L, cost[a]) > weight(L, cost[b]);
+    });
+    std::vector<Raw> r2;
+    std::vector<UnitCost> c2;
+    for (size_t i : idx) r2.push_back(raw[i]), c2.push_back(cost[i]);
+    raw = std::move(r2);
+    cost = std::move(c2);
+  } else {
+    std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.tokens > b.tokens; });
+  }
   const int N = int(raw.size());
   c.cu_tokens.assign(C, 0);
   c.cu_units.assign(C, 0);
   if (N == 0) return c;
   const int rounds = (N + C - 1) / C;
-  std::vector<int64_t> load(C, 0);
+  std::vector<double> load(C, 0), load_mem(C, 0), load_issue(C, 0);
   std::vector<int> cu_order(C);
   std::vector<std::vector<int>> round_cu(rounds);  // round_cu[r][j]: CU of the j-th unit of round r
   for (int r = 0; r < rounds; ++r) {
@@ -202,7 +265,14 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     int n = std::min(C, N - r * C);
     for (int j = 0; j < n; ++j) {
       int cu = cu_order[j];
-      load[cu] += raw[r * C + j].tokens;
+      const int i = r * C + j;
+      if (modeled) {
+        load_mem[cu] += cost[size_t(i)].mem;
+        load_issue[cu] += cost[size_t(i)].issue(L.workgroups_per_cu);
+        load[cu] = std::max(load_mem[cu], load_issue[cu]);
+      } else {
+        load[cu] += raw[size_t(i)].tokens;
+      }
       round_cu[r].push_back(cu);
     }
   }
@@ -214,15 +284,22 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     if (label[cu] < 0) label[cu] = next++;
   c.units.resize(N);
   std::vector<double> cu_time(C, 0.0);
+  double hbm = 0.0;
   for (int r = 0; r < rounds; ++r)
     for (size_t j = 0; j < round_cu[r].size(); ++j) {
-      const Raw& x = raw[r * C + j];
+      const size_t i = size_t(r) * C + j;
+      const Raw& x = raw[i];
       int cu = label[round_cu[r][j]];
       c.units[size_t(r) * C + cu] = x;
       c.cu_tokens[cu] += x.tokens;
       c.cu_units[cu] += 1;
-      double row_bytes = x.u.partial >= 0 ? partial_row_bytes(L) : kFinalRowBytes;
-      cu_time[cu] += x.tokens + x.rows * row_bytes / in.kv_bytes_per_token;
+      if (modeled) {
+        cu_time[cu] += cost[i].mem;
+        hbm += cost[i].hbm;
+      } else {
+        double row_bytes = x.u.partial >= 0 ? partial_row_bytes(L) : kFinalRowBytes;
+        cu_time[cu] += x.tokens + x.rows * row_bytes / in.kv_bytes_per_token;
+      }
     }
   // A CU running fewer workgroups than it can hold streams at a proportionally lower rate
   // (fewer loads in flight): time = work * wpc / min(units, wpc).
@@ -231,6 +308,26 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     if (c.cu_units[cu] == 0) continue;
     double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
     worst = std::max(worst, cu_time[cu] / occ);
+  }
+  if (modeled) {
+    // Issue: a CU's units run their waves' issue at its residency, overlapping its memory
+    // stream (the larger of the two bounds it); and the launch moves its HBM bytes at the HBM
+    // bandwidth, however well its CUs balance.
+    std::vector<double> issue(C, 0.0);
+    for (int r = 0; r < rounds; ++r)
+      for (size_t j = 0; j < round_cu[r].size(); ++j) {
+        const int cu = label[round_cu[r][j]];
+        issue[cu] += cost[size_t(r) * C + j].issue(std::min(c.cu_units[cu], L.workgroups_per_cu));
+      }
+    // Units on a CU run back to back, each first waiting for its page ids and first KV rows
+    // (resident ones overlap that fill).
+    for (int cu = 0; cu < C; ++cu) {
+      if (c.cu_units[cu] == 0) continue;
+      const double fill = in.prefix_unit_fill * std::ceil(double(c.cu_units[cu]) / L.workgroups_per_cu);
+      const double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
+      worst = std::max(worst, fill + std::max(issue[cu], cu_time[cu] / occ));
+    }
+    worst = std::max(worst, in.prefix_hbm_factor * hbm / C);
   }
   // The reduce kernel reads every partial and writes the final rows, spread over all CUs. A
   // cascading member's final rows are priced with its group (cascade_reduce_final).
@@ -242,31 +339,50 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     else if (job.kind != Job::request)
       reduce_bytes += double(c.splits[ji]) * job.rows * partial_row_bytes(L);
   }
-  c.cost = worst + reduce_bytes / in.kv_bytes_per_token / C;
+  // (In an issue-modeled launch the reduce, too, streams at the HBM bandwidth.)
+  c.cost = worst + reduce_bytes / in.kv_bytes_per_token / C * (modeled ? in.prefix_hbm_factor : 1.0);
   return c;
 }
 
 // The cheapest candidate of a launch: k units per CU for k = floor(units at one split / C) (no
-// split when the jobs already fill the GPU) up to max_rounds more; ties to fewer units.
+// split when the jobs already fill the GPU) up to max_rounds more; ties to fewer units. An
+// issue-modeled launch also tries its prefixes' splits fixed at r whole rounds of units (r = 1..3),
+// the other jobs (members' unique parts) apportioned over the rounds after them: a prefix split
+// costs a partial of every row of its group, a unique part's split only of its M rows, so the
+// cheap splits fill in around the dear ones.
 Candidate search(Launch& L) {
   const int64_t C = L.in.num_cus;
   set_caps(L);
-  const int64_t k_lo = std::max<int64_t>(1, units_of(L, std::vector<int>(L.jobs.size(), 1)) / C);
+  const size_t J = L.jobs.size();
+  const std::vector<int> ones(J, 1);
+  const int64_t k_lo = std::max<int64_t>(1, units_of(L, ones) / C);
   Candidate best;
   bool have = false;
-  std::vector<int> prev;
-  for (int64_t k = k_lo; k <= k_lo + L.in.max_rounds; ++k) {
-    std::vector<int> s = apportion(L, k * C);
-    if (have && s == prev) {
-      // Saturated: no more splits possible; larger k changes nothing.
-      if (units_of(L, s) < k * C) break;
-      continue;
+  auto consider = [&](int64_t k_from, const std::vector<int>& base, const std::vector<char>& grow) {
+    std::vector<int> prev;
+    for (int64_t k = k_from; k <= k_from + L.in.max_rounds; ++k) {
+      std::vector<int> s = apportion(L, k * C, base, grow);
+      if (!prev.empty() && s == prev) {
+        // Saturated: no more splits possible; larger k changes nothing.
+        if (units_of(L, s) < k * C) break;
+        continue;
+      }
+      prev = s;
+      Candidate c = build(L, std::move(s));
+      if (!have || c.cost < best.cost * (1.0 - 1e-9)) {
+        best = std::move(c);
+        have = true;
+      }
     }
-    prev = s;
-    Candidate c = build(L, std::move(s));
-    if (!have || c.cost < best.cost * (1.0 - 1e-9)) {
-      best = std::move(c);
-      have = true;
+  };
+  consider(k_lo, ones, std::vector<char>(J, 1));
+  if (issue_modeled(L)) {
+    std::vector<char> prefixes(J, 0), others(J, 0);
+    for (size_t j = 0; j < J; ++j) (L.jobs[j].kind == Job::prefix ? prefixes : others)[j] = 1;
+    const bool mixed = std::count(prefixes.begin(), prefixes.end(), 1) > 0 && std::count(others.begin(), others.end(), 1) > 0;
+    for (int64_t r = 1; mixed && r <= 3; ++r) {
+      const std::vector<int> base = apportion(L, r * C, ones, prefixes);
+      consider(std::max<int64_t>(r + 1, units_of(L, base) / C + 1), base, others);
     }
   }
   return best;

@@ -59,6 +59,18 @@ struct PlanInputs {
   // Bytes per element of the prefix kernel's partial o (its geometry's partial_o_bytes): 2 (bf16,
   // the reduce entries' bf16_splits) or 4 (f32). Decode kernels' partials are always f32.
   int prefix_partial_o_bytes = 2;
+  // The prefix launch's machine model (docs/planner.md "Issue-aware prefix launch"): modeled
+  // figures the catalog records per prefix kernel (the generator's static co-issue model of its
+  // hot loop and the target description's machine constants). Both 0 = not modeled: the prefix
+  // launch is priced by its tokens and partial bytes only, as the decode launch always is.
+  //   issue: one token tile through one computing row block's consumer wave, in
+  //     token-equivalents (the time a CU streams one KV token at its modeled rate);
+  //   HBM factor: num_cus x that rate / HBM bandwidth, so the launch's HBM floor is
+  //     factor x (the bytes it moves from HBM, in tokens) / num_cus;
+  //   unit fill: a unit's wait for its page ids and first KV rows, in token-equivalents.
+  double prefix_issue_per_block_tile = 0;
+  double prefix_hbm_factor = 0;
+  double prefix_unit_fill = 0;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can
   // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
   CascadePolicy cascade = CascadePolicy::cost_model;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "catalog/asm_facts.h"
 #include "catalog/compile.h"
 #include "codeobj/assemble.h"
 #include "kernels/mla_decode_plan.h"
@@ -83,6 +84,10 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
     const MlaGeometry g = mla_geometry(k.spec);
     entry["geometry"] = g.to_json();
     entry["decode_plan"] = mla_decode_plan(k.spec, g).to_json();
+    // The prefix launch mixes units of one and of six computing row blocks, so the planner
+    // balances it by issue as well as bytes (docs/planner.md "Issue-aware prefix launch").
+    if (k.spec.kind == KernelKind::MlaPrefix)
+      entry["issue_model"] = issue_model_json(k.asm_text, *k.program.target, g.ring, g.slot_tokens, g.lds_row_bytes);
   }
   const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
                                   r.lds_bytes, int(k.program.abi.max_workgroup_size));

@@ -93,7 +93,8 @@ const HazardNumbers kHazards950{
 };
 
 // Name, target ID, CU count, LDS and fp8 format from the contract (abi::facts); the rest here.
-Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_view hbm_source, bool cdna4, std::vector<MfmaShape> mfma, HazardNumbers hazards) {
+Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_view hbm_source, MachineModel machine,
+               bool cdna4, std::vector<MfmaShape> mfma, HazardNumbers hazards) {
   const abi::TargetFacts& f = abi::facts(arch);
   return Target{.arch = arch,
                 .name = f.name,
@@ -108,6 +109,7 @@ Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_v
                 .hbm_peak_bytes_per_s = hbm_peak,
                 .hbm_achievable_bytes_per_s = hbm_achievable,
                 .hbm_achievable_source = hbm_source,
+                .machine = machine,
                 .has_lds_transpose = cdna4,
                 .has_lds_dma_b128 = cdna4,
                 .has_cvt_pk_bf16 = cdna4,
@@ -115,16 +117,22 @@ Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_v
                 .mfma = std::move(mfma),
                 .hazards = hazards};
 }
+// The performance model's machine constants (assumed): the peak engine clock (2.1 GHz MI300X,
+// 2.4 GHz MI355X, AMD's product pages), a loaded HBM latency of ~2 us for Little's law (DESIGN.md)
+// a 64-byte-per-clock L2 -> CU read port, and a work unit's fill: its page ids, then its first
+// KV rows, two dependent ~500 ns trips.
+constexpr MachineModel kMachine942{.clock_hz = 2.1e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6};
+constexpr MachineModel kMachine950{.clock_hz = 2.4e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6};
 // Achievable HBM bandwidth (DESIGN.md, "Facts about users, peers and limits"). MI300X: BabelStream
 // measures Copy 4.11 / Triad 4.09 TB/s of the 5.3 TB/s datasheet peak. MI355X: no public STREAM
 // figure; the best published MI355X decode kernels reach ~6 TB/s of 8, so 6 TB/s is an estimate
 // until a measurement is cited.
 const Target kGfx942 = describe(Arch::gfx942, 5.3e12, 4.1e12,
-                                "measured: BabelStream on MI300X, Copy 4.11 / Triad 4.09 TB/s", false, kMfma942,
+                                "measured: BabelStream on MI300X, Copy 4.11 / Triad 4.09 TB/s", kMachine942, false, kMfma942,
                                 kHazards942);
 const Target kGfx950 = describe(Arch::gfx950, 8.0e12, 6.0e12,
                                 "estimate: the best published MI355X decode kernels reach ~6 TB/s (no STREAM figure)",
-                                true, kMfma950, kHazards950);
+                                kMachine950, true, kMfma950, kHazards950);
 
 }  // namespace
 

@@ -69,6 +69,16 @@ struct HazardNumbers {
   int max_wait_states_per_nop;            // s_nop simm16[3:0] + 1
 };
 
+// Machine constants of the performance model (docs/performance.md "Machine model"): assumed
+// figures, not measured here. mlabench prices every launch with them, and the catalog records
+// them beside each prefix kernel's modeled hot loop for the runtime's planner.
+struct MachineModel {
+  double clock_hz;               // peak engine clock
+  double little_latency_s;       // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
+  double cu_port_bytes_per_clk;  // L2 -> CU read port, per CU
+  double unit_fill_s;            // per work unit: page id then KV row, 2 dependent ~500 ns trips
+};
+
 struct Target {
   Arch arch;
   std::string_view name;       // "gfx942"
@@ -85,6 +95,7 @@ struct Target {
   double hbm_peak_bytes_per_s;
   double hbm_achievable_bytes_per_s;
   std::string_view hbm_achievable_source;
+  MachineModel machine;
   bool has_lds_transpose;      // ds_read_b64_tr_b8 / _b16 (gfx950)
   bool has_lds_dma_b128;       // 16-byte LDS DMA: buffer_load_dwordx4 ... lds, global_load_lds_dwordx4 (gfx950)
   bool has_cvt_pk_bf16;        // v_cvt_pk_bf16_f32 (gfx950); gfx942 rounds to bf16 with integer ops

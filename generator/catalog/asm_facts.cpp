@@ -1,0 +1,256 @@
+// Static facts of the generated attention assembly (asm_facts.h).
+#include "catalog/asm_facts.h"
+
+#include <algorithm>
+#include <deque>
+#include <sstream>
+#include <stdexcept>
+
+#include "target/issue_model.h"
+
+namespace mla::gen {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> v;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) {
+    auto c = l.find(';');  // strip "; hazard: ..." comments
+    if (c != std::string::npos) l = l.substr(0, c);
+    l = trim(l);
+    if (!l.empty()) v.push_back(l);
+  }
+  return v;
+}
+
+std::string mnemonic(const std::string& line) { return line.substr(0, line.find_first_of(" \t")); }
+bool is_label(const std::string& l) { return !l.empty() && l.back() == ':'; }
+bool starts(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// Index of the first line of the loop whose label starts with `prefix`, and of its back-branch.
+std::pair<size_t, size_t> find_loop(const std::vector<std::string>& L, const std::string& prefix) {
+  for (size_t i = 0; i < L.size(); ++i)
+    if (is_label(L[i]) && starts(L[i], prefix.c_str())) {
+      std::string label = L[i].substr(0, L[i].size() - 1);
+      for (size_t j = i + 1; j < L.size(); ++j)
+        if (starts(L[j], "s_cbranch") && L[j].find(label) != std::string::npos &&
+            L[j].substr(L[j].size() - label.size()) == label)
+          return {i, j};
+      throw std::runtime_error("hot loop: no back-branch to " + label + " in the decode assembly");
+    }
+  throw std::runtime_error("hot loop: no label " + prefix + "* in the decode assembly");
+}
+
+// Bytes per lane of an LDS instruction.
+int lds_lane_bytes(const std::string& m) {
+  int bytes = 4;
+  for (auto [suffix, b] : std::initializer_list<std::pair<const char*, int>>{
+           {"_b64", 8}, {"_b96", 12}, {"_b128", 16}, {"2_b32", 8}, {"2_b64", 16}})
+    if (m.find(suffix) != std::string::npos) bytes = std::max(bytes, b);
+  return bytes;
+}
+
+}  // namespace
+
+// The co-issue model's class of one assembly line (s_nop with its count).
+static IssueOp issue_op_of_line(const std::string& line, const Target& t) {
+  const std::string m = mnemonic(line);
+  int nops = 0;
+  if (m == "s_nop") nops = std::stoi(line.substr(line.find_first_of(" \t") + 1), nullptr, 0);
+  try {
+    return issue_op_of(t, m, nops);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("hot loop: ") + e.what());
+  }
+}
+
+double issue_cycles_of(const std::string& line, const Target& t) {
+  const std::string m = mnemonic(line);
+  if (starts(m, "ds_")) return std::max(4.0, 64.0 * lds_lane_bytes(m) / 128.0);
+  // One classification with the co-issue model: serially an MFMA costs its passes, every other
+  // instruction its issue slots.
+  const IssueOp op = issue_op_of_line(line, t);
+  return 4.0 * (op.kind == IssueKind::Mfma ? op.passes : op.slots);
+}
+
+nlohmann::json HotLoop::to_json() const {
+  return {{"instructions", insts.size()},  {"issue_cycles", issue_cycles}, {"mfma", mfma},
+          {"valu", valu},                  {"lds", lds},                   {"salu", salu},
+          {"mfma_cycles", mfma_cycles},    {"valu_cycles", valu_cycles},   {"lds_cycles", lds_cycles},
+          {"salu_cycles", salu_cycles},    {"nop_cycles", nop_cycles},     {"llvm_mca_cycles", mca_cycles},
+          {"ring_stall_cycles_modeled", ring_stall_cycles}, {"coissue_cycles_modeled", coissue_cycles},
+          {"after_slot_release_cycles_modeled", after_release_cycles},
+          {"lds_bytes", lds_bytes}};
+}
+
+HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t) {
+  const auto L = lines_of(asm_text);
+  auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
+  HotLoop h;
+  for (size_t i = begin + 1; i < end; ++i) {
+    const std::string& l = L[i];
+    if (is_label(l)) continue;
+    const std::string m = mnemonic(l);
+    if (starts(m, "s_cbranch") || m == "s_branch") {
+      // Forward branches inside the loop, as the steady state (a full tile deep inside a long
+      // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
+      // taken); a wave always has its tile and, deep inside the unit, a next one (".Ltile_absent",
+      // ".Ltail_plain": not taken); a tile that released its slot early jumps over the absent
+      // tile's barriers (".Lslot_written", ".Ltile_done", ".Ltail_done": taken).
+      std::string target = trim(l.substr(m.size()));
+      if (starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain")) continue;
+      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written") &&
+          !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done"))
+        throw std::runtime_error("hot loop: no steady-state rule for the consumer loop's branch to " + target);
+      size_t j = i + 1;
+      while (j < end && L[j] != target + ":") ++j;
+      if (j < end) i = j;
+      continue;
+    }
+    h.insts.push_back(l);
+    double c = issue_cycles_of(l, t);
+    h.issue_cycles += c;
+    if (starts(m, "v_mfma")) {
+      ++h.mfma;
+      h.mfma_cycles += c;
+    } else if (starts(m, "v_")) {
+      ++h.valu;
+      h.valu_cycles += c;
+    } else if (starts(m, "ds_")) {
+      ++h.lds;
+      h.lds_cycles += c;
+    } else if (m == "s_nop") {
+      h.nop_cycles += c;
+    } else if (starts(m, "s_")) {
+      ++h.salu;
+      h.salu_cycles += c;
+    }
+  }
+  {
+    // Co-execution issue model over three iterations: the third one is the steady state (the
+    // MFMA pipe carries over the back edge).
+    std::vector<IssueOp> ops;
+    for (const auto& l : h.insts) {
+      ops.push_back(issue_op_of_line(l, t));
+      if (starts(mnemonic(l), "ds_")) h.lds_bytes += 64.0 * lds_lane_bytes(mnemonic(l));
+    }
+    IssueTimeline tl;
+    int end2 = 0;
+    std::vector<int> barriers;
+    for (int it = 0; it < 3; ++it) {
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const int at = tl.issue(ops[k]);
+        if (it < 2) continue;
+        h.coissue_slots.push_back(at);
+        if (mnemonic(h.insts[k]) == "s_barrier") barriers.push_back(at);
+      }
+      if (it == 1) end2 = tl.now();
+    }
+    h.coissue_cycles = 4.0 * (tl.now() - end2);
+    // From the slot's release (the first barrier) to the next barrier, or to the iteration's end.
+    if (!barriers.empty())
+      h.after_release_cycles = 4.0 * ((barriers.size() > 1 ? barriers[1] : tl.now()) - barriers[0]);
+  }
+  return h;
+}
+
+// One producer loop's peak outstanding load bytes (see producer_inflight_bytes).
+static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begin, size_t end) {
+  constexpr size_t kMaxVmOutstanding = 63;
+  std::deque<double> q;  // outstanding vector-memory loads (bytes per wave), in issue order
+  double peak = 0;
+  auto load_bytes = [](const std::string& m) -> double {
+    if (!(starts(m, "global_load") || starts(m, "buffer_load") || starts(m, "flat_load"))) return 0;
+    int dw = 1;
+    if (m.find("dwordx4") != std::string::npos) dw = 4;
+    else if (m.find("dwordx3") != std::string::npos) dw = 3;
+    else if (m.find("dwordx2") != std::string::npos) dw = 2;
+    else if (m.find("ubyte") != std::string::npos || m.find("sbyte") != std::string::npos) return 64;
+    else if (m.find("short") != std::string::npos) return 128;
+    return 64.0 * 4 * dw;
+  };
+  for (int iter = 0; iter < 3; ++iter) {
+    for (size_t i = begin + 1; i < end; ++i) {
+      const std::string& l = L[i];
+      if (is_label(l)) continue;
+      const std::string m = mnemonic(l);
+      if (m == "s_branch") {  // jumps over the partial-tile path
+        std::string target = trim(l.substr(m.size()));
+        size_t j = i + 1;
+        while (j < end && L[j] != target + ":") ++j;
+        i = j;
+        continue;
+      }
+      if (starts(m, "s_cbranch")) continue;  // steady state: the guards fall through
+      if (m == "s_waitcnt") {
+        auto p = l.find("vmcnt(");
+        if (p != std::string::npos) {
+          size_t n = std::stoul(l.substr(p + 6));
+          while (q.size() > n) q.pop_front();
+        }
+        continue;
+      }
+      if (double b = load_bytes(m); b > 0) {
+        if (q.size() == kMaxVmOutstanding) q.pop_front();  // counted as if the oldest had landed
+        q.push_back(b);
+        double sum = 0;
+        for (double x : q) sum += x;
+        if (iter > 0) peak = std::max(peak, sum);
+      }
+    }
+  }
+  return peak;
+}
+
+// One loop per producer wave (LDS-DMA prefix kernels have two). At most 63 loads count per wave
+// (modeled: whether hardware keeps more in flight is not known here, so the model does not
+// assume it).
+double producer_inflight_bytes(const std::string& asm_text) {
+  const auto L = lines_of(asm_text);
+  double total = 0;
+  for (size_t from = 0;;) {
+    size_t at = L.size();
+    for (size_t i = from; i < L.size(); ++i)
+      if (is_label(L[i]) && starts(L[i], ".Lproducer_loop_")) { at = i; break; }
+    if (at == L.size()) break;
+    const std::vector<std::string> rest(L.begin() + long(at), L.end());
+    auto [begin, end] = find_loop(rest, ".Lproducer_loop_");
+    total += loop_inflight_bytes(rest, begin, end);
+    from = at + end + 1;
+  }
+  if (total == 0) throw std::runtime_error("hot loop: no producer loop in the assembly");
+  return total;
+}
+
+double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, int lds_row_bytes) {
+  if (ring != 1) return 0;
+  return std::max(0.0, double(slot_tokens) * double(lds_row_bytes) / 128.0 - h.after_release_cycles);
+}
+
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens,
+                                int lds_row_bytes) {
+  const HotLoop h = analyze_hot_loop(asm_text, t);
+  const double stall = modeled_ring_stall_cycles(h, ring, slot_tokens, lds_row_bytes);
+  const MachineModel& m = t.machine;
+  return {{"modeled", "static co-issue model of the generated hot loop and the target's machine constants "
+                      "(docs/performance.md); not measured"},
+          {"hot_loop_coissue_cycles", h.coissue_cycles},
+          {"ring_stall_cycles", stall},
+          {"cycles_per_block_tile", h.coissue_cycles + stall},
+          {"producer_inflight_bytes", producer_inflight_bytes(asm_text)},
+          {"clock_hz", m.clock_hz},
+          {"little_latency_s", m.little_latency_s},
+          {"cu_port_bytes_per_clk", m.cu_port_bytes_per_clk},
+          {"unit_fill_s", m.unit_fill_s},
+          {"hbm_bytes_per_s", t.hbm_achievable_bytes_per_s}};
+}
+
+}  // namespace mla::gen

@@ -1,0 +1,64 @@
+// Static facts of the generated attention assembly, read from its text: the consumer hot loop
+// on the co-issue model (target/issue_model.h) and the producer's bytes in flight. The catalog
+// records them for the prefix kernels (catalog.json "issue_model"), where the runtime's planner
+// balances its launch by them (docs/planner.md "Issue-aware prefix launch"); mlabench prices
+// every kernel with them (docs/performance.md). Every cycle figure here is modeled.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "target/target.h"
+
+namespace mla::gen {
+
+struct HotLoop {
+  std::vector<std::string> insts;  // steady-state path of one tile (full tile)
+  std::vector<int> coissue_slots;  // issue slot of each of insts in the steady (third) iteration
+  double issue_cycles = 0;         // per-target table (docs/performance.md): a serial sum, upper bound
+  // Steady-state cycles per iteration on the co-execution issue model (target/issue_model.h:
+  // MFMAs run in the matrix pipe while independent instructions issue; modeled).
+  double coissue_cycles = 0;
+  double lds_bytes = 0;            // bytes the wave moves through LDS per iteration (64 lanes)
+  double ring_stall_cycles = 0;    // one-slot ring: modeled wait for the producer's LDS write (modeled_ring_stall_cycles)
+  // Co-issue cycles from the path's first s_barrier (the slot's release) to its second (the
+  // next slot written), or to the iteration's end: the consumer work that overlaps the
+  // producer's write of the next slot.
+  double after_release_cycles = 0;
+  double mfma_cycles = 0, valu_cycles = 0, lds_cycles = 0, salu_cycles = 0, nop_cycles = 0;
+  int mfma = 0, valu = 0, lds = 0, salu = 0;
+  double mca_cycles = -1;          // llvm-mca's estimate per iteration (-1: not run; mlabench runs it)
+  nlohmann::json to_json() const;
+};
+
+// The consumer loop `.Lconsumer_loop_*` .. its back-branch, forward-skipped blocks excluded
+// (the masked-tile path a full tile branches over). Throws std::runtime_error for a loop it has
+// no steady-state rule for.
+HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t);
+
+// One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's LDS
+// bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the consumers
+// wait for whatever of that write their work after the first barrier does not cover. 0 for
+// rings of two or more slots.
+double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, int lds_row_bytes);
+
+// Peak global-load bytes outstanding per workgroup in the producers' steady state (full
+// tiles): per producer loop, a static replay of its loads and s_waitcnt vmcnt(N) over three
+// iterations, summed over the loops; at most 63 loads count per wave (what a 6-bit vmcnt holds).
+double producer_inflight_bytes(const std::string& asm_text);
+
+// Issue cycles of one wave64 instruction on one SIMD (docs/performance.md, "Issue table"):
+// MFMA = passes x 4 (passes from the target description); VALU = 4 (16 lanes x 4 cycles),
+// transcendental and 32-bit integer multiply = 16 (quarter rate); LDS = max(4, bytes/128);
+// SALU, VMEM, branch, barrier = 4 (one issue slot); s_nop N = 4 (N+1); s_waitcnt = 0 (its
+// stall is memory latency, not issue).
+double issue_cycles_of(const std::string& inst_line, const Target& t);
+
+// catalog.json's "issue_model" of an attention kernel: its hot loop's modeled cycles per
+// block-tile (one token tile through one row block's consumer wave), its producers' bytes in
+// flight, and the target's machine constants the planner prices them with.
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens,
+                                int lds_row_bytes);
+
+}  // namespace mla::gen
