@@ -35,6 +35,14 @@ void check_inputs(const PlanInputs& in) {
     fail(fmt::format("prefix_workgroups_per_cu = {} (allowed: >= 1)", in.prefix_workgroups_per_cu));
   if (in.prefix_partial_o_bytes != 2 && in.prefix_partial_o_bytes != 4)
     fail(fmt::format("prefix_partial_o_bytes = {} (allowed: 2 for bf16 partials, 4 for f32)", in.prefix_partial_o_bytes));
+  for (auto [name, v] : {std::pair<const char*, double>{"prefix_issue_per_block_tile", in.prefix_issue_per_block_tile},
+                         {"prefix_hbm_factor", in.prefix_hbm_factor},
+                         {"prefix_unit_fill", in.prefix_unit_fill}})
+    if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} = {} (allowed: a finite number >= 0)", name, v));
+  if ((in.prefix_issue_per_block_tile > 0) != (in.prefix_hbm_factor > 0))
+    fail(fmt::format("prefix_issue_per_block_tile = {} and prefix_hbm_factor = {} (allowed: both > 0, the prefix "
+                     "launch's issue model, or both 0, none)",
+                     in.prefix_issue_per_block_tile, in.prefix_hbm_factor));
   if (in.max_units < 0) fail(fmt::format("max_units = {} (allowed: >= 0, 0 = unlimited)", in.max_units));
   if (in.max_partials < 0) fail(fmt::format("max_partials = {} (allowed: >= 0, 0 = unlimited)", in.max_partials));
   for (size_t b = 0; b < in.kv_lens.size(); ++b)

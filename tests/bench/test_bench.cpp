@@ -402,6 +402,21 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     CHECK(c.mfma_busy <= 1.0);
     // 6 row blocks: gfx950 streams every seed-000 prefix (pages 1 and 128) with LDS DMA.
     CHECK(c.facts.row_blocks == 6);
+    // The planner balances the prefix launch by the modeled issue catalog.json records for the
+    // kernel, which must be the figures the bench prices it with.
+    const rt::Selection sel = catalog_for(r.shape.shape).select(r.shape.shape);
+    REQUIRE(sel.prefix);
+    REQUIRE(sel.prefix->issue_model);
+    CHECK(sel.prefix->issue_model->cycles_per_block_tile == c.facts.hot_loop_cycles);
+    CHECK(sel.prefix->issue_model->producer_inflight_bytes == c.facts.inflight_bytes_per_wg);
+    const Machine m = machine_for(r.shape.shape.target);
+    CHECK(sel.prefix->issue_model->clock_hz == m.clock_hz);
+    CHECK(sel.prefix->issue_model->hbm_bytes_per_s == m.hbm_bytes_per_s);
+    CHECK(sel.prefix->issue_model->unit_fill_s == m.unit_fill_s);
+    // Issue-aware balance: at c16 the launch within 1.15x of its HBM floor (1.13 today;
+    // balancing tokens alone left it at 1.24). c24's 288 rows issue more than its floor even
+    // spread evenly (modeled ~24 us of issue per CU against a ~20 us floor).
+    if (r.shape.shared->count == 16) CHECK(b.prefix.decode_s <= 1.15 * b.prefix.hbm_floor_s);
   }
   CHECK(shapes == 4);
 }

@@ -688,6 +688,30 @@ TEST_CASE("C API: bad input is an error code and a message", "[runtime][capi][er
       FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG, "geometry.tile_tokens is missing");
       mla_device_close(dev);
     }
+    // A prefix kernel's modeled issue (the planner prices the prefix launch by it) is required,
+    // each figure a positive number.
+    for (const char* bad : {"absent", "zero"}) {
+      std::string d = catalog_copy(std::string("issue-") + bad);
+      fs::path cj = fs::path(d) / "hsa" / "gfx942" / "mla" / "catalog.json";
+      nlohmann::json j;
+      { std::ifstream(cj) >> j; }
+      int prefixes = 0;
+      for (auto& k : j["kernels"])
+        if (k["shape"]["kind"] == "mla_prefix") {
+          ++prefixes;
+          REQUIRE(k["issue_model"]["cycles_per_block_tile"].get<double>() > 0);
+          if (std::string(bad) == "absent") k.erase("issue_model");
+          else k["issue_model"]["cycles_per_block_tile"] = 0;
+        }
+      REQUIRE(prefixes > 0);
+      { std::ofstream(cj) << j.dump(1); }
+      mla_device* dev;
+      mla_context* ctx = nullptr;
+      OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+      FAILS(mla_context_create(dev, d.c_str(), &ctx), MLA_ERROR_CATALOG,
+            std::string(bad) == "absent" ? "no issue_model" : "issue_model.cycles_per_block_tile = 0 (allowed: a finite number > 0)");
+      mla_device_close(dev);
+    }
   }
 }
 

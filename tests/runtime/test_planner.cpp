@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -261,6 +262,15 @@ TEST_CASE("planner: bad inputs are rejected with the field and value", "[planner
   in = inputs({100}, 16, 304);
   in.tile_tokens = 0;
   CHECK_THROWS_WITH(rt::plan_decode(in), Contains("tile_tokens = 0"));
+  in = inputs({100}, 16, 304);
+  in.prefix_hbm_factor = -1;
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("prefix_hbm_factor = -1 (allowed: a finite number >= 0)"));
+  in.prefix_hbm_factor = 0;
+  in.prefix_unit_fill = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("prefix_unit_fill = nan"));
+  in.prefix_unit_fill = 0;
+  in.prefix_issue_per_block_tile = 55;  // without the HBM factor: half a model
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("prefix_issue_per_block_tile = 55 and prefix_hbm_factor = 0"));
 }
 
 TEST_CASE("planner: plan_inputs_of and to_json", "[planner]") {
@@ -654,6 +664,73 @@ TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner
   CHECK(q.predicted_cost == Approx(d.cost_per_request));
 }
 
+namespace {
+
+// The prefix launch's modeled time in token-equivalents, evaluated from the plan's units alone
+// with the model docs/planner.md states ("Issue-aware prefix launch"): unit i on CU i mod C,
+// one resident workgroup; per CU fill x units + max(memory, issue); at least the HBM floor.
+double prefix_launch_time(const rt::PlanInputs& in, const rt::Plan& p) {
+  const int C = in.num_cus, T = in.tile_tokens;
+  const double row_teq = (512.0 * in.prefix_partial_o_bytes + 4) / in.kv_bytes_per_token;
+  std::vector<double> mem(size_t(C), 0), issue(size_t(C), 0), n(size_t(C), 0);
+  std::map<std::pair<int, int>, int> groups;  // (first request, row group): the group's row groups
+  for (const auto& u : p.prefix_units) groups[{u.first_request, 0}] = std::max(groups[{u.first_request, 0}], u.row_group + 1);
+  double hbm = 0;
+  for (size_t i = 0; i < p.prefix_units.size(); ++i) {
+    const auto& u = p.prefix_units[i];
+    const int cu = int(i % size_t(C));
+    const int rows = std::min(p.prefix_rows_per_group, u.rows - u.row_group * p.prefix_rows_per_group);
+    const int blocks = (rows + 15) / 16, tokens = u.kv_end - u.kv_start;
+    const double tiles = (tokens + T - 1) / T;
+    mem[size_t(cu)] += tokens + rows * row_teq;
+    issue[size_t(cu)] += tiles * blocks * in.prefix_issue_per_block_tile / std::min(4, blocks);
+    n[size_t(cu)] += 1;
+    const int G = p.is_unique_part(u) ? 1 : groups[{u.first_request, 0}];
+    hbm += double(tokens) / G + rows * row_teq;
+  }
+  double worst = in.prefix_hbm_factor * hbm / C;
+  for (int cu = 0; cu < C; ++cu)
+    worst = std::max(worst, in.prefix_unit_fill * n[size_t(cu)] + std::max(mem[size_t(cu)], issue[size_t(cu)]));
+  return worst;
+}
+
+}  // namespace
+
+// K3 c16 with the prefix kernel's modeled issue (the catalog's figures for
+// mla_prefix_fp8fp8_h12_qs1_pg128 at 256 CUs: 1,184 cycles per block-tile at 2.4 GHz, 126 KiB in
+// flight over 2 us, 6 TB/s): a unit of 6 computing row blocks issues ~2.6x its own memory time,
+// a unique part of one block ~1.7x, so balancing tokens alone leaves the prefix units' CUs the
+// slowest. The issue-aware plan must be faster on the stated model than the token-balanced one.
+TEST_CASE("planner cascade: an issue-modeled prefix launch balances issue as well as bytes", "[planner][cascade]") {
+  rt::PlanInputs in = k3_like();
+  in.kv_lens = std::vector<int>(16, 63872 + 4523);
+  in.prefix_rows_per_group = 96;
+  in.prefix_partial_o_bytes = 2;
+  const double rate = 129024.0 / 2e-6;  // bytes/s a CU streams (Little's law)
+  rt::PlanInputs modeled = in;
+  modeled.prefix_issue_per_block_tile = 1184 / 2.4e9 * rate / 576;
+  modeled.prefix_hbm_factor = 256 * rate / 6e12;
+  modeled.prefix_unit_fill = 1e-6 * rate / 576;
+  rt::PlanInputs tokens_only = modeled;  // the same model prices it; the planner does not see it
+  tokens_only.prefix_issue_per_block_tile = tokens_only.prefix_hbm_factor = tokens_only.prefix_unit_fill = 0;
+  const rt::Plan a = rt::plan_decode(modeled), b = rt::plan_decode(tokens_only);
+  check_any_plan(modeled, a);
+  check_choice(a);
+  REQUIRE(a.prefix_groups.at(0).cascade);
+  REQUIRE(b.prefix_groups.at(0).cascade);
+  const double ta = prefix_launch_time(modeled, a), tb = prefix_launch_time(modeled, b);
+  INFO("modeled " << ta << " vs token-balanced " << tb << " token-equivalents");
+  CHECK(ta < 0.95 * tb);
+  // Every unit of the issue-aware plan is in it, and the balance it claims is the model's: its
+  // predicted cost holds this launch's time (plus the reduce's, which is >= 0).
+  CHECK(a.predicted_cost >= ta * (1 - 1e-9));
+  // Decode launches never use the model: without a group the plan is the same, bit for bit.
+  rt::PlanInputs lone = modeled, lone_plain = tokens_only;
+  lone.prefix_groups.clear();
+  lone_plain.prefix_groups.clear();
+  CHECK(golden::fingerprint(rt::plan_decode(lone)) == golden::fingerprint(rt::plan_decode(lone_plain)));
+}
+
 TEST_CASE("planner cascade: 128 heads in 48-row groups save nothing", "[planner][cascade]") {
   rt::PlanInputs in;
   in.heads = 128;
@@ -750,6 +827,11 @@ TEST_CASE("planner cascade: random batches with groups keep every promise", "[pl
     in.prefix_rows_per_group = pick({48, 64, 96});
     in.prefix_partial_o_bytes = pick({2, 4});
     in.min_tiles_per_split = pick({1, 2});
+    if (rng() % 2) {  // the prefix launch's issue model (PlanInputs), or none
+      in.prefix_issue_per_block_tile = pick({8, 55, 160});
+      in.prefix_hbm_factor = pick({1, 3});
+      in.prefix_unit_fill = pick({0, 112});
+    }
     const int batch = pick({2, 3, 8, 24});
     const int shared = pick({1, 4, 40, 500}) * 128;  // a multiple of every page size and tile
     const int first = int(rng() % uint32_t(batch - 1)), count = 2 + int(rng() % uint32_t(batch - first - 1));
