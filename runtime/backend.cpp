@@ -219,7 +219,10 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
     const IssueModel& im = k.prefix->issue_model.value();
     const double rate = std::min(im.cu_port_bytes_per_clk * im.clock_hz,
                                  in.prefix_workgroups_per_cu * im.producer_inflight_bytes / im.little_latency_s);
-    in.prefix_issue_per_block_tile = im.cycles_per_block_tile / im.clock_hz * rate / in.kv_bytes_per_token;
+    const double teq_per_clock = rate / im.clock_hz / in.kv_bytes_per_token;
+    in.prefix_issue_per_block_tile = im.cycles_per_block_tile * teq_per_clock;
+    in.prefix_lds_per_block_tile = im.lds_clocks_per_block_tile * teq_per_clock;
+    in.prefix_lds_per_tile = im.lds_clocks_per_tile * teq_per_clock;
     in.prefix_hbm_factor = num_cus * rate / im.hbm_bytes_per_s;
     in.prefix_unit_fill = im.unit_fill_s * rate / in.kv_bytes_per_token;
   }

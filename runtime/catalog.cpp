@@ -55,6 +55,8 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
     return v;
   };
   return IssueModel{.cycles_per_block_tile = field("cycles_per_block_tile"),
+                    .lds_clocks_per_block_tile = field("lds_clocks_per_block_tile"),
+                    .lds_clocks_per_tile = field("lds_clocks_per_tile"),
                     .producer_inflight_bytes = field("producer_inflight_bytes"),
                     .clock_hz = field("clock_hz"),
                     .little_latency_s = field("little_latency_s"),

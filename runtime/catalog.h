@@ -28,6 +28,8 @@ struct KernelArgInfo {
 // planner prices the prefix launch's issue (docs/planner.md "Issue-aware prefix launch").
 struct IssueModel {
   double cycles_per_block_tile = 0;    // one token tile through one computing row block's consumer
+  double lds_clocks_per_block_tile = 0;  // the CU's LDS clocks of that wave's reads
+  double lds_clocks_per_tile = 0;        // and of the producer's write of the tile
   double producer_inflight_bytes = 0;  // per workgroup, steady state
   double clock_hz = 0, little_latency_s = 0, cu_port_bytes_per_clk = 0, unit_fill_s = 0, hbm_bytes_per_s = 0;
 };

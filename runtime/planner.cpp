@@ -36,6 +36,8 @@ void check_inputs(const PlanInputs& in) {
   if (in.prefix_partial_o_bytes != 2 && in.prefix_partial_o_bytes != 4)
     fail(fmt::format("prefix_partial_o_bytes = {} (allowed: 2 for bf16 partials, 4 for f32)", in.prefix_partial_o_bytes));
   for (auto [name, v] : {std::pair<const char*, double>{"prefix_issue_per_block_tile", in.prefix_issue_per_block_tile},
+                         {"prefix_lds_per_block_tile", in.prefix_lds_per_block_tile},
+                         {"prefix_lds_per_tile", in.prefix_lds_per_tile},
                          {"prefix_hbm_factor", in.prefix_hbm_factor},
                          {"prefix_unit_fill", in.prefix_unit_fill}})
     if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} = {} (allowed: a finite number >= 0)", name, v));
@@ -93,8 +95,9 @@ bool issue_modeled(const Launch& L) {
 double job_weight(const Launch& L, const Job& j) {
   if (!issue_modeled(L)) return 1.0;
   const int blocks = (std::min(j.rows_per_group, j.rows) + 15) / 16;
-  return std::max(1.0, blocks * L.in.prefix_issue_per_block_tile / std::min(4, blocks * L.workgroups_per_cu) /
-                           L.in.tile_tokens);
+  const double issue = blocks * L.in.prefix_issue_per_block_tile / std::min(4, blocks * L.workgroups_per_cu);
+  const double lds = L.in.prefix_lds_per_tile + blocks * L.in.prefix_lds_per_block_tile;
+  return std::max(1.0, std::max(issue, lds) / L.in.tile_tokens);
 }
 
 // Token ranges of a job cut into `s` splits of whole tiles, sizes differing by at most one tile
@@ -195,6 +198,7 @@ struct UnitCost {
   double mem = 0;
   double block_tiles = 0;  // tiles x computing blocks x issue per block-tile
   int blocks = 1;
+  double lds = 0;  // the CU's LDS time: tiles x (the producer's write + computing blocks' reads)
   double hbm = 0;  // what it moves from HBM: a prefix split's tokens once for its G row groups
   double issue(int resident) const { return block_tiles / std::min(4, blocks * resident); }
 };
@@ -206,12 +210,14 @@ UnitCost unit_cost(const Launch& L, const Raw& x) {
   c.mem = x.tokens + writes;
   if (!issue_modeled(L)) return c;
   c.blocks = (x.rows + 15) / 16;
-  c.block_tiles = std::ceil(double(x.tokens) / in.tile_tokens) * c.blocks * in.prefix_issue_per_block_tile;
+  const double tiles = std::ceil(double(x.tokens) / in.tile_tokens);
+  c.block_tiles = tiles * c.blocks * in.prefix_issue_per_block_tile;
+  c.lds = tiles * (in.prefix_lds_per_tile + c.blocks * in.prefix_lds_per_block_tile);
   c.hbm = double(x.tokens) / L.jobs[size_t(x.job)].G + writes;
   return c;
 }
 // The measure that orders units and balances CUs (see build()).
-double weight(const Launch& L, const UnitCost& c) { return std::max(c.mem, c.issue(L.workgroups_per_cu)); }
+double weight(const Launch& L, const UnitCost& c) { return std::max({c.mem, c.issue(L.workgroups_per_cu), c.lds}); }
 
 // Builds the units of the given split counts, assigns them to CUs and orders them for launch.
 //
@@ -264,7 +270,7 @@ Candidate build(const Launch& L, std::vector<int> splits) {
   c.cu_units.assign(C, 0);
   if (N == 0) return c;
   const int rounds = (N + C - 1) / C;
-  std::vector<double> load(C, 0), load_mem(C, 0), load_issue(C, 0);
+  std::vector<double> load(C, 0), load_mem(C, 0), load_issue(C, 0), load_lds(C, 0);
   std::vector<int> cu_order(C);
   std::vector<std::vector<int>> round_cu(rounds);  // round_cu[r][j]: CU of the j-th unit of round r
   for (int r = 0; r < rounds; ++r) {
@@ -277,7 +283,8 @@ Candidate build(const Launch& L, std::vector<int> splits) {
       if (modeled) {
         load_mem[cu] += cost[size_t(i)].mem;
         load_issue[cu] += cost[size_t(i)].issue(L.workgroups_per_cu);
-        load[cu] = std::max(load_mem[cu], load_issue[cu]);
+        load_lds[cu] += cost[size_t(i)].lds;
+        load[cu] = std::max({load_mem[cu], load_issue[cu], load_lds[cu]});
       } else {
         load[cu] += raw[size_t(i)].tokens;
       }
@@ -318,15 +325,17 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     worst = std::max(worst, cu_time[cu] / occ);
   }
   if (modeled) {
-    // Issue: a CU's units run their waves' issue at its residency, overlapping its memory
-    // stream (the larger of the two bounds it); and the launch moves its HBM bytes at the HBM
-    // bandwidth, however well its CUs balance.
-    std::vector<double> issue(C, 0.0);
+    // Issue: a CU's units run their waves' issue at its residency and pass every tile through
+    // its one LDS, both overlapping its memory stream (the largest of the three bounds it); and
+    // the launch moves its HBM bytes at the HBM bandwidth, however well its CUs balance.
+    std::vector<double> issue(C, 0.0), lds(C, 0.0);
     for (int r = 0; r < rounds; ++r)
       for (size_t j = 0; j < round_cu[r].size(); ++j) {
         const int cu = label[round_cu[r][j]];
         issue[cu] += cost[size_t(r) * C + j].issue(std::min(c.cu_units[cu], L.workgroups_per_cu));
+        lds[cu] += cost[size_t(r) * C + j].lds;
       }
+    for (int cu = 0; cu < C; ++cu) issue[cu] = std::max(issue[cu], lds[cu]);  // SIMDs and LDS bound apart
     // Units on a CU run back to back, each first waiting for its page ids and first KV rows
     // (resident ones overlap that fill).
     for (int cu = 0; cu < C; ++cu) {

@@ -65,10 +65,13 @@ struct PlanInputs {
   // launch is priced by its tokens and partial bytes only, as the decode launch always is.
   //   issue: one token tile through one computing row block's consumer wave, in
   //     token-equivalents (the time a CU streams one KV token at its modeled rate);
+  //   LDS: the CU's LDS time of that wave's reads of a tile, and of the producer's write of it
+  //     (the LDS is one per CU: its time adds over all the CU's waves);
   //   HBM factor: num_cus x that rate / HBM bandwidth, so the launch's HBM floor is
   //     factor x (the bytes it moves from HBM, in tokens) / num_cus;
   //   unit fill: a unit's wait for its page ids and first KV rows, in token-equivalents.
   double prefix_issue_per_block_tile = 0;
+  double prefix_lds_per_block_tile = 0, prefix_lds_per_tile = 0;
   double prefix_hbm_factor = 0;
   double prefix_unit_fill = 0;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can

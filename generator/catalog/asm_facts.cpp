@@ -235,7 +235,7 @@ double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, in
   return std::max(0.0, double(slot_tokens) * double(lds_row_bytes) / 128.0 - h.after_release_cycles);
 }
 
-nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens,
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens, int tile_tokens,
                                 int lds_row_bytes) {
   const HotLoop h = analyze_hot_loop(asm_text, t);
   const double stall = modeled_ring_stall_cycles(h, ring, slot_tokens, lds_row_bytes);
@@ -245,6 +245,8 @@ nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, in
           {"hot_loop_coissue_cycles", h.coissue_cycles},
           {"ring_stall_cycles", stall},
           {"cycles_per_block_tile", h.coissue_cycles + stall},
+          {"lds_clocks_per_block_tile", h.lds_bytes / 128.0},
+          {"lds_clocks_per_tile", double(tile_tokens) * lds_row_bytes / 128.0},
           {"producer_inflight_bytes", producer_inflight_bytes(asm_text)},
           {"clock_hz", m.clock_hz},
           {"little_latency_s", m.little_latency_s},

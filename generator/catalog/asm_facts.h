@@ -56,9 +56,11 @@ double producer_inflight_bytes(const std::string& asm_text);
 double issue_cycles_of(const std::string& inst_line, const Target& t);
 
 // catalog.json's "issue_model" of an attention kernel: its hot loop's modeled cycles per
-// block-tile (one token tile through one row block's consumer wave), its producers' bytes in
-// flight, and the target's machine constants the planner prices them with.
-nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens,
+// block-tile (one token tile through one row block's consumer wave), the CU's LDS clocks per
+// block-tile (that wave's reads) and per tile (the producer's write of its rows) at 128 bytes
+// per clock, its producers' bytes in flight, and the target's machine constants the planner
+// prices them with.
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens, int tile_tokens,
                                 int lds_row_bytes);
 
 }  // namespace mla::gen

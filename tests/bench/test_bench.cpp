@@ -409,6 +409,9 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     REQUIRE(sel.prefix->issue_model);
     CHECK(sel.prefix->issue_model->cycles_per_block_tile == c.facts.hot_loop_cycles);
     CHECK(sel.prefix->issue_model->producer_inflight_bytes == c.facts.inflight_bytes_per_wg);
+    CHECK(sel.prefix->issue_model->lds_clocks_per_block_tile == c.facts.lds_cycles_per_block);
+    CHECK(sel.prefix->issue_model->lds_clocks_per_tile + 6 * sel.prefix->issue_model->lds_clocks_per_block_tile ==
+          Approx(c.facts.lds_cycles_per_tile));
     const Machine m = machine_for(r.shape.shape.target);
     CHECK(sel.prefix->issue_model->clock_hz == m.clock_hz);
     CHECK(sel.prefix->issue_model->hbm_bytes_per_s == m.hbm_bytes_per_s);

@@ -668,11 +668,11 @@ namespace {
 
 // The prefix launch's modeled time in token-equivalents, evaluated from the plan's units alone
 // with the model docs/planner.md states ("Issue-aware prefix launch"): unit i on CU i mod C,
-// one resident workgroup; per CU fill x units + max(memory, issue); at least the HBM floor.
+// one resident workgroup; per CU fill x units + max(memory, issue, LDS); at least the HBM floor.
 double prefix_launch_time(const rt::PlanInputs& in, const rt::Plan& p) {
   const int C = in.num_cus, T = in.tile_tokens;
   const double row_teq = (512.0 * in.prefix_partial_o_bytes + 4) / in.kv_bytes_per_token;
-  std::vector<double> mem(size_t(C), 0), issue(size_t(C), 0), n(size_t(C), 0);
+  std::vector<double> mem(size_t(C), 0), issue(size_t(C), 0), lds(size_t(C), 0), n(size_t(C), 0);
   std::map<std::pair<int, int>, int> groups;  // (first request, row group): the group's row groups
   for (const auto& u : p.prefix_units) groups[{u.first_request, 0}] = std::max(groups[{u.first_request, 0}], u.row_group + 1);
   double hbm = 0;
@@ -684,21 +684,23 @@ double prefix_launch_time(const rt::PlanInputs& in, const rt::Plan& p) {
     const double tiles = (tokens + T - 1) / T;
     mem[size_t(cu)] += tokens + rows * row_teq;
     issue[size_t(cu)] += tiles * blocks * in.prefix_issue_per_block_tile / std::min(4, blocks);
+    lds[size_t(cu)] += tiles * (in.prefix_lds_per_tile + blocks * in.prefix_lds_per_block_tile);
     n[size_t(cu)] += 1;
     const int G = p.is_unique_part(u) ? 1 : groups[{u.first_request, 0}];
     hbm += double(tokens) / G + rows * row_teq;
   }
   double worst = in.prefix_hbm_factor * hbm / C;
   for (int cu = 0; cu < C; ++cu)
-    worst = std::max(worst, in.prefix_unit_fill * n[size_t(cu)] + std::max(mem[size_t(cu)], issue[size_t(cu)]));
+    worst = std::max(worst, in.prefix_unit_fill * n[size_t(cu)] +
+                                std::max({mem[size_t(cu)], issue[size_t(cu)], lds[size_t(cu)]}));
   return worst;
 }
 
 }  // namespace
 
 // K3 c16 with the prefix kernel's modeled issue (the catalog's figures for
-// mla_prefix_fp8fp8_h12_qs1_pg128 at 256 CUs: 1,184 cycles per block-tile at 2.4 GHz, 126 KiB in
-// flight over 2 us, 6 TB/s): a unit of 6 computing row blocks issues ~2.6x its own memory time,
+// mla_prefix_fp8fp8_h12_qs1_pg128 at 256 CUs: 1,184 cycles per block-tile at 2.4 GHz, LDS clocks
+// 276 per block-tile and 148 per tile, 126 KiB in flight over 2 us, 6 TB/s): a unit of 6 computing row blocks issues ~2.6x its own memory time,
 // a unique part of one block ~1.7x, so balancing tokens alone leaves the prefix units' CUs the
 // slowest. The issue-aware plan must be faster on the stated model than the token-balanced one.
 TEST_CASE("planner cascade: an issue-modeled prefix launch balances issue as well as bytes", "[planner][cascade]") {
@@ -709,10 +711,13 @@ TEST_CASE("planner cascade: an issue-modeled prefix launch balances issue as wel
   const double rate = 129024.0 / 2e-6;  // bytes/s a CU streams (Little's law)
   rt::PlanInputs modeled = in;
   modeled.prefix_issue_per_block_tile = 1184 / 2.4e9 * rate / 576;
+  modeled.prefix_lds_per_block_tile = 276 / 2.4e9 * rate / 576;
+  modeled.prefix_lds_per_tile = 148 / 2.4e9 * rate / 576;
   modeled.prefix_hbm_factor = 256 * rate / 6e12;
   modeled.prefix_unit_fill = 1e-6 * rate / 576;
   rt::PlanInputs tokens_only = modeled;  // the same model prices it; the planner does not see it
   tokens_only.prefix_issue_per_block_tile = tokens_only.prefix_hbm_factor = tokens_only.prefix_unit_fill = 0;
+  tokens_only.prefix_lds_per_block_tile = tokens_only.prefix_lds_per_tile = 0;
   const rt::Plan a = rt::plan_decode(modeled), b = rt::plan_decode(tokens_only);
   check_any_plan(modeled, a);
   check_choice(a);
@@ -829,6 +834,8 @@ TEST_CASE("planner cascade: random batches with groups keep every promise", "[pl
     in.min_tiles_per_split = pick({1, 2});
     if (rng() % 2) {  // the prefix launch's issue model (PlanInputs), or none
       in.prefix_issue_per_block_tile = pick({8, 55, 160});
+      in.prefix_lds_per_block_tile = pick({0, 13});
+      in.prefix_lds_per_tile = pick({0, 7});
       in.prefix_hbm_factor = pick({1, 3});
       in.prefix_unit_fill = pick({0, 112});
     }
