@@ -190,10 +190,10 @@ double partial_row_bytes(const Launch& L) {
 const double kFinalRowBytes = 512.0 * 2;        // bf16 o row
 
 // A unit's share of its CU's time, in token-equivalents: its memory stream (KV tokens and the
-// partial or final rows it writes) and, when the launch is issue-modeled, its hot-loop issue:
-// each computing row block's consumer wave passes every tile (the prefix kernel's waves of row
-// blocks wholly past the unit's rows take none), the waves of `resident` workgroups sharing a
-// CU's 4 SIMDs.
+// partial or final rows it writes) and, when the launch is issue-modeled, its hot-loop issue
+// and LDS time: each computing row block's consumer wave passes every tile (the prefix
+// kernel's waves of row blocks wholly past the unit's rows take none), the waves of `resident`
+// workgroups sharing a CU's 4 SIMDs and its one LDS.
 struct UnitCost {
   double mem = 0;
   double block_tiles = 0;  // tiles x computing blocks x issue per block-tile
@@ -227,8 +227,8 @@ double weight(const Launch& L, const UnitCost& c) { return std::max({c.mem, c.is
 // least work so far (LPT restricted to one unit per CU per round); long and short units
 // interleave and per-CU sums even out. Only the last round may be partial: the CUs it feeds are
 // relabelled 0..n-1 so that position i of that round still lands on CU i mod C. "Longest" and
-// "work" are tokens, or, in an issue-modeled prefix launch, max(memory, issue) (a CU's memory
-// stream and its waves' issue overlap; the larger bounds it).
+// "work" are tokens, or, in an issue-modeled prefix launch, max(memory, issue, LDS) (a CU's
+// memory stream, its waves' issue and its LDS overlap; the largest bounds it).
 Candidate build(const Launch& L, std::vector<int> splits) {
   const PlanInputs& in = L.in;
   const int C = in.num_cus;
@@ -519,7 +519,9 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
   if (!prefix.jobs.empty()) {
     p.prefix_cu_tokens = std::move(pre.cu_tokens);
     p.prefix_cu_units = std::move(pre.cu_units);
-    p.predicted_cost += pre.cost + cascade_reduce_final / in.kv_bytes_per_token / in.num_cus;
+    // (The final rows at the HBM bandwidth too where the prefix launch is issue-modeled.)
+    p.predicted_cost += pre.cost + cascade_reduce_final / in.kv_bytes_per_token / in.num_cus *
+                                       (issue_modeled(prefix) ? in.prefix_hbm_factor : 1.0);
   }
   return p;
 }
