@@ -216,7 +216,10 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
     // The prefix launch's issue model (modeled, catalog.json): a CU streams at its resident
     // workgroups' bytes in flight over the loaded latency (Little's law), at most its read port;
     // a token-equivalent is one KV token at that rate.
-    const IssueModel& im = k.prefix->issue_model.value();
+    if (!k.prefix->issue_model)
+      throw CatalogError(fmt::format("{}: no issue_model (catalog.json's modeled hot loop of a prefix kernel)",
+                                     k.prefix->name));
+    const IssueModel& im = *k.prefix->issue_model;
     const double rate = std::min(im.cu_port_bytes_per_clk * im.clock_hz,
                                  in.prefix_workgroups_per_cu * im.producer_inflight_bytes / im.little_latency_s);
     const double teq_per_clock = rate / im.clock_hz / in.kv_bytes_per_token;

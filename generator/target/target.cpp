@@ -118,7 +118,7 @@ Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_v
                 .hazards = hazards};
 }
 // The performance model's machine constants (assumed): the peak engine clock (2.1 GHz MI300X,
-// 2.4 GHz MI355X, AMD's product pages), a loaded HBM latency of ~2 us for Little's law (DESIGN.md)
+// 2.4 GHz MI355X, AMD's product pages), a loaded HBM latency of ~2 us for Little's law (DESIGN.md),
 // a 64-byte-per-clock L2 -> CU read port, and a work unit's fill: its page ids, then its first
 // KV rows, two dependent ~500 ns trips.
 constexpr MachineModel kMachine942{.clock_hz = 2.1e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6};

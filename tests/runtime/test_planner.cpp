@@ -307,6 +307,13 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   k.decode.launch.partial_o_bytes = 4;
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 3).workgroups_per_cu == 3);  // an explicit override wins
+  // A prefix kernel without its modeled hot loop (catalog.json issue_model) is named.
+  rt::SelectedKernels kp = k;
+  kp.prefix = rt::CatalogKernel{};
+  kp.prefix->name = "mla_prefix_test";
+  kp.prefix->launch.rows_per_group = 96, kp.prefix->launch.partial_o_bytes = 2;
+  CHECK_THROWS_WITH(rt::plan_inputs_for(kp, {1000}, 256, 0),
+                    Catch::Contains("mla_prefix_test: no issue_model"));
   // With two resident workgroups the planner fills each CU with two units of a long request.
   const rt::Plan p = rt::plan_decode(rt::plan_inputs_for(k, {256 * 2 * 32 * 8}, 256, 0));
   CHECK(p.units.size() >= 2 * 256);
