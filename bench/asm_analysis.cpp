@@ -46,4 +46,10 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
   return h;
 }
 
+void print_hot_loop(const std::string& kernel, const HotLoop& h) {
+  fmt::print(stderr, "mlabench: hot loop of {}, steady iteration (co-issue slot, instruction; modeled):\n", kernel);
+  for (size_t k = 0; k < h.insts.size(); ++k)
+    fmt::print(stderr, "  {:5d}  {}\n", h.coissue_slots[k] - h.coissue_slots[0], h.insts[k]);
+}
+
 }  // namespace mla::bench

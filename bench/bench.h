@@ -171,6 +171,8 @@ using HotLoop = gen::HotLoop;  // generator/catalog/asm_facts.h
 // when run_mca (HotLoop::mca_cycles).
 HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca);
 using gen::producer_inflight_bytes;
+// --trace-hot-loop: the steady iteration with each instruction's co-issue slot (stderr).
+void print_hot_loop(const std::string& kernel, const HotLoop& h);
 double issue_cycles_of(const std::string& inst_line, rt::Target t);  // gen::issue_cycles_of
 
 // ---- Measurement ------------------------------------------------------------------------------

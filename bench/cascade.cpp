@@ -260,12 +260,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   const std::string text = prefix_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   c.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  if (o.trace_hot_loop) {
-    fmt::print(stderr, "mlabench: hot loop of {}, steady iteration (co-issue slot, instruction; modeled):\n",
-               pk.name);
-    for (size_t k = 0; k < c.hot.insts.size(); ++k)
-      fmt::print(stderr, "  {:5d}  {}\n", c.hot.coissue_slots[k] - c.hot.coissue_slots[0], c.hot.insts[k]);
-  }
+  if (o.trace_hot_loop) print_hot_loop(pk.name, c.hot);
   c.hot.ring_stall_cycles =
       gen::modeled_ring_stall_cycles(c.hot, pk.launch.ring, pk.launch.slot_tokens, pk.launch.lds_row_bytes);
   f.hot_loop_cycles = c.hot.coissue_cycles + c.hot.ring_stall_cycles;

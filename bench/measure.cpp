@@ -433,12 +433,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const std::string text = decode_asm_for(s);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text);
   r.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  if (o.trace_hot_loop) {
-    fmt::print(stderr, "mlabench: hot loop of {}, steady iteration (co-issue slot, instruction; modeled):\n",
-               sel.decode.name);
-    for (size_t k = 0; k < r.hot.insts.size(); ++k)
-      fmt::print(stderr, "  {:5d}  {}\n", r.hot.coissue_slots[k] - r.hot.coissue_slots[0], r.hot.insts[k]);
-  }
+  if (o.trace_hot_loop) print_hot_loop(sel.decode.name, r.hot);
   r.hot.ring_stall_cycles = gen::modeled_ring_stall_cycles(r.hot, sel.decode.launch.ring, sel.decode.launch.slot_tokens,
                                                            sel.decode.launch.lds_row_bytes);
   f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;

@@ -249,21 +249,20 @@ Candidate build(const Launch& L, std::vector<int> splits) {
   }
   c.splits = std::move(splits);
 
+  // Longest first (stable: ties keep job order).
   std::vector<UnitCost> cost;
-  if (modeled) {
-    for (const Raw& x : raw) cost.push_back(unit_cost(L, x));
-    std::vector<size_t> idx(raw.size());
-    std::iota(idx.begin(), idx.end(), size_t(0));
-    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-      return weight(L, cost[a]) > weight(L, cost[b]);
-    });
-    std::vector<Raw> r2;
-    std::vector<UnitCost> c2;
-    for (size_t i : idx) r2.push_back(raw[i]), c2.push_back(cost[i]);
-    raw = std::move(r2);
-    cost = std::move(c2);
-  } else {
-    std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.tokens > b.tokens; });
+  for (const Raw& x : raw) cost.push_back(unit_cost(L, x));
+  std::vector<size_t> order(raw.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return modeled ? weight(L, cost[a]) > weight(L, cost[b]) : raw[a].tokens > raw[b].tokens;
+  });
+  {
+    std::vector<Raw> r;
+    std::vector<UnitCost> k;
+    for (size_t i : order) r.push_back(raw[i]), k.push_back(cost[i]);
+    raw = std::move(r);
+    cost = std::move(k);
   }
   const int N = int(raw.size());
   c.cu_tokens.assign(C, 0);
@@ -308,44 +307,34 @@ Candidate build(const Launch& L, std::vector<int> splits) {
       c.units[size_t(r) * C + cu] = x;
       c.cu_tokens[cu] += x.tokens;
       c.cu_units[cu] += 1;
-      if (modeled) {
-        cu_time[cu] += cost[i].mem;
-        hbm += cost[i].hbm;
-      } else {
-        double row_bytes = x.u.partial >= 0 ? partial_row_bytes(L) : kFinalRowBytes;
-        cu_time[cu] += x.tokens + x.rows * row_bytes / in.kv_bytes_per_token;
-      }
+      cu_time[cu] += cost[i].mem;
+      hbm += cost[i].hbm;
+    }
+  // Issue-modeled: a CU's units run their waves' issue at its residency and pass every tile
+  // through its one LDS (SIMDs and LDS bound apart), both overlapping its memory stream.
+  std::vector<double> issue(C, 0.0), lds(C, 0.0);
+  for (int r = 0; modeled && r < rounds; ++r)
+    for (size_t j = 0; j < round_cu[r].size(); ++j) {
+      const int cu = label[round_cu[r][j]];
+      issue[cu] += cost[size_t(r) * C + j].issue(std::min(c.cu_units[cu], L.workgroups_per_cu));
+      lds[cu] += cost[size_t(r) * C + j].lds;
     }
   // A CU running fewer workgroups than it can hold streams at a proportionally lower rate
-  // (fewer loads in flight): time = work * wpc / min(units, wpc).
+  // (fewer loads in flight): memory time = work * wpc / min(units, wpc). Issue-modeled, its
+  // units also run back to back, each first waiting for its page ids and first KV rows
+  // (resident ones overlap that fill), and the largest of memory, issue and LDS bounds it; the
+  // launch moves its HBM bytes at the HBM bandwidth however well its CUs balance.
   double worst = 0.0;
   for (int cu = 0; cu < C; ++cu) {
     if (c.cu_units[cu] == 0) continue;
-    double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
-    worst = std::max(worst, cu_time[cu] / occ);
+    const double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
+    double t = cu_time[cu] / occ;
+    if (modeled)
+      t = in.prefix_unit_fill * std::ceil(double(c.cu_units[cu]) / L.workgroups_per_cu) +
+          std::max({t, issue[cu], lds[cu]});
+    worst = std::max(worst, t);
   }
-  if (modeled) {
-    // Issue: a CU's units run their waves' issue at its residency and pass every tile through
-    // its one LDS, both overlapping its memory stream (the largest of the three bounds it); and
-    // the launch moves its HBM bytes at the HBM bandwidth, however well its CUs balance.
-    std::vector<double> issue(C, 0.0), lds(C, 0.0);
-    for (int r = 0; r < rounds; ++r)
-      for (size_t j = 0; j < round_cu[r].size(); ++j) {
-        const int cu = label[round_cu[r][j]];
-        issue[cu] += cost[size_t(r) * C + j].issue(std::min(c.cu_units[cu], L.workgroups_per_cu));
-        lds[cu] += cost[size_t(r) * C + j].lds;
-      }
-    for (int cu = 0; cu < C; ++cu) issue[cu] = std::max(issue[cu], lds[cu]);  // SIMDs and LDS bound apart
-    // Units on a CU run back to back, each first waiting for its page ids and first KV rows
-    // (resident ones overlap that fill).
-    for (int cu = 0; cu < C; ++cu) {
-      if (c.cu_units[cu] == 0) continue;
-      const double fill = in.prefix_unit_fill * std::ceil(double(c.cu_units[cu]) / L.workgroups_per_cu);
-      const double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
-      worst = std::max(worst, fill + std::max(issue[cu], cu_time[cu] / occ));
-    }
-    worst = std::max(worst, in.prefix_hbm_factor * hbm / C);
-  }
+  if (modeled) worst = std::max(worst, in.prefix_hbm_factor * hbm / C);
   // The reduce kernel reads every partial and writes the final rows, spread over all CUs. A
   // cascading member's final rows are priced with its group (cascade_reduce_final).
   double reduce_bytes = 0.0;

@@ -58,10 +58,8 @@ int lds_lane_bytes(const std::string& m) {
   return bytes;
 }
 
-}  // namespace
-
 // The co-issue model's class of one assembly line (s_nop with its count).
-static IssueOp issue_op_of_line(const std::string& line, const Target& t) {
+IssueOp issue_op_of_line(const std::string& line, const Target& t) {
   const std::string m = mnemonic(line);
   int nops = 0;
   if (m == "s_nop") nops = std::stoi(line.substr(line.find_first_of(" \t") + 1), nullptr, 0);
@@ -71,6 +69,8 @@ static IssueOp issue_op_of_line(const std::string& line, const Target& t) {
     throw std::runtime_error(std::string("hot loop: ") + e.what());
   }
 }
+
+}  // namespace
 
 double issue_cycles_of(const std::string& line, const Target& t) {
   const std::string m = mnemonic(line);
