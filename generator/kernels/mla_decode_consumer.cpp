@@ -220,6 +220,7 @@ void Consumer::loop_registers() {
   b.v_mov_b32(tmax2[1], Imm(0));
   // -inf in a VGPR: v_cndmask already reads VCC, and gfx9 allows one scalar/literal read.
   neg_inf = ra.vgpr(1, "c_neg_inf"), mslack = ra.vgpr(1, "c_max_slack");
+  negm = pl.speculative_softmax ? ra.vgpr(1, "c_neg_max") : VReg{};  // -m of the speculative P
   b.v_mov_b32(neg_inf, Imm(int64_t(kNegInf)));
   tb = ra.sgpr(1, "c_tile_base"), sslot = ra.sgpr(1, "c_slot");
 }
@@ -243,13 +244,50 @@ void Consumer::tile_loop() {
   b.s_lshl_b32(tb, tb, Imm(log2i(T)));
   b.s_add_u32(tb, tb, k_.kv_start());
   if (!pl.fixed_addresses) tile_addresses(false);
+  if (pl.speculative_softmax) {
+    // A full tile (no row's limit inside it) takes the speculative softmax and falls through
+    // into PV (one scheduling region from the rescale check to the hand-over); the unit's last,
+    // partial tile and a tile whose rows move their max take the plain path, out of line.
+    Label masked = b.new_label("tile_masked"), plain = b.new_label("softmax_rescale");
+    Label pv_done = b.new_label("pv_done");
+    SReg tend = ra.sgpr(1, "c_tile_end");
+    b.s_add_u32(tend, tb, Imm(T));
+    b.s_cmp_le_u32(tend, slim);
+    ra.release(tend);
+    b.s_cbranch_scc0(masked);
+    qk_tile();
+    softmax_speculative(plain);
+    pv_transposed(true);
+    b.bind(pv_done);
+    hand_over(absent);
+    b.s_add_u32(k_.iter, k_.iter, Imm(1));
+    b.s_cmp_lt_u32(k_.iter, k_.nslots);
+    b.s_cbranch_scc1(loop);
+    Label exit = b.new_label("consumer_loop_exit");
+    b.s_branch(exit);
+    b.bind(masked);
+    qk_tile();
+    scores();
+    softmax();
+    pack_p();
+    pv_transposed(false);
+    b.s_branch(pv_done);
+    b.bind(plain);
+    tile_max();
+    softmax_from_max();
+    pack_p();
+    pv_transposed(false);
+    b.s_branch(pv_done);
+    b.bind(exit);
+    return;
+  }
   qk_tile();
   v_beside_qk();
   scores();
   softmax();
   pack_p();
   if (pl.early_release) b.s_barrier();  // the slot is read (V is in registers): the producer may write
-  if (g.v_lds_transpose) pv_transposed();
+  if (g.v_lds_transpose) pv_transposed(false);
   pv_rows();
   hand_over(absent);
   b.s_add_u32(k_.iter, k_.iter, Imm(1));
@@ -409,14 +447,62 @@ void Consumer::scores() {
 // Online softmax: tile max over the lane's tokens, then over the 4 lane groups; the lazy
 // rescale; P = exp2(x - m) and the row sum.
 void Consumer::softmax() {
-  const bool cap = k_.s.logit_cap;
+  tile_max();
+  softmax_from_max();
+}
+
+// The tile's row max (scaled to exp2 units without the soft cap) in tmax.
+void Consumer::tile_max() {
   b.v_max3_f32(tmax, sacc[0], sacc[1], sacc[2]);
   for (int e = 3; e < 4 * sub_tiles; ++e) b.v_max_f32(tmax, tmax, sacc[e]);
   b.ds_bpermute_b32(tt, perm16, tmax);
   b.v_max_f32(tmax, tmax, tt);
   b.ds_bpermute_b32(tt, perm32, tmax);
   b.v_max_f32(tmax, tmax, tt);
-  if (!cap) b.v_mul_f32(tmax, xscale, tmax);
+  if (!k_.s.logit_cap) b.v_mul_f32(tmax, xscale, tmax);
+}
+
+// MlaDecodePlan::speculative_softmax, a full tile (no mask) after its QK: P = exp2(x - m) with
+// the running max m, packed and summed into the raw V registers (free until PV), all in the
+// MFMA shadow of the QK (one scheduling region with it: no branch between); then PV's first
+// transposing reads. If no row's max passes m + slack (vccz: the lazy rescale's usual case), m
+// stays and the tile goes on into PV; else `plain` (out of line) redoes the tile's softmax from
+// the tile max on, from the scores. Either way the same operations on the same values in the
+// same order as the plain path (fma(s, xscale, -m) as the packed fma computes it per element;
+// the sum p0 + ... + p7 from the left): the output is bit-identical to it.
+void Consumer::softmax_speculative(Label plain) {
+  b.v_add_f32(mslack, f32(kRescaleSlack), mrun);
+  b.v_sub_f32(negm, f32(0.0f), mrun);
+  // The second half of the raw V registers: the first batch's reads into the first half (its
+  // first MFMAs' operands) need not wait for the sum.
+  const VReg p = vraw.sub(vraw.count - 8, 8);
+  for (int e = 0; e < 8; ++e) {
+    b.v_fma_f32(p[e], sacc[e], xscale, negm);
+    b.v_exp_f32(p[e], p[e]);
+  }
+  for (int st = 0; st < 2; ++st) {
+    b.v_cvt_pk_fp8_f32(pop[st], p[4 * st], p[4 * st + 1], 0);
+    b.v_cvt_pk_fp8_f32(pop[st], p[4 * st + 2], p[4 * st + 3], 1);
+    b.v_cvt_pk_f32_fp8(p.sub(4 * st, 2), pop[st], 0);
+    b.v_cvt_pk_f32_fp8(p.sub(4 * st + 2, 2), pop[st], 1);
+  }
+  b.v_add_f32(tsum, p[0], p[1]);
+  for (int e = 2; e < 8; ++e) b.v_add_f32(tsum, tsum, p[e]);
+  // Whether any row's max passes m + slack needs no reduction over the row's 4 lane groups: a
+  // row's max passes iff one of its lanes' maxes does (x scale is monotone), so vcc over the
+  // lanes' own maxes is zero exactly when the plain path's vcc over the row maxes is.
+  b.v_max3_f32(tmax, sacc[0], sacc[1], sacc[2]);
+  for (int e = 3; e < 8; ++e) b.v_max_f32(tmax, tmax, sacc[e]);
+  b.v_mul_f32(tmax, xscale, tmax);
+  b.v_cmp_gt_f32(vcc, tmax, mslack);
+  pv_transposed_reads(0);
+  b.s_cbranch_vccnz(plain);
+  b.v_add_f32(lrun, lrun, tsum);
+}
+
+// From the tile max on: the lazy rescale, P = exp2(x - m) and (unrounded P) the row sum.
+void Consumer::softmax_from_max() {
+  const bool cap = k_.s.logit_cap;
   // Lazy rescale: the reference max m moves only when a row's max grows by more than
   // kRescaleSlack (log2 units), so P = exp2(x - m) <= 2^7 and, on most tiles, no row moves and
   // the rescale (alpha = exp2(m - m'), O^T and l times alpha) is skipped by a uniform branch.
@@ -469,22 +555,27 @@ void Consumer::pack_p() {
   }
 }
 
+// The transposing reads of the V^T operands of blocks b0..b0 + transpose_batch - 1.
+void Consumer::pv_transposed_reads(int b0) {
+  for (int c = 0; c < pl.transpose_batch; ++c) {
+    const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
+    VReg dst = vraw.sub(c * pl.transpose_regs, pl.transpose_regs);
+    if (kvb == 1) {
+      b.ds_read_b64_tr_b8(dst, vaddr[0], col);
+    } else {
+      b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr[0], col);
+      b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr[1], col);
+    }
+  }
+}
+
 // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two for bf16
-// V), a batch of reads ahead of its MFMAs.
-void Consumer::pv_transposed() {
+// V), a batch of reads ahead of its MFMAs (first_read: the first batch's were issued already).
+void Consumer::pv_transposed(bool first_read) {
   const int tr_batch = pl.transpose_batch, tr_regs = pl.transpose_regs, x_regs = pl.v_operand_regs;
   const int p_regs = g.pv_k / 4 * g.p_bytes / 4;
   for (int b0 = 0; b0 < kMlaVDim / 16; b0 += tr_batch) {
-    for (int c = 0; c < tr_batch; ++c) {
-      const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
-      VReg dst = vraw.sub(c * tr_regs, tr_regs);
-      if (kvb == 1) {
-        b.ds_read_b64_tr_b8(dst, vaddr[0], col);
-      } else {
-        b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr[0], col);
-        b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr[1], col);
-      }
-    }
+    if (!(first_read && b0 == 0)) pv_transposed_reads(b0);
     for (int c = 0; c < tr_batch; ++c) {
       VReg a = vraw.sub(c * tr_regs, tr_regs);
       if (pl.widen_v) {

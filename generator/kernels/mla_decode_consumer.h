@@ -77,9 +77,13 @@ class Consumer {
   void v_beside_qk();
   void scores();
   void softmax();
+  void tile_max();
+  void softmax_from_max();
+  void softmax_speculative(Label plain);
   void pack_p();
   void row_sum();
-  void pv_transposed();
+  void pv_transposed(bool first_read);
+  void pv_transposed_reads(int b0);
   VReg pv_operands(int nb, int half);
   void pv_mfmas(int nb, int half, VReg x);
   void pv_rows();
@@ -123,7 +127,7 @@ class Consumer {
   std::vector<VReg> vbase, vaddr;             //   V bases and current addresses
   VReg sacc, slo, kraw, kop, qop, pop;        // loop: scores (hi, lo), K raw/operands, Q from LDS, P^T
   VReg vraw, vwide, xop, vf32, xt;            //   V raw, widened, A operands, f32 detour, scratch
-  VReg tmax2, tmax, tsum, tt, neg_inf, mslack;
+  VReg tmax2, tmax, tsum, tt, neg_inf, mslack, negm;
   SReg tb, sslot;                             //   tile base token, slot byte offset
   std::vector<VReg> tail_ops;                 //   read-ahead: the tail groups' operands
 };

@@ -106,6 +106,10 @@ MlaDecodePlan mla_decode_plan(const KernelSpec& s, const MlaGeometry& g) {
   p.v_widened_regs = p.prewiden ? p.v_blocks / 2 * p.v_halves * p.v_group_regs : 0;
   p.v_transposed_regs = p.prewiden ? 0 : tr ? (p.widen_v ? 2 * p.v_operand_regs : 2) : p.v_group_regs;
   p.v_f32_regs = p.widen_v && !tr ? 8 : 0;
+  // The speculative P (f32, 8 registers) goes through the raw V registers, free until PV's
+  // transposing reads; fp8 P only (its rounded sum), no soft cap, no Q split.
+  p.speculative_softmax = g.prefix && tr && !split && !s.logit_cap && g.p_bytes == 1 && sub_tiles == 2 &&
+                          !p.early_release && !p.prefetch && p.v_raw_regs >= 8;
   return p;
 }
 
@@ -130,6 +134,7 @@ nlohmann::json MlaDecodePlan::to_json() const {
           {"prefetch", prefetch},
           {"tail_groups", tail_groups},
           {"sum_rounded_p", sum_rounded_p},
+          {"speculative_softmax", speculative_softmax},
           {"vgpr_budget",
            {{"o", o_regs},
             {"scores", score_regs},

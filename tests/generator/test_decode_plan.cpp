@@ -127,3 +127,28 @@ TEST_CASE("decode plan: recorded as JSON with every decision named") {
   CHECK(j["qk_batches"].size() == 5);
   CHECK(j["vgpr_budget"]["o"] == 128);
 }
+
+// The speculative softmax (docs/mla-decode.md "Speculative softmax"): only where the prefix
+// kernel's P is fp8 from transposing V reads, without a soft cap; decode kernels keep the plain
+// path (their code objects are unchanged by it).
+TEST_CASE("decode plan: the gfx950 fp8 prefix kernel speculates its softmax, nothing else does") {
+  auto prefix = [](Arch a, DType q, DType kv, int page, bool cap = false) {
+    KernelSpec s = decode_spec(a, q, kv, 12);
+    s.kind = KernelKind::MlaPrefix;
+    s.page_size = page;
+    s.logit_cap = cap;
+    return plan_of(s);
+  };
+  for (int page : {1, 128}) {
+    const MlaDecodePlan p = prefix(Arch::gfx950, DType::fp8, DType::fp8, page);
+    CHECK(p.speculative_softmax);
+    CHECK(p.v_raw_regs >= 8);  // the speculative P's f32 registers
+    CHECK(p.sum_rounded_p);
+    CHECK_FALSE(prefix(Arch::gfx950, DType::fp8, DType::fp8, page, true).speculative_softmax);  // soft cap
+    CHECK_FALSE(prefix(Arch::gfx950, DType::bf16, DType::bf16, page).speculative_softmax);      // bf16 P
+    CHECK_FALSE(prefix(Arch::gfx942, DType::fp8, DType::fp8, page).speculative_softmax);        // no LDS transpose
+  }
+  for (Arch a : {Arch::gfx942, Arch::gfx950})
+    for (auto [q, kv] : {std::pair{DType::fp8, DType::fp8}, {DType::bf16, DType::fp8}, {DType::bf16, DType::bf16}})
+      for (int heads : {12, 16, 128}) CHECK_FALSE(plan_of(decode_spec(a, q, kv, heads, heads >= 64 ? 2 : 1)).speculative_softmax);
+}

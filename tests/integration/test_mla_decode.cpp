@@ -394,6 +394,31 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
     }
 }
 
+// The gfx950 fp8 prefix kernel's speculative softmax (MlaDecodePlan::speculative_softmax): a
+// full tile keeps P = exp2(x - m) computed with the running max when no lane's scores pass
+// m + slack, else redoes the tile on the plain path. Peaked scores (as in the lazy-rescale case
+// above) over long units (2 CUs) take both paths many times, and units whose last tile is
+// partial the masked one; the output must match the reference, with lse, under both wave
+// orders. (Checked by mutation: taking the speculative P when a lane passes, or checking only
+// the first sub-tile's scores, fails here.)
+TEST_CASE("mla e2e: the prefix kernel's speculative softmax takes its plain path when a row's max moves") {
+  for (uint32_t seed : {0u, 5u})
+    for (double scale : {0.5, 0.12}) {
+      auto p = params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 128, {2100, 1900, 2050, 777}, 60 + seed);
+      p.sm_scale = scale;
+      p.return_lse = true;
+      p.shared = {{0, 3, 1792}};
+      rt::EmulatorRunOptions opts;
+      opts.cascade = rt::CascadePolicy::always;
+      opts.num_cus = 2;
+      opts.dispatch.random_seed = seed;
+      auto e = test::run_e2e(p, opts);
+      INFO("sm_scale " << scale << ", wave seed " << seed);
+      check(e);
+      CHECK(e.result.ran_prefix);
+    }
+}
+
 // Without sharing the prefix kernel never runs and the output is the per-request plan's, bit
 // for bit, whether or not the catalog has a prefix kernel.
 TEST_CASE("mla e2e: batches without sharing are bit-identical with and without the prefix kernel") {
