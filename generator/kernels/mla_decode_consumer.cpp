@@ -27,6 +27,7 @@ void Consumer::emit() {
   accumulators();
   lds_addresses();
   loop_registers();
+  if (g.split_pv) split_setup();
   tile_loop();
   // Row sum over the 4 lane groups.
   b.ds_bpermute_b32(tt, perm16, lrun);
@@ -70,7 +71,7 @@ void Consumer::rows() {
   b.s_lshl_b32(k_.wave, k_.wave, Imm(4));
   b.s_add_u32(srow, srow, k_.wave);
   b.v_add_u32(row, srow, j);
-  if (g.prefix) {
+  if (g.prefix && !g.split_pv) {  // split PV: such a wave still runs PV for its partner (split_setup)
     // A row block wholly past the unit's R rows (a member's unique part has M <= 16 rows, the
     // last row group of a group may be partly filled) computes nothing: its wave takes no tile
     // (every slot is `absent`: only the barriers), so the MFMAs run for the rows that exist.
@@ -228,6 +229,7 @@ void Consumer::loop_registers() {
 // One iteration per slot: this wave's tile (slot iter, tile position split; absent at the
 // unit's end: skip to the barrier, which every wave passes once per slot).
 void Consumer::tile_loop() {
+  if (g.split_pv) return tile_loop_split();
   b.s_mov_b32(k_.iter, Imm(0));
   if (pl.fixed_addresses) tile_addresses(true);
   if (pl.prefetch) {  // this wave's first tile (tile `split`), if the unit has it
@@ -509,11 +511,13 @@ void Consumer::softmax_from_max() {
   // The result is exact either way: l and O carry the same factor, and lse = m + log(l).
   b.v_cmp_gt_f32(vcc, tmax, mslack);
   b.v_cndmask_b32(tmax, mrun, tmax, vcc);  // the row's new reference max
+  if (g.split_pv) b.v_mov_b32(alpha[0], f32(1.0f));  // published as is when no row moves
   Label rescaled = b.new_label("rescaled");
   b.s_cbranch_vccz(rescaled);
   b.v_sub_f32(alpha[0], mrun, tmax);
   b.v_exp_f32(alpha[0], alpha[0]);  // 1 for rows that keep theirs
-  for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+  // Split PV: this wave's O^T of its own rows (the partner's half is rescaled by the partner).
+  for (int r = 0; r < (g.split_pv ? 64 : o.count); r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
   b.v_mul_f32(lrun, lrun, alpha[0]);
   b.bind(rescaled);
   b.v_mov_b32(mrun, tmax);

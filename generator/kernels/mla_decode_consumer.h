@@ -92,6 +92,15 @@ class Consumer {
   void widen_fp8_to_bf16(VReg dst, VReg src, VReg tmp4);
   void transpose_v(VReg x, const std::vector<VReg>& tok, VReg t, int klpv, int kvb);
   void pack_bf16(VReg d, VReg lo, VReg hi, VReg t0, VReg t1);
+  // Split PV (mla_decode_consumer_split.cpp).
+  void split_setup();
+  void tile_loop_split();
+  void read_v_half_block(int k);
+  void pv_half_mfma(int side, int k);
+  void pv_half_one_side(int side);
+  void read_partner_p();
+  void rescale_partner();
+  void epilogue_split();
   // Results out (mla_decode_consumer_io.cpp).
   void merge_splits();
   void epilogue();
@@ -130,6 +139,8 @@ class Consumer {
   VReg tmax2, tmax, tsum, tt, neg_inf, mslack, negm;
   SReg tb, sslot;                             //   tile base token, slot byte offset
   std::vector<VReg> tail_ops;                 //   read-ahead: the tail groups' operands
+  SReg own_on, partner_on;                    // split PV: this row block and its partner have rows
+  VReg p_own, p_par, ppar;                    //   P share addresses, the partner's P^T operand
 };
 
 }  // namespace mla::gen::decode

@@ -413,6 +413,7 @@ void Consumer::merge_splits() {
 
 
 void Consumer::epilogue() {
+  if (g.split_pv) return epilogue_split();
   const VReg t0 = tt, t1 = tsum;
   const int Vc = g.v_read_columns;
   // inv = kv_scale / l (0 for a row with no visible token in this unit); lse in natural log.

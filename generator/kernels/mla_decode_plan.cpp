@@ -110,6 +110,8 @@ MlaDecodePlan mla_decode_plan(const KernelSpec& s, const MlaGeometry& g) {
   // transposing reads; fp8 P only (its rounded sum), no soft cap, no Q split.
   p.speculative_softmax = g.prefix && tr && !split && !s.logit_cap && g.p_bytes == 1 && sub_tiles == 2 &&
                           !p.early_release && !p.prefetch && p.v_raw_regs >= 8;
+  if (g.split_pv && !p.speculative_softmax)
+    throw std::logic_error(fmt::format("{}: split PV is built on the speculative softmax", s.name()));
   return p;
 }
 

@@ -291,6 +291,8 @@ class DmaProducer {
     Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
     b.bind(loop);
     for (int c = 0; c < N; ++c) {
+      // Split PV: the consumers' P^T of slot i is in LDS; this barrier publishes no DMA region.
+      if (k_.g.split_pv) b.s_barrier_publishing(0);
       b.s_barrier_publishing(mine((c + 1) % N) ? region((c + 1) % N) : 0);
       if (mine(c)) {
         b.s_add_u32(x, k_.iter, Imm(N));

@@ -33,6 +33,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"lds_row_bytes", lds_row_bytes},
           {"slot_bytes", slot_bytes},
           {"lds_bytes", lds_bytes},
+          {"split_pv", split_pv},
           {"qk_mfma", qk_mfma},
           {"qk_blocks", int(qk_blocks.size())},
           {"pv_mfma", pv_mfma},
@@ -234,6 +235,13 @@ void lds_dma_ring(MlaGeometry& g, const KernelSpec& s, const Target& t) {
   g.slot_bytes = slot;
   g.lds_bytes = bytes;
   g.workgroup_size = 64 * (g.producers + g.consumers);
+  // Split PV runs on the speculative softmax (MlaDecodePlan::speculative_softmax): fp8 P, no soft cap.
+  if (producers == 2 && g.row_blocks == 6 && !s.logit_cap && g.p_bytes == 1 &&
+      uint32_t(bytes + kPShareBytes) <= t.lds_bytes) {
+    g.split_pv = true;
+    g.p_share_offset = bytes;
+    g.lds_bytes = bytes + kPShareBytes;
+  }
 }
 
 // The geometry with or without the Q split; nullopt when no LDS layout fits.

@@ -14,6 +14,8 @@ namespace mla::gen {
 inline constexpr int kMlaDim = abi::kQkDim;   // latent 512 + rope 64
 inline constexpr int kMlaVDim = abi::kVDim;   // o covers the latent part
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
+inline constexpr int kPShareLaneBytes = 48;  // split PV: 6 row blocks x 8 bytes per lane
+inline constexpr int kPShareBytes = 2 * 64 * kPShareLaneBytes;  // P^T operands, then rescale factors
 // LDS rows are padded against bank conflicts (32 banks of 4 bytes): unpadded, 576- and 1152-byte
 // rows are 16 and 0 banks apart, so the 16 rows a 16-lane group reads at one offset share 2 (or
 // 1) banks. Rows read 8 bytes per lane: +8 bytes (18 / 2 banks apart: 16 lanes x 2 banks cover
@@ -73,6 +75,13 @@ struct MlaGeometry {
   // stream alternate slots, each keeping up to 62 loads in flight (vmcnt's limit). The second
   // producer is the last wave, so the consumers stay waves 1..consumers.
   int producers = 1;
+  // Split PV (6 row blocks with two producers): consumer c runs QK and the softmax of row block c,
+  // publishes its P^T operand and rescale factor in LDS (p_share_offset: 64 lanes x 48 bytes of
+  // P, then 64 x 48 of factors, 8 bytes per row block each), and after a barrier runs PV for the
+  // 256 columns 256 (c % 2) .. +255 of row blocks c and c ^ 1: each wave reads half of V
+  // (docs/shared-prefix.md "Split PV").
+  bool split_pv = false;
+  int p_share_offset = 0;
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16

@@ -157,7 +157,17 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
   // A tile is 32 x 592 bytes = 1184 16-byte chunks, 19 loads of 64: the last one writes 32
   // chunks past the tile, into the slot's guard. 8 slots: 152 KiB of gfx950's 160.
   CHECK(f8.slot_bytes == 19 * 1024);
-  CHECK(f8.lds_bytes == 8 * 19 * 1024);
+  // Split PV: the P share region after the ring, 64 lanes x 48 bytes of P^T operands and as
+  // many of rescale factors (6 row blocks x 8 bytes each): 158 KiB in all.
+  CHECK(f8.split_pv);
+  CHECK(f8.p_share_offset == 8 * 19 * 1024);
+  CHECK(f8.lds_bytes == 8 * 19 * 1024 + 2 * 64 * 48);
+  CHECK(f8.to_json().at("split_pv") == true);
+  CHECK_FALSE(mla_geometry([&] {
+                KernelSpec s = spec(Arch::gfx950, DType::fp8, DType::fp8, 128);
+                s.logit_cap = true;
+                return s;
+              }()).split_pv);  // the soft cap keeps the plain softmax, and PV whole
   CHECK(f8.to_json().at("kv_to_lds") == "lds_dma");
   CHECK(f8.to_json().at("producers") == 2);
   const MlaGeometry b16 = mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 64));
@@ -168,6 +178,7 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
   CHECK(b16.workgroup_size == 64 * 4);
   CHECK(b16.slot_bytes == 37 * 1024);  // 32 x 1168 bytes = 36.5 loads
   CHECK(b16.lds_bytes == 4 * 37 * 1024);
+  CHECK_FALSE(b16.split_pv);  // 3 row blocks
   // Page 1: the same layout (guard included), each lane's row index from the tile's row vector.
   const MlaGeometry p1 = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 1));
   CHECK(p1.lds_dma);
