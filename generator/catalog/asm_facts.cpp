@@ -107,13 +107,13 @@ HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t) {
       // tile's barriers (".Lslot_written", ".Ltile_done", ".Ltail_done": taken). The speculative
       // softmax: a full tile (".Ltile_masked": not taken) whose rows keep their max
       // (".Lsoftmax_rescale": not taken) jumps over the plain path (".Lsoftmax_done": taken).
-      // Split PV: both row blocks of the wave's pair have rows (".Ltile_no_rows",
+      // Split PV: a full tile (".Ltile_slow": not taken), both row blocks of the wave's pair with rows (".Ltile_no_rows",
       // ".Lpv_own_only", ".Lpv_partner_only": not taken) and the partner's max stays
       // (".Lpartner_rescale": not taken).
       std::string target = trim(l.substr(m.size()));
       if (starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain") || starts(target, ".Ltile_masked") ||
           starts(target, ".Lsoftmax_rescale") || starts(target, ".Ltile_no_rows") || starts(target, ".Lpv_own_only") ||
-          starts(target, ".Lpv_partner_only") || starts(target, ".Lpartner_rescale"))
+          starts(target, ".Lpv_partner_only") || starts(target, ".Lpartner_rescale") || starts(target, ".Ltile_slow"))
         continue;
       if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written") &&
           !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done") && !starts(target, ".Lsoftmax_done"))

@@ -387,12 +387,13 @@ void Consumer::read_ahead() {
 }
 
 // S^T = K Q^T per 16-token sub-tile.
-void Consumer::qk_tile() {
+void Consumer::qk_tile(bool first_batch_read) {
   for (int st = 0; st < sub_tiles; ++st) {
     if (!pl.fixed_addresses)
       for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, st}]);
     for (size_t q = 0; q < pl.qk_batches.size(); ++q) {
-      if (!(pl.prefetch && q == 0)) read_qk_batch(st, pl.qk_batches[q]);  // batch 0 was read ahead
+      // Batch 0 was read ahead (the plan's prefetch; split PV: sub-tile 0's, during the last PV).
+      if (!(pl.prefetch && q == 0) && !(first_batch_read && st == 0 && q == 0)) read_qk_batch(st, pl.qk_batches[q]);
       qk_batch(st, pl.qk_batches[q]);
     }
   }

@@ -73,7 +73,7 @@ class Consumer {
   void qk_batch(int st, const QkBatch& bt);
   void read_v(int nb, VReg dst);
   void read_ahead();
-  void qk_tile();
+  void qk_tile(bool first_batch_read = false);
   void v_beside_qk();
   void scores();
   void softmax();
@@ -95,6 +95,7 @@ class Consumer {
   // Split PV (mla_decode_consumer_split.cpp).
   void split_setup();
   void tile_loop_split();
+  void prepare_tile(SReg next_iter);
   void read_v_half_block(int k);
   void pv_half_mfma(int side, int k);
   void pv_half_one_side(int side);
@@ -139,7 +140,7 @@ class Consumer {
   VReg tmax2, tmax, tsum, tt, neg_inf, mslack, negm;
   SReg tb, sslot;                             //   tile base token, slot byte offset
   std::vector<VReg> tail_ops;                 //   read-ahead: the tail groups' operands
-  SReg own_on, partner_on;                    // split PV: this row block and its partner have rows
+  SReg own_on, partner_on, fast;              // split PV: this row block and its partner have rows; a full tile
   VReg p_own, p_par, ppar;                    //   P share addresses, the partner's P^T operand
 };
 

@@ -87,40 +87,55 @@ void Consumer::pv_half_one_side(int side) {
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(side, k);
 }
 
+// The scalars and LDS addresses of tile `next_iter` of the unit (tb, sslot, the K addresses
+// of its first sub-tile), whether it is a full tile this wave computes (fast: present, rows,
+// no row's limit inside it), and its first QK batch's K reads. Emitted where the previous
+// tile's PV runs, after the P barrier, which publishes slot `next_iter` (the producers publish
+// slot i + 1 there): the scalar work and the reads issue beside the PV MFMAs. The reads are
+// safe for any tile: the slot lies in the ring, published, and a slow tile reads its K again.
+void Consumer::prepare_tile(SReg next_iter) {
+  SReg t = ra.sgpr(1, "c_tile_flag");
+  b.s_cmp_lt_u32(next_iter, k_.ntiles);
+  b.s_cselect_b32(fast, own_on, Imm(0));
+  b.s_lshl_b32(tb, next_iter, Imm(log2i(T)));
+  b.s_add_u32(tb, tb, k_.kv_start());
+  b.s_add_u32(t, tb, Imm(T));
+  b.s_cmp_le_u32(t, slim);
+  b.s_cselect_b32(t, Imm(1), Imm(0));
+  b.s_and_b32(fast, fast, t);
+  ra.release(t);
+  b.s_and_b32(sslot, next_iter, Imm(g.ring - 1));
+  b.s_mul_i32(sslot, sslot, Imm(k_.slot_bytes()));
+  for (auto& [gs, addr] : kaddr) b.v_add_u32(addr, sslot, kbase[{gs, 0}]);
+  read_qk_batch(0, pl.qk_batches[0]);
+}
+
 void Consumer::tile_loop_split() {
   const int n = pl.transpose_batch;
+  fast = ra.sgpr(1, "c_tile_fast");
+  SReg next = ra.sgpr(1, "c_next_tile");
   b.s_mov_b32(k_.iter, Imm(0));
+  prepare_tile(k_.iter);  // slot 0 is published by the prologue barrier
+  for (VReg v : vaddr) b.v_add_u32(v, sslot, vbase[0]);
   Label loop = b.new_label("consumer_loop");
   b.bind(loop);
-  Label absent = b.new_label("tile_absent"), handed = b.new_label("tile_hand_over");
+  Label slow = b.new_label("tile_slow"), absent = b.new_label("tile_absent"), handed = b.new_label("tile_hand_over");
   Label no_rows = b.new_label("tile_no_rows"), masked = b.new_label("tile_masked"),
         plain = b.new_label("softmax_rescale"), publish = b.new_label("p_publish"), published = b.new_label("p_published");
   Label own_only = b.new_label("pv_own_only"), partner_only = b.new_label("pv_partner_only"),
         partner_rescale = b.new_label("partner_rescale"), partner_ready = b.new_label("partner_ready"),
         pv_done = b.new_label("pv_done");
-  b.s_mov_b32(tb, k_.iter);  // kv_splits = 1: tile `iter` of the unit
-  b.s_cmp_ge_u32(tb, k_.ntiles);
-  b.s_cbranch_scc1(absent);
-  b.s_lshl_b32(tb, tb, Imm(log2i(T)));
-  b.s_add_u32(tb, tb, k_.kv_start());
-  tile_addresses(false);
-  b.s_cmp_eq_u32(own_on, Imm(0));
-  b.s_cbranch_scc1(no_rows);
-  {
-    SReg tend = ra.sgpr(1, "c_tile_end");
-    b.s_add_u32(tend, tb, Imm(T));
-    b.s_cmp_le_u32(tend, slim);
-    ra.release(tend);
-  }
-  b.s_cbranch_scc0(masked);
-  qk_tile();
+  b.s_cmp_eq_u32(fast, Imm(0));
+  b.s_cbranch_scc1(slow);
+  qk_tile(true);
   softmax_speculative(plain);  // reads the first batch of this wave's V half
   b.v_mov_b32(alpha.sub(0, 1), f32(1.0f));
   b.bind(publish);
   b.ds_write_b64(p_own, pop.sub(0, 2));
   b.ds_write_b32(p_own, alpha.sub(0, 1), kAlphaOffset);
   b.bind(published);
-  b.s_barrier();  // every row block's P^T and alpha are published
+  b.s_barrier();  // every row block's P^T and alpha are published, and slot i + 1
+  b.s_add_u32(next, k_.iter, Imm(1));
   // Both row blocks of the pair have rows (the steady state): own first, so that the partner's
   // P^T and alpha arrive behind its MFMAs.
   b.s_cmp_eq_u32(own_on, Imm(0));
@@ -132,6 +147,7 @@ void Consumer::tile_loop_split() {
   b.v_cmp_gt_f32(vcc, f32(1.0f), alpha.sub(0, 1));
   b.s_cbranch_vccnz(partner_rescale);
   b.bind(partner_ready);
+  prepare_tile(next);
   for (int k = 0; k < n; ++k) {
     pv_half_mfma(1, k);
     read_v_half_block(n + k);
@@ -139,7 +155,8 @@ void Consumer::tile_loop_split() {
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(0, k);
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(1, k);
   b.bind(pv_done);
-  b.s_barrier();  // slot i is free for the producers, slot i + 1 is published
+  for (VReg v : vaddr) b.v_add_u32(v, sslot, vbase[0]);  // the next tile's V (this tile's is read)
+  b.s_barrier();  // slot i is free for the producers
   b.bind(handed);
   b.s_add_u32(k_.iter, k_.iter, Imm(1));
   b.s_cmp_lt_u32(k_.iter, k_.nslots);
@@ -147,9 +164,14 @@ void Consumer::tile_loop_split() {
   Label exit = b.new_label("consumer_loop_exit");
   b.s_branch(exit);
 
-  // Out of line: the unit's last, partial tile; a tile whose rows move their max; a row block
-  // without rows; the pair with one row block of rows; the partner's rescale; a tile past the
-  // unit's end (both barriers, nothing else).
+  // Out of line: a tile past the unit's end, a row block without rows, the unit's last partial
+  // tile; a tile whose rows move their max; the pair with one row block of rows; the
+  // partner's rescale.
+  b.bind(slow);
+  b.s_cmp_ge_u32(k_.iter, k_.ntiles);
+  b.s_cbranch_scc1(absent);
+  b.s_cmp_eq_u32(own_on, Imm(0));
+  b.s_cbranch_scc1(no_rows);
   b.bind(masked);
   qk_tile();
   scores();
@@ -166,9 +188,11 @@ void Consumer::tile_loop_split() {
   pv_transposed_reads(0);
   b.s_branch(published);
   b.bind(own_only);
+  prepare_tile(next);
   pv_half_one_side(0);
   b.s_branch(pv_done);
   b.bind(partner_only);
+  prepare_tile(next);
   b.s_cmp_eq_u32(partner_on, Imm(0));
   b.s_cbranch_scc1(pv_done);
   read_partner_p();
@@ -186,9 +210,11 @@ void Consumer::tile_loop_split() {
   b.s_branch(partner_ready);
   b.bind(absent);
   b.s_barrier();  // the P barrier
-  b.s_barrier();  // the hand-over barrier
-  b.s_branch(handed);
+  b.s_add_u32(next, k_.iter, Imm(1));
+  prepare_tile(next);
+  b.s_branch(pv_done);
   b.bind(exit);
+  ra.release(next);
 }
 
 // Results of a split-PV wave: its own rows' O^T half and lse, and its partner's O^T half with

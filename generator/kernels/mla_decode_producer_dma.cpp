@@ -291,9 +291,12 @@ class DmaProducer {
     Label loop = b.new_label("producer_loop"), done = b.new_label("producer_done");
     b.bind(loop);
     for (int c = 0; c < N; ++c) {
-      // Split PV: the consumers' P^T of slot i is in LDS; this barrier publishes no DMA region.
-      if (k_.g.split_pv) b.s_barrier_publishing(0);
-      b.s_barrier_publishing(mine((c + 1) % N) ? region((c + 1) % N) : 0);
+      // Split PV: the P barrier (the consumers' P^T of slot i is in LDS) publishes slot i + 1, so
+      // that the consumers read its first K batch beside slot i's PV; the hand-over barrier
+      // then only frees slot i.
+      const uint8_t next = mine((c + 1) % N) ? region((c + 1) % N) : 0;
+      if (k_.g.split_pv) b.s_barrier_publishing(next);
+      b.s_barrier_publishing(k_.g.split_pv ? 0 : next);
       if (mine(c)) {
         b.s_add_u32(x, k_.iter, Imm(N));
         issue(c);
