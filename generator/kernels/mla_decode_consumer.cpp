@@ -246,50 +246,13 @@ void Consumer::tile_loop() {
   b.s_lshl_b32(tb, tb, Imm(log2i(T)));
   b.s_add_u32(tb, tb, k_.kv_start());
   if (!pl.fixed_addresses) tile_addresses(false);
-  if (pl.speculative_softmax) {
-    // A full tile (no row's limit inside it) takes the speculative softmax and falls through
-    // into PV (one scheduling region from the rescale check to the hand-over); the unit's last,
-    // partial tile and a tile whose rows move their max take the plain path, out of line.
-    Label masked = b.new_label("tile_masked"), plain = b.new_label("softmax_rescale");
-    Label pv_done = b.new_label("pv_done");
-    SReg tend = ra.sgpr(1, "c_tile_end");
-    b.s_add_u32(tend, tb, Imm(T));
-    b.s_cmp_le_u32(tend, slim);
-    ra.release(tend);
-    b.s_cbranch_scc0(masked);
-    qk_tile();
-    softmax_speculative(plain);
-    pv_transposed(true);
-    b.bind(pv_done);
-    hand_over(absent);
-    b.s_add_u32(k_.iter, k_.iter, Imm(1));
-    b.s_cmp_lt_u32(k_.iter, k_.nslots);
-    b.s_cbranch_scc1(loop);
-    Label exit = b.new_label("consumer_loop_exit");
-    b.s_branch(exit);
-    b.bind(masked);
-    qk_tile();
-    scores();
-    softmax();
-    pack_p();
-    pv_transposed(false);
-    b.s_branch(pv_done);
-    b.bind(plain);
-    tile_max();
-    softmax_from_max();
-    pack_p();
-    pv_transposed(false);
-    b.s_branch(pv_done);
-    b.bind(exit);
-    return;
-  }
   qk_tile();
   v_beside_qk();
   scores();
   softmax();
   pack_p();
   if (pl.early_release) b.s_barrier();  // the slot is read (V is in registers): the producer may write
-  if (g.v_lds_transpose) pv_transposed(false);
+  if (g.v_lds_transpose) pv_transposed();
   pv_rows();
   hand_over(absent);
   b.s_add_u32(k_.iter, k_.iter, Imm(1));
@@ -575,12 +538,12 @@ void Consumer::pv_transposed_reads(int b0) {
 }
 
 // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two for bf16
-// V), a batch of reads ahead of its MFMAs (first_read: the first batch's were issued already).
-void Consumer::pv_transposed(bool first_read) {
+// V), a batch of reads ahead of its MFMAs.
+void Consumer::pv_transposed() {
   const int tr_batch = pl.transpose_batch, tr_regs = pl.transpose_regs, x_regs = pl.v_operand_regs;
   const int p_regs = g.pv_k / 4 * g.p_bytes / 4;
   for (int b0 = 0; b0 < kMlaVDim / 16; b0 += tr_batch) {
-    if (!(first_read && b0 == 0)) pv_transposed_reads(b0);
+    pv_transposed_reads(b0);
     for (int c = 0; c < tr_batch; ++c) {
       VReg a = vraw.sub(c * tr_regs, tr_regs);
       if (pl.widen_v) {

@@ -82,7 +82,7 @@ class Consumer {
   void softmax_speculative(Label plain);
   void pack_p();
   void row_sum();
-  void pv_transposed(bool first_read);
+  void pv_transposed();
   void pv_transposed_reads(int b0);
   VReg pv_operands(int nb, int half);
   void pv_mfmas(int nb, int half, VReg x);

@@ -53,11 +53,11 @@ struct MlaDecodePlan {
   // The row sum l adds the P that PV uses: with fp8 P, the rounded values (converted back), so
   // that O / l and the split merge's weights exp(lse) = l describe the same P.
   bool sum_rounded_p = false;
-  // Speculative softmax (prefix kernel, full tiles): the first sub-tile's P = exp2(x - m) is
-  // computed with the running max m while the second sub-tile's QK MFMAs run, and kept when no
-  // row's max grows past the rescale slack (the usual case: the lazy rescale's uniform branch);
-  // otherwise, and on the unit's masked last tile, the tile takes the plain path. Same
-  // arithmetic in the same order either way: the output is bit-identical.
+  // Speculative softmax (the split-PV prefix kernel, full tiles): P = exp2(x - m) is computed
+  // with the running max m beside the QK MFMAs and kept when no lane's scores pass m + slack
+  // (the usual case: the lazy rescale's uniform branch); otherwise, and on the unit's masked
+  // last tile, the tile takes the plain path. Same arithmetic in the same order either way: the
+  // output is bit-identical.
   bool speculative_softmax = false;
 
   // Slot hand-over and read-ahead (one-slot ring).
