@@ -12,9 +12,11 @@
 // the output, are bit-identical to it.
 //
 // The published P and alpha of tile i are written after the hand-over barrier of tile i - 1
-// and read before that of tile i, across the P barrier between: one region, no race. Row blocks
-// wholly past the unit's rows (PrefixUnit::rows) run no QK (own_on = 0) and no PV for them
-// (partner_on = 0), but pass both barriers of every tile.
+// and read before that of tile i, across the P barrier between: no race. The producers publish
+// slot i + 1 at the P barrier of tile i (mla_decode_producer_dma.cpp), so the next tile's first
+// K batch is read beside this tile's PV (prepare_tile); the hand-over barrier only frees slot i.
+// Row blocks wholly past the unit's rows (PrefixUnit::rows) run no QK (own_on = 0) and no PV for
+// them (partner_on = 0), but pass both barriers of every tile.
 #include "kernels/mla_decode_consumer.h"
 
 namespace mla::gen::decode {
