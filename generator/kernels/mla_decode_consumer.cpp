@@ -481,7 +481,7 @@ void Consumer::softmax_from_max() {
   b.v_sub_f32(alpha[0], mrun, tmax);
   b.v_exp_f32(alpha[0], alpha[0]);  // 1 for rows that keep theirs
   // Split PV: this wave's O^T of its own rows (the partner's half is rescaled by the partner).
-  for (int r = 0; r < (g.split_pv ? 64 : o.count); r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+  for (int r = 0; r < (g.split_pv ? o.count / 2 : o.count); r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
   b.v_mul_f32(lrun, lrun, alpha[0]);
   b.bind(rescaled);
   b.v_mov_b32(mrun, tmax);
@@ -523,18 +523,22 @@ void Consumer::pack_p() {
   }
 }
 
-// The transposing reads of the V^T operands of blocks b0..b0 + transpose_batch - 1.
-void Consumer::pv_transposed_reads(int b0) {
-  for (int c = 0; c < pl.transpose_batch; ++c) {
-    const uint32_t col = uint32_t(16 * (b0 + c) * kvb);
-    VReg dst = vraw.sub(c * pl.transpose_regs, pl.transpose_regs);
-    if (kvb == 1) {
-      b.ds_read_b64_tr_b8(dst, vaddr[0], col);
-    } else {
-      b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr[0], col);
-      b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr[1], col);
-    }
+// The transposing read of 16-column block `block`'s V^T operand into its raw register set
+// (block % transpose_batch).
+void Consumer::read_v_transposed(int block) {
+  const uint32_t col = uint32_t(16 * block * kvb);
+  VReg dst = vraw.sub(block % pl.transpose_batch * pl.transpose_regs, pl.transpose_regs);
+  if (kvb == 1) {
+    b.ds_read_b64_tr_b8(dst, vaddr[0], col);
+  } else {
+    b.ds_read_b64_tr_b16(dst.sub(0, 2), vaddr[0], col);
+    b.ds_read_b64_tr_b16(dst.sub(2, 2), vaddr[1], col);
   }
+}
+
+// The transposing reads of blocks b0..b0 + transpose_batch - 1 (b0 a multiple of the batch).
+void Consumer::pv_transposed_reads(int b0) {
+  for (int c = 0; c < pl.transpose_batch; ++c) read_v_transposed(b0 + c);
 }
 
 // O^T += V^T P^T, block n = columns 16n..16n+15: one transposing read per block (two for bf16

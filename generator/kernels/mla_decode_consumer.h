@@ -84,6 +84,7 @@ class Consumer {
   void row_sum();
   void pv_transposed();
   void pv_transposed_reads(int b0);
+  void read_v_transposed(int block);
   VReg pv_operands(int nb, int half);
   void pv_mfmas(int nb, int half, VReg x);
   void pv_rows();
@@ -96,7 +97,6 @@ class Consumer {
   void split_setup();
   void tile_loop_split();
   void prepare_tile(SReg next_iter);
-  void read_v_half_block(int k);
   void pv_half_mfma(int side, int k);
   void pv_half_one_side(int side);
   void read_partner_p();
@@ -106,7 +106,9 @@ class Consumer {
   void merge_splits();
   void epilogue();
   void partial_base(SReg base, SReg ptr64, int slot_bytes);
-  void store_o_bf16(SReg rsrc, VReg off, VReg stage);
+  void store_o_bf16(SReg rsrc, VReg off, VReg stage, VReg blocks = {});
+  void normalise_o(VReg l, VReg blocks);
+  void row_lse(VReg lse);
   void write_lse(VReg lse, SReg rsrc, SReg saved, VReg off);
 
   Kernel& k_;

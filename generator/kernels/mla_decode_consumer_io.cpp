@@ -416,16 +416,9 @@ void Consumer::epilogue() {
   if (g.split_pv) return epilogue_split();
   const VReg t0 = tt, t1 = tsum;
   const int Vc = g.v_read_columns;
-  // inv = kv_scale / l (0 for a row with no visible token in this unit); lse in natural log.
-  b.v_rcp_f32(alpha[0], lrun);
-  b.v_mul_f32(alpha[0], k_.argf(mla_decode_args::kv_scale), alpha[0]);
-  b.v_cmp_gt_f32(vcc, lrun, Imm(0));
-  b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
-  for (int r = 0; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+  normalise_o(lrun, o);
   VReg lse = t1;
-  b.v_log_f32(lse, lrun);
-  b.v_add_f32(lse, mrun, lse);
-  b.v_mul_f32(lse, f32(kLn2), lse);
+  row_lse(lse);
 
   // Byte offset of column 16g of this lane's row (relative to the row-group base).
   SReg rsrc = ra.sgpr(4, "e_rsrc"), base = ra.sgpr(2, "e_base"), saved = ra.sgpr(2, "e_exec");
@@ -479,17 +472,36 @@ void Consumer::epilogue() {
   b.bind(done);
 }
 
+// O^T blocks times inv = kv_scale / l (0 for a row with no visible token in this unit).
+void Consumer::normalise_o(VReg l, VReg blocks) {
+  b.v_rcp_f32(alpha[0], l);
+  b.v_mul_f32(alpha[0], k_.argf(mla_decode_args::kv_scale), alpha[0]);
+  b.v_cmp_gt_f32(vcc, l, Imm(0));
+  b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
+  for (int r = 0; r < blocks.count; r += 2) b.v_pk_mul_f32_bcast_lo(blocks.sub(r, 2), blocks.sub(r, 2), alpha);
+}
+
+// The lane row's lse in natural log: (m + log2 l) ln 2.
+void Consumer::row_lse(VReg lse) {
+  b.v_log_f32(lse, lrun);
+  b.v_add_f32(lse, mrun, lse);
+  b.v_mul_f32(lse, f32(kLn2), lse);
+}
+
 // O as bf16 (round to nearest even) at off + 2 x column of rsrc: off is this lane's row base.
-void Consumer::store_o_bf16(SReg rsrc, VReg off, VReg stage) {
+// With transposing V reads, `blocks` (all of O^T unless split PV stores a half) are consecutive
+// 16-column blocks from off's column on.
+void Consumer::store_o_bf16(SReg rsrc, VReg off, VReg stage, VReg blocks) {
   const VReg t0 = tt;
   const int Vc = g.v_read_columns;
+  if (!blocks.count) blocks = o;
   if (g.v_lds_transpose) {
     // Block n register r holds column 16n + 4g + r: 4 consecutive bf16 per block.
     b.v_lshlrev_b32(t0, Imm(1), g4);
     b.v_add_u32(off, off, t0);
-    for (int n = 0; n < kMlaVDim / 16; ++n) {
-      pack_bf16(stage[0], o[4 * n + 0], o[4 * n + 1], t0, stage[2]);
-      pack_bf16(stage[1], o[4 * n + 2], o[4 * n + 3], t0, stage[2]);
+    for (int n = 0; n < blocks.count / 4; ++n) {
+      pack_bf16(stage[0], blocks[4 * n + 0], blocks[4 * n + 1], t0, stage[2]);
+      pack_bf16(stage[1], blocks[4 * n + 2], blocks[4 * n + 3], t0, stage[2]);
       b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * n));
     }
   } else {

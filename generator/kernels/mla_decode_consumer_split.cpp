@@ -55,12 +55,6 @@ void Consumer::split_setup() {
   for (SReg r : {par, hbit, t}) ra.release(r);
 }
 
-// One V^T read of this wave's column block k (0..15) into the raw V register of its batch slot.
-void Consumer::read_v_half_block(int k) {
-  b.ds_read_b64_tr_b8(vraw.sub((k % pl.transpose_batch) * pl.transpose_regs, pl.transpose_regs), vaddr[0],
-                      uint32_t(16 * k * kvb));
-}
-
 void Consumer::pv_half_mfma(int side, int k) {
   VReg acc = o.sub(4 * (16 * side + k), 4);
   b.mfma(g.pv_mfma, acc, vraw.sub((k % pl.transpose_batch) * pl.transpose_regs, pl.transpose_regs),
@@ -75,7 +69,7 @@ void Consumer::read_partner_p() {
 
 // O^T of the partner's rows times its alpha (only when one of its rows moved its max).
 void Consumer::rescale_partner() {
-  for (int r = 64; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
+  for (int r = o.count / 2; r < o.count; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
 }
 
 // PV of one side (0: own rows, 1: partner's) over the first batch's column blocks (read
@@ -84,7 +78,7 @@ void Consumer::pv_half_one_side(int side) {
   const int n = pl.transpose_batch;
   for (int k = 0; k < n; ++k) {
     pv_half_mfma(side, k);
-    read_v_half_block(n + k);
+    read_v_transposed(n + k);
   }
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(side, k);
 }
@@ -152,7 +146,7 @@ void Consumer::tile_loop_split() {
   prepare_tile(next);
   for (int k = 0; k < n; ++k) {
     pv_half_mfma(1, k);
-    read_v_half_block(n + k);
+    read_v_transposed(n + k);
   }
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(0, k);
   for (int k = n; k < 2 * n; ++k) pv_half_mfma(1, k);
@@ -222,25 +216,15 @@ void Consumer::tile_loop_split() {
 // Results of a split-PV wave: its own rows' O^T half and lse, and its partner's O^T half with
 // the partner's l (published through the factor slots after the loop).
 void Consumer::epilogue_split() {
-  const VReg t0 = tt;
   b.ds_write_b32(p_own, lrun, kAlphaOffset);
   b.s_barrier();  // every row block's l is published (the producers have ended)
   VReg lpar = ra.vgpr(1, "e_partner_sum");
   b.ds_read_b32(lpar, p_par, kAlphaOffset);
-  // inv = kv_scale / l (0 for a row with no visible token), per side.
-  auto normalise = [&](VReg l, int first_reg) {
-    b.v_rcp_f32(alpha[0], l);
-    b.v_mul_f32(alpha[0], k_.argf(mla_decode_args::kv_scale), alpha[0]);
-    b.v_cmp_gt_f32(vcc, l, Imm(0));
-    b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
-    for (int r = first_reg; r < first_reg + 64; r += 2) b.v_pk_mul_f32_bcast_lo(o.sub(r, 2), o.sub(r, 2), alpha);
-  };
-  normalise(lrun, 0);
-  normalise(lpar, 64);
+  const int side_regs = o.count / 2;  // O^T blocks 0..15: own rows, 16..31: the partner's
+  normalise_o(lrun, o.sub(0, side_regs));
+  normalise_o(lpar, o.sub(side_regs, side_regs));
   VReg lse = tsum;
-  b.v_log_f32(lse, lrun);
-  b.v_add_f32(lse, mrun, lse);
-  b.v_mul_f32(lse, f32(kLn2), lse);
+  row_lse(lse);
 
   SReg rsrc = ra.sgpr(4, "e_rsrc"), base = ra.sgpr(2, "e_base"), saved = ra.sgpr(2, "e_exec");
   SReg half = ra.sgpr(1, "e_half_bytes"), delta = ra.sgpr(1, "e_partner_rows");
@@ -255,15 +239,8 @@ void Consumer::epilogue_split() {
   rows_resource(rsrc, base, kMlaVDim * 4);
   for (int side = 0; side < 2; ++side) {
     b.v_mul_u32_u24(off, Imm(kMlaVDim * 4), side == 0 ? row : prow);
-    b.v_lshlrev_b32(t0, Imm(1), g4);
-    b.v_add_u32(off, off, t0);
     b.v_add_u32(off, half, off);
-    for (int k = 0; k < 16; ++k) {
-      const int n = 16 * side + k;
-      pack_bf16(stage[0], o[4 * n + 0], o[4 * n + 1], t0, stage[2]);
-      pack_bf16(stage[1], o[4 * n + 2], o[4 * n + 3], t0, stage[2]);
-      b.buffer_store_dwordx2(stage.sub(0, 2), off, rsrc, Imm(0), uint32_t(32 * k));
-    }
+    store_o_bf16(rsrc, off, stage, o.sub(side * side_regs, side_regs));
   }
   partial_base(base, k_.ptr(mla_decode_args::partial_lse), M * 4);
   rows_resource(rsrc, base, 4);

@@ -106,13 +106,13 @@ MlaDecodePlan mla_decode_plan(const KernelSpec& s, const MlaGeometry& g) {
   p.v_widened_regs = p.prewiden ? p.v_blocks / 2 * p.v_halves * p.v_group_regs : 0;
   p.v_transposed_regs = p.prewiden ? 0 : tr ? (p.widen_v ? 2 * p.v_operand_regs : 2) : p.v_group_regs;
   p.v_f32_regs = p.widen_v && !tr ? 8 : 0;
-  // The speculative P (f32, 8 registers) goes through the raw V registers, free until PV's
-  // transposing reads; fp8 P only (its rounded sum), no soft cap, no Q split. Its loop is the
-  // split-PV one (mla_decode_consumer_split.cpp), which needs it.
-  p.speculative_softmax = g.split_pv && tr && !split && !s.logit_cap && g.p_bytes == 1 && sub_tiles == 2 &&
-                          !p.early_release && !p.prefetch && p.v_raw_regs >= 8;
-  if (g.split_pv && !p.speculative_softmax)
-    throw std::logic_error(fmt::format("{}: split PV is built on the speculative softmax", s.name()));
+  // The speculative softmax runs in the split-PV loop (mla_decode_consumer_split.cpp). Its P
+  // (f32, 8 registers) goes through the raw V registers, free until PV's transposing reads; fp8
+  // P only (its rounded sum), no soft cap, no Q split.
+  p.speculative_softmax = g.split_pv;
+  if (g.split_pv && !(tr && !split && !s.logit_cap && g.p_bytes == 1 && sub_tiles == 2 && !p.early_release &&
+                      !p.prefetch && p.v_raw_regs >= 8))
+    throw std::logic_error(fmt::format("{}: split PV needs the speculative softmax's layout", s.name()));
   return p;
 }
 
