@@ -95,11 +95,12 @@ HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t) {
   const auto L = lines_of(asm_text);
   auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
   HotLoop h;
-  for (size_t i = begin + 1; i < end; ++i) {
+  // The back-branch (L[end]) ends the path: it issues once per iteration too.
+  for (size_t i = begin + 1, next = 0; i <= end; i = std::max(i, next) + 1) {
     const std::string& l = L[i];
     if (is_label(l)) continue;
     const std::string m = mnemonic(l);
-    if (starts(m, "s_cbranch") || m == "s_branch") {
+    if (i < end && (starts(m, "s_cbranch") || m == "s_branch")) {
       // Forward branches inside the loop, as the steady state (a full tile deep inside a long
       // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
       // taken); a wave always has its tile and, deep inside the unit, a next one (".Ltile_absent",
@@ -109,18 +110,21 @@ HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t) {
       // max (".Lsoftmax_rescale": not taken), both row blocks of the wave's pair with rows
       // (".Lpv_own_only", ".Lpv_partner_only": not taken), the partner's max kept too
       // (".Lpartner_rescale": not taken); the other paths are out of line.
+      // Taken or not, a branch on the steady path takes its issue slot (the issue table's
+      // "branch = 4"); the taken ones then continue at their target.
       std::string target = trim(l.substr(m.size()));
-      if (starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain") || starts(target, ".Ltile_slow") ||
-          starts(target, ".Lsoftmax_rescale") || starts(target, ".Lpv_own_only") || starts(target, ".Lpv_partner_only") ||
-          starts(target, ".Lpartner_rescale"))
-        continue;
-      if (!starts(target, ".Lskip") && !starts(target, ".Lrescaled") && !starts(target, ".Lslot_written") &&
-          !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done"))
+      const bool not_taken = starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain") ||
+                             starts(target, ".Ltile_slow") || starts(target, ".Lsoftmax_rescale") ||
+                             starts(target, ".Lpv_own_only") || starts(target, ".Lpv_partner_only") ||
+                             starts(target, ".Lpartner_rescale");
+      if (!not_taken && !starts(target, ".Lskip") && !starts(target, ".Lrescaled") &&
+          !starts(target, ".Lslot_written") && !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done"))
         throw std::runtime_error("hot loop: no steady-state rule for the consumer loop's branch to " + target);
-      size_t j = i + 1;
-      while (j < end && L[j] != target + ":") ++j;
-      if (j < end) i = j;
-      continue;
+      if (!not_taken) {
+        size_t j = i + 1;
+        while (j < end && L[j] != target + ":") ++j;
+        if (j < end) next = j;
+      }
     }
     h.insts.push_back(l);
     double c = issue_cycles_of(l, t);

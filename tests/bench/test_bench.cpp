@@ -182,12 +182,23 @@ TEST_CASE("bench: static bytes in flight and hot-loop path on a hand-written loo
   CHECK(producer_inflight_bytes(text) == 2 * 1024 + 256);
   HotLoop h = analyze_hot_loop(text, rt::Target::gfx942, false);
   // Steady state: the tile is present (fall through), the masked-tile block and the O rescale
-  // are skipped; s_waitcnt is kept (0 cycles).
-  REQUIRE(h.insts.size() == 6);
-  // 4-pass MFMA 16 + transcendental 16 + s_nop 1 (2 wait states) 8 + ds_read_b64 4 + barrier 4.
-  CHECK(h.issue_cycles == 16 + 16 + 8 + 4 + 4);
+  // are skipped; s_waitcnt is kept (0 cycles). Every branch on the path issues, taken or not,
+  // the back-branch too.
+  REQUIRE(h.insts.size() == 10);
+  CHECK(h.insts == std::vector<std::string>{"s_cbranch_scc1 .Ltile_absent_8",
+                                            "v_mfma_f32_16x16x32_fp8_fp8 v[0:3], v[4:5], a[0:1], v[0:3]",
+                                            "s_cbranch_scc1 .Lskip_5", "s_cbranch_vccz .Lrescaled_7",
+                                            "v_exp_f32 v1, v1", "s_nop 1", "ds_read_b64 v[2:3], v4",
+                                            "s_waitcnt lgkmcnt(0)", "s_barrier", "s_cbranch_scc1 .Lconsumer_loop_4"});
+  // 4-pass MFMA 16 + transcendental 16 + s_nop 1 (2 wait states) 8 + ds_read_b64 4 + barrier 4
+  // + 4 branches x 4.
+  CHECK(h.issue_cycles == 16 + 16 + 8 + 4 + 4 + 4 * 4);
   CHECK(h.mfma == 1);
   CHECK(h.valu == 1);
+  CHECK(h.salu == 6);  // the 4 branches, the barrier and s_waitcnt (s_nop is counted apart)
+  // Co-issue: the first branch, the MFMA, then the branches and the barrier issue beside the
+  // MFMA's 4 passes; v_exp waits for its VALU slot after the MFMA. A serial sum would be 64.
+  CHECK(h.coissue_cycles < h.issue_cycles);
   // A forward branch the analysis has no steady-state rule for is an error, not a guess.
   std::string unknown = text;
   unknown.replace(unknown.find(".Lskip_5\n"), 8, ".Lother_5");
