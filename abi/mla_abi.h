@@ -26,14 +26,18 @@ struct TargetFacts {
   std::string_view target_id;  // the code objects' target ID
   std::string_view product;    // "MI300X"
   int num_cus;                 // compute units of the product
+  // XCDs (chiplets, each with its own L2): the dispatcher hands workgroup i to XCD i mod
+  // num_xcds, round-robin (AMD's aiter, aiter/ops/triton/utils/_triton/pid_preprocessing.py
+  // remap_workgroup_spatial, which remaps attention workgroups that share KV onto one XCD's L2).
+  int num_xcds;
   uint32_t lds_bytes;          // per CU (= the most one workgroup may use)
   bool fp8_fnuz;               // fp8 e4m3 is FNUZ (bias 8, max 240, 0x80 NaN); else OCP e4m3fn (bias 7, max 448)
 };
 inline constexpr TargetFacts kTargets[] = {
     {.target = Target::gfx942, .name = "gfx942", .target_id = "gfx942:sramecc+:xnack-", .product = "MI300X",
-     .num_cus = 304, .lds_bytes = 64 * 1024, .fp8_fnuz = true},
+     .num_cus = 304, .num_xcds = 8, .lds_bytes = 64 * 1024, .fp8_fnuz = true},
     {.target = Target::gfx950, .name = "gfx950", .target_id = "gfx950:sramecc+:xnack-", .product = "MI355X",
-     .num_cus = 256, .lds_bytes = 160 * 1024, .fp8_fnuz = false},
+     .num_cus = 256, .num_xcds = 8, .lds_bytes = 160 * 1024, .fp8_fnuz = false},
 };
 constexpr const TargetFacts& facts(Target t) { return kTargets[t == Target::gfx942 ? 0 : 1]; }
 constexpr std::string_view target_name(Target t) { return facts(t).name; }

@@ -233,6 +233,9 @@ struct PlanSide {
   bool cascade = false;
   int decode_units = 0, prefix_units = 0, prefix_splits = 0, reduce_entries = 0, reduce_splits = 0;
   int reduce_bf16_splits = 0;  // of the reduce_splits: bf16 partials (the prefix kernel's)
+  // Prefix splits whose row-group units run in one round (Plan::prefix_row_group_bundles), and
+  // those the planner placed on one XCD (docs/planner.md "XCD placement").
+  int row_group_bundles = 0, row_group_bundles_one_xcd = 0;
   double kv_read = 0;       // the kv buffer's global reads (both launches, every re-read counted)
   double kv_distinct = 0;   // the batch's distinct KV bytes (the shared prefix once)
   double macs = 0, partial_bytes = 0;

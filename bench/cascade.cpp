@@ -47,6 +47,8 @@ nlohmann::json PlanSide::to_json() const {
                       {"decode_units", decode_units},
                       {"prefix_units", prefix_units},
                       {"prefix_splits", prefix_splits},
+                      {"row_group_bundles", row_group_bundles},
+                      {"row_group_bundles_one_xcd", row_group_bundles_one_xcd},
                       {"reduce_entries", reduce_entries},
                       {"reduce_splits", reduce_splits},
                       {"reduce_bf16_splits", reduce_bf16_splits},
@@ -302,6 +304,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   b.decode_units = int(plan.units.size());
   b.prefix_units = int(plan.prefix_units.size());
   b.prefix_splits = plan.prefix_groups.at(0).prefix_splits;
+  b.row_group_bundles = plan.prefix_row_group_bundles;
+  b.row_group_bundles_one_xcd = plan.prefix_row_group_bundles_one_xcd;
   b.reduce_entries = int(plan.reduces.size());
   for (const auto& e : plan.reduces) b.reduce_splits += e.num_splits, b.reduce_bf16_splits += e.bf16_splits;
   double Nd = 0, Np = 0, NBp = 0;

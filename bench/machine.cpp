@@ -104,7 +104,8 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   for (int c = 0; c < C; ++c) {
     if (!n[c]) continue;
     const int resident = std::min(n[c], f.max_resident_wgs);
-    const double rate = std::min(port, resident * f.inflight_bytes_per_wg / m.little_latency_s);
+    const double rate =
+        rt::modeled_cu_stream_rate(m.cu_port_bytes_per_clk, m.clock_hz, resident * f.inflight_bytes_per_wg, m.little_latency_s);
     const double mem = bytes[c] / rate;
     // Every tile passes through each computing row block's consumer (one 16-row block each), on
     // the SIMDs its computing consumers and resident neighbours occupy; LDS is per CU.

@@ -86,16 +86,19 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
   }
   s += "\nThe planner's word on each group (cost model, token-equivalents, docs/planner.md):\n\n"
        "| shape | group (first, count, shared) | row groups per member / prefix row groups | cascade | reason | cost "
-       "cascade / per request | prefix splits | prefix launch, worst CU: memory / issue (LDS incl.) / HBM floor us (**modeled**) |\n"
+       "cascade / per request | prefix splits (row groups on one XCD) | prefix launch, worst CU: memory / issue (LDS incl.) / HBM "
+       "floor us (**modeled**) |\n"
        "|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     if (!x.cascade) continue;
     const auto& d = x.cascade->decision;
     const ModeledTime& p = x.cascade->cascade.prefix;
-    s += fmt::format("| {} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} | {:.1f} / {:.1f} / {:.1f} |\n",
+    const PlanSide& c = x.cascade->cascade;
+    s += fmt::format("| {} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f} |\n",
                      x.shape.name, d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
                      d.prefix_row_groups, d.cascade ? "yes" : "no", d.reason, d.cost_cascade, d.cost_per_request,
-                     d.prefix_splits, p.max_cu_mem_s * 1e6, p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
+                     d.prefix_splits, c.row_group_bundles_one_xcd, c.row_group_bundles, p.max_cu_mem_s * 1e6,
+                     p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
   }
   s += "\nPrefix kernel hot loop per tile (static, generated .s; co-issue model **modeled**): matrix-pipe busy "
        "fraction = MFMA cycles / (co-issue + ring stall).\n\n| kernel | tile tokens | row blocks x consumers | "

@@ -200,6 +200,7 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.page_size = k.page_size;
   in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
   in.num_cus = num_cus;
+  if (const auto t = abi::parse_target(k.decode.target)) in.num_xcds = abi::facts(*t).num_xcds;
   // 0: as many as the decode kernel's occupancy lets a CU hold (catalog.json).
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = k.decode.launch.tile_tokens;
@@ -220,8 +221,9 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
       throw CatalogError(fmt::format("{}: no issue_model (catalog.json's modeled hot loop of a prefix kernel)",
                                      k.prefix->name));
     const IssueModel& im = *k.prefix->issue_model;
-    const double rate = std::min(im.cu_port_bytes_per_clk * im.clock_hz,
-                                 in.prefix_workgroups_per_cu * im.producer_inflight_bytes / im.little_latency_s);
+    const double rate = modeled_cu_stream_rate(im.cu_port_bytes_per_clk, im.clock_hz,
+                                               in.prefix_workgroups_per_cu * im.producer_inflight_bytes,
+                                               im.little_latency_s);
     const double teq_per_clock = rate / im.clock_hz / in.kv_bytes_per_token;
     in.prefix_issue_per_block_tile = im.cycles_per_block_tile * teq_per_clock;
     in.prefix_lds_per_block_tile = im.lds_clocks_per_block_tile * teq_per_clock;

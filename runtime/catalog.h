@@ -3,6 +3,7 @@
 // arguments, launch geometry and shape come from catalog.json, checked against the .co.
 #pragma once
 #include "abi/launch_geometry.h"
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ struct IssueModel {
   double producer_inflight_bytes = 0;  // per workgroup, steady state
   double clock_hz = 0, little_latency_s = 0, cu_port_bytes_per_clk = 0, unit_fill_s = 0, hbm_bytes_per_s = 0;
 };
+
+// The modeled rate (bytes per second) at which one CU streams KV: its resident workgroups' bytes
+// in flight over the loaded latency (Little's law), at most its read port. The planner's prefix
+// launch and mlabench's every launch price memory with this one formula (docs/performance.md).
+inline double modeled_cu_stream_rate(double port_bytes_per_clk, double clock_hz, double inflight_bytes,
+                                     double latency_s) {
+  return std::min(port_bytes_per_clk * clock_hz, inflight_bytes / latency_s);
+}
 
 struct CatalogKernel {
   std::string name;        // symbol

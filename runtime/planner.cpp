@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <queue>
 #include <stdexcept>
+#include <tuple>
 
 namespace mla::rt {
 
@@ -23,6 +25,7 @@ void check_inputs(const PlanInputs& in) {
   if (in.heads < 1) fail(fmt::format("heads = {} (allowed: >= 1)", in.heads));
   if (in.page_size < 1) fail(fmt::format("page_size = {} (allowed: >= 1)", in.page_size));
   if (in.num_cus < 1) fail(fmt::format("num_cus = {} (allowed: >= 1)", in.num_cus));
+  if (in.num_xcds < 1) fail(fmt::format("num_xcds = {} (allowed: >= 1)", in.num_xcds));
   if (in.workgroups_per_cu < 1) fail(fmt::format("workgroups_per_cu = {} (allowed: >= 1)", in.workgroups_per_cu));
   if (in.tile_tokens < 1) fail(fmt::format("tile_tokens = {} (allowed: >= 1)", in.tile_tokens));
   if (in.rows_per_group < 1) fail(fmt::format("rows_per_group = {} (allowed: >= 1, 16 * consumer waves)", in.rows_per_group));
@@ -160,9 +163,6 @@ std::vector<int> apportion(const Launch& L, int64_t slots, std::vector<int> s, c
     if (s[size_t(j)] < job.cap) heap.emplace(job_weight(L, job) * job.len / s[size_t(j)], j);
   }
   return s;
-}
-std::vector<int> apportion(const Launch& L, int64_t slots) {
-  return apportion(L, slots, std::vector<int>(L.jobs.size(), 1), std::vector<char>(L.jobs.size(), 1));
 }
 
 // A unit before partial slots are numbered: they depend on both launches (a cascading group's
@@ -406,6 +406,96 @@ void summarise(const Candidate& c, int num_cus, double& balance, int& cus_used) 
   balance = sum > 0 ? double(mx) * num_cus / double(sum) : 1.0;
 }
 
+// XCD placement of the prefix launch. The row-group units of one prefix split read the same KV
+// range; when they run in the same round on one XCD, its L2 serves the later reads (AMD's aiter
+// remaps attention workgroups that share KV onto one XCD for the same reason). Workgroup i runs
+// on XCD i mod X, and position i of the launch order is (round i / C, CU label i mod C), so with
+// C a multiple of X a CU label's XCD is label mod X in every round. Relabelling the CUs is a
+// renaming (each CU keeps its units, so the balance and the cost are unchanged) that may permute
+// the labels 0..n-1 fed by a partial last round among themselves and the others among
+// themselves. The labels joined by a split's same-round units form components; each component
+// goes whole to one residue class mod X where both of its pools have room (largest first),
+// otherwise its labels go one by one. Returns {bundles, bundles on one XCD}.
+std::pair<int, int> place_row_groups_by_xcd(const Launch& L, Candidate& c) {
+  const int C = L.in.num_cus, X = L.in.num_xcds, N = int(c.units.size());
+  if (N == 0) return {0, 0};
+  const int rounds = (N + C - 1) / C, n_last = N - (rounds - 1) * C;
+  // Same-round units of one split (job, split) with more than one row group.
+  std::map<std::tuple<int, int, int>, std::vector<int>> bundle;  // (round, job, split) -> labels
+  for (int i = 0; i < N; ++i) {
+    const Raw& x = c.units[size_t(i)];
+    if (L.jobs[size_t(x.job)].G > 1) bundle[{i / C, x.job, x.split}].push_back(i % C);
+  }
+  // Bundles of >= 2 units, and those whose units' workgroups (round r, label l: r C + l) share an XCD.
+  auto count_one_xcd = [&](const std::vector<int>& label) {
+    std::pair<int, int> r{0, 0};
+    for (const auto& [key, labels] : bundle) {
+      if (labels.size() < 2) continue;
+      const int64_t round_base = int64_t(std::get<0>(key)) * C;
+      auto xcd = [&](int l) { return (round_base + label[size_t(l)]) % X; };
+      ++r.first;
+      r.second += std::all_of(labels.begin(), labels.end(), [&](int l) { return xcd(l) == xcd(labels[0]); });
+    }
+    return r;
+  };
+  std::vector<int> label(static_cast<size_t>(C));
+  std::iota(label.begin(), label.end(), 0);
+  if (X <= 1 || C % X != 0) return count_one_xcd(label);
+
+  std::vector<int> parent(static_cast<size_t>(C));
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int a) {
+    while (parent[size_t(a)] != a) a = parent[size_t(a)] = parent[size_t(parent[size_t(a)])];
+    return a;
+  };
+  for (const auto& [key, labels] : bundle)
+    for (int l : labels) parent[size_t(find(l))] = find(labels[0]);
+  std::map<int, std::vector<int>> comp;  // root -> old labels, ascending
+  for (int l = 0; l < C; ++l) comp[find(l)].push_back(l);
+  std::vector<std::vector<int>> comps;
+  for (auto& [root, ls] : comp) comps.push_back(std::move(ls));
+  std::stable_sort(comps.begin(), comps.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+
+  // Free labels per (pool, residue class), ascending: pool 0 = 0..n_last-1, pool 1 = the rest.
+  std::vector<std::deque<int>> free_labels(2 * size_t(X));
+  for (int l = 0; l < C; ++l) free_labels[size_t((l < n_last ? 0 : X) + l % X)].push_back(l);
+  auto pool = [&](int l) { return l < n_last ? 0 : X; };
+  for (const auto& ls : comps) {
+    int need[2] = {0, 0};
+    for (int l : ls) ++need[pool(l) ? 1 : 0];
+    int best = -1;
+    size_t best_room = 0;
+    for (int k = 0; k < X; ++k) {
+      const size_t a = free_labels[size_t(k)].size(), b = free_labels[size_t(X + k)].size();
+      if (a >= size_t(need[0]) && b >= size_t(need[1]) && (best < 0 || a + b > best_room)) best = k, best_room = a + b;
+    }
+    for (int l : ls) {
+      int k = best;
+      if (k < 0) {  // no class holds the whole component: the fullest class of the label's pool
+        k = 0;
+        for (int j = 1; j < X; ++j)
+          if (free_labels[size_t(pool(l) + j)].size() > free_labels[size_t(pool(l) + k)].size()) k = j;
+      }
+      auto& q = free_labels[size_t(pool(l) + k)];
+      label[size_t(l)] = q.front();
+      q.pop_front();
+    }
+  }
+  std::vector<Raw> units(c.units.size());
+  std::vector<int64_t> cu_tokens(size_t(C), 0);
+  std::vector<int> cu_units(size_t(C), 0);
+  for (int i = 0; i < N; ++i) units[size_t((i / C) * C + label[size_t(i % C)])] = c.units[size_t(i)];
+  for (int l = 0; l < C; ++l) {
+    cu_tokens[size_t(label[size_t(l)])] = c.cu_tokens[size_t(l)];
+    cu_units[size_t(label[size_t(l)])] = c.cu_units[size_t(l)];
+  }
+  const auto counted = count_one_xcd(label);
+  c.units = std::move(units);
+  c.cu_tokens = std::move(cu_tokens);
+  c.cu_units = std::move(cu_units);
+  return counted;
+}
+
 // Numbers the partial slots in request order and fills the units' slots, page bases and q rows.
 // A split request gets consecutive slots; a cascading group gets base slot B and slot
 // B + k * count + i for member i's k-th partial (k < kp: prefix split k, written by the prefix
@@ -497,6 +587,7 @@ Plan assemble(const PlanInputs& in, const std::vector<PrefixGroup>& cascading, c
   p.prefix_rows_per_group = prefix.jobs.empty() ? 0 : in.prefix_rows_per_group;
   p.tile_tokens = in.tile_tokens;
   p.num_cus = in.num_cus;
+  p.num_xcds = in.num_xcds;
   summarise(dec, in.num_cus, p.balance, p.cus_used);
   p.cu_tokens = std::move(dec.cu_tokens);
   p.cu_units = std::move(dec.cu_units);
@@ -573,7 +664,11 @@ Plan cascade_plan(const PlanInputs& in, int M, const std::vector<PrefixGroup>& g
     }
   }
   Candidate dec = search(decode), pre = search(prefix);
-  return assemble(in, groups, decode, std::move(dec), prefix, std::move(pre));
+  const auto [bundles, one_xcd] = place_row_groups_by_xcd(prefix, pre);
+  Plan p = assemble(in, groups, decode, std::move(dec), prefix, std::move(pre));
+  p.prefix_row_group_bundles = bundles;
+  p.prefix_row_group_bundles_one_xcd = one_xcd;
+  return p;
 }
 
 }  // namespace
@@ -604,6 +699,9 @@ nlohmann::json Plan::to_json() const {
       {"prefix_unique_part_units", unique_parts},  // members' unique parts run by the prefix kernel
       {"prefix_cus_used", prefix_cus},
       {"prefix_rows_per_group", prefix_rows_per_group},
+      {"num_xcds", num_xcds},
+      {"prefix_row_group_bundles", prefix_row_group_bundles},
+      {"prefix_row_group_bundles_one_xcd", prefix_row_group_bundles_one_xcd},
       {"reduce_entries", reduces.size()},
       {"split_requests", split_requests},
       {"num_partials", num_partials},

@@ -43,6 +43,10 @@ struct PlanInputs {
   int heads = 16;
   int page_size = 1;             // for WorkUnit::page_base (= sum of ceil(kv_len / page_size) before b)
   int num_cus = abi::facts(abi::Target::gfx942).num_cus;  // set per device: abi::facts(target).num_cus
+  // Workgroup i runs on XCD i mod num_xcds (abi::TargetFacts::num_xcds). The prefix launch puts the
+  // row-group units of one prefix split that run in the same round on one XCD (one L2), when
+  // num_cus is a multiple of num_xcds (a real device; docs/planner.md "XCD placement").
+  int num_xcds = abi::facts(abi::Target::gfx942).num_xcds;
   int workgroups_per_cu = 1;     // decode workgroups resident per CU (occupancy)
   int tile_tokens = 16;          // T: the kernel's token tile; cuts are at multiples of T
   int rows_per_group = 16;       // 16*consumer waves: row groups = ceil(M / rows_per_group)
@@ -106,6 +110,10 @@ struct Plan {
   int cus_used = 0;                   // CUs with at least one decode unit
   double predicted_cost = 0.0;        // model cost in token-equivalents (docs/planner.md)
   std::vector<CascadeDecision> prefix_groups;  // the cost model's word on each shared prefix
+  int num_xcds = 0;                   // as planned for (PlanInputs::num_xcds)
+  // Prefix launch: prefix splits whose row-group units (>= 2) run in one round, and how many of
+  // them the XCD placement put on one XCD (all, on a device whose CUs divide into its XCDs).
+  int prefix_row_group_bundles = 0, prefix_row_group_bundles_one_xcd = 0;
 
   // Sum of decode and prefix units' token counts (row groups counted each): the KV tokens the
   // two launches read.

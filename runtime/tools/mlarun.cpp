@@ -114,7 +114,10 @@ int main(int argc, char** argv) {
     DecodeResult r = run_decode_on_emulator(prob, sel, opts);
     save_outputs(problem_dir, prob, r.o, prob.return_lse ? &r.lse : nullptr, r.stats());
     std::string prefix;
-    if (r.ran_prefix) prefix = fmt::format(" + {} ({} prefix units)", r.prefix_kernel, r.plan.prefix_units.size());
+    if (r.ran_prefix)
+      prefix = fmt::format(" + {} ({} prefix units; row groups of {} of {} splits on one XCD)", r.prefix_kernel,
+                           r.plan.prefix_units.size(), r.plan.prefix_row_group_bundles_one_xcd,
+                           r.plan.prefix_row_group_bundles);
     for (const auto& d : r.plan.prefix_groups)
       std::cerr << fmt::format("mlarun: prefix group {}..{} ({} shared tokens): {}: {}\n", d.group.first,
                                d.group.first + d.group.count - 1, d.group.shared_tokens,

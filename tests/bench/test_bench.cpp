@@ -398,6 +398,9 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     // qseqlen 1, every request a member: one attention launch, the unique parts in it too.
     CHECK(b.decode_units == 0);
     CHECK(b.prefix_units > c.decision.prefix_row_groups * b.prefix_splits);
+    // One round of 256 units: every prefix split's row groups run together, on one XCD.
+    CHECK(b.row_group_bundles == b.prefix_splits);
+    CHECK(b.row_group_bundles_one_xcd == b.row_group_bundles);
     // Two launches on one stream + the reduce, each launch max(memory, issue) per CU (modeled).
     CHECK(b.total_s == Approx(b.decode.total_s + b.prefix.total_s).epsilon(1e-12));
     CHECK(b.prefix.decode_s >= b.prefix.max_cu_compute_s);

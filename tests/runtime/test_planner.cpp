@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace mla;
 using Catch::Matchers::Contains;
@@ -421,6 +422,22 @@ TEST_CASE("planner: without a cascading group the plan is the one before cascade
 
 namespace {
 
+// {bundles, bundles on one XCD} of a plan's prefix launch (see check_any_plan).
+std::pair<int, int> xcd_bundles(const rt::PlanInputs& in, const rt::Plan& p) {
+  std::map<std::tuple<size_t, int, int, int, int>, std::vector<size_t>> bundle;
+  for (size_t i = 0; i < p.prefix_units.size(); ++i) {
+    const auto& u = p.prefix_units[i];  // a group's prefix split or a member's unique-part split
+    bundle[{i / size_t(in.num_cus), u.first_request, u.kv_start, u.kv_end, u.partial}].push_back(i);
+  }
+  std::pair<int, int> r{0, 0};
+  for (const auto& [key, pos] : bundle) {
+    if (pos.size() < 2) continue;
+    ++r.first;
+    r.second += std::all_of(pos.begin(), pos.end(), [&](size_t i) { return i % in.num_xcds == pos[0] % in.num_xcds; });
+  }
+  return r;
+}
+
 // An independent check of any plan (cascading or not) against the contract of abi/mla_abi.h
 // and docs/planner.md: coverage of every (request, row, token) exactly once, slot layout,
 // reduce entries, visibility, field formulas and the per-CU prediction of both launches.
@@ -600,6 +617,13 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
   for (const auto& u : p.units) tokens += u.kv_end - u.kv_start;
   for (const auto& u : p.prefix_units) tokens += u.kv_end - u.kv_start;
   CHECK(p.total_tokens() == tokens);
+  // XCD placement, counted from the launch order alone: a prefix split's row-group units (same
+  // group, tokens and partial slot) that run in one round (position / C) form a bundle; it is on
+  // one XCD when their workgroup ids agree mod num_xcds (workgroup i runs on XCD i mod X).
+  const auto [bundles, one_xcd] = xcd_bundles(in, p);
+  CHECK(p.num_xcds == in.num_xcds);
+  CHECK(p.prefix_row_group_bundles == bundles);
+  CHECK(p.prefix_row_group_bundles_one_xcd == one_xcd);
 }
 
 // The recorded costs agree with the choice (no capacity caps).
@@ -821,6 +845,71 @@ TEST_CASE("planner cascade: mixed batches (two groups, lone requests, qseqlen 1.
           CHECK(p.reduces[size_t(p.splits[0] > 1)].num_splits == p.prefix_groups[0].prefix_splits);
         }
       }
+}
+
+// XCD placement (docs/planner.md): AMD's dispatcher runs workgroup i on XCD i mod 8, each XCD
+// with its own L2. The row-group units of one prefix split read the same KV; the planner renames
+// CUs so that those running in one round land on one XCD. A renaming changes no cost: the same
+// units per CU, the same predicted cost, only the launch order differs.
+TEST_CASE("planner cascade: a prefix split's row groups run on one XCD, at no cost to the balance", "[planner][cascade]") {
+  for (int count : {16, 24}) {  // K3 c16 (2 row groups of 96) and c24 (3), the issue-modeled launch
+    rt::PlanInputs in = k3_like();
+    in.kv_lens = std::vector<int>(size_t(count), 63872 + 4523);
+    in.prefix_groups = {{0, count, 63872}};
+    in.prefix_rows_per_group = 96;
+    in.prefix_partial_o_bytes = 2;
+    const double rate = 129024.0 / 2e-6;
+    in.prefix_issue_per_block_tile = 1092 / 2.4e9 * rate / 576;
+    in.prefix_lds_per_block_tile = 220 / 2.4e9 * rate / 576;
+    in.prefix_lds_per_tile = 148 / 2.4e9 * rate / 576;
+    in.prefix_hbm_factor = 256 * rate / 6e12;
+    in.prefix_unit_fill = 1e-6 * rate / 576;
+    REQUIRE(in.num_xcds == 8);
+    const rt::Plan p = rt::plan_decode(in);
+    INFO("count " << count << ": " << p.to_json().dump());
+    check_any_plan(in, p);
+    REQUIRE(p.prefix_groups.at(0).cascade);
+    const int splits = p.prefix_groups[0].prefix_splits, G = count == 16 ? 2 : 3;
+    const auto [bundles, one_xcd] = xcd_bundles(in, p);
+    CHECK(bundles == splits);  // one round: every split's G units run together
+    CHECK(one_xcd == bundles);
+    CHECK(p.prefix_row_group_bundles_one_xcd == splits);
+    CHECK(p.to_json()["prefix_row_group_bundles_one_xcd"] == splits);
+    // Without the placement (one XCD, as a device whose CUs do not divide into its XCDs is
+    // treated) the plan holds the same units on the same per-CU loads at the same cost.
+    rt::PlanInputs one = in;
+    one.num_xcds = 1;
+    const rt::Plan q = rt::plan_decode(one);
+    CHECK(q.predicted_cost == p.predicted_cost);
+    auto sorted = [](std::vector<int64_t> v) {
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    CHECK(sorted(q.prefix_cu_tokens) == sorted(p.prefix_cu_tokens));
+    auto key = [](const abi::PrefixUnit& u) {
+      return std::tuple(u.qo_row, u.kv_start, u.kv_end, u.rows, u.partial, u.row_group, u.first_request);
+    };
+    std::multiset<decltype(key(p.prefix_units[0]))> a, b;
+    for (const auto& u : p.prefix_units) a.insert(key(u));
+    for (const auto& u : q.prefix_units) b.insert(key(u));
+    CHECK(a == b);
+    // ... and without it the LPT order alone leaves most bundles across XCDs.
+    rt::PlanInputs spread = in;
+    spread.num_xcds = 8;
+    const auto [qb, qone] = xcd_bundles(spread, q);
+    CHECK(qb == splits);
+    CHECK(qone < splits / 2);
+    (void)G;
+  }
+  // 7 CUs (an emulator test's count) do not divide into 8 XCDs: no placement, counted honestly.
+  rt::PlanInputs small = k3_like();
+  small.num_cus = 7;
+  const rt::Plan s = rt::plan_decode(small);
+  check_any_plan(small, s);
+  // A bad XCD count is an input error naming the field.
+  rt::PlanInputs bad = k3_like();
+  bad.num_xcds = 0;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("num_xcds = 0"));
 }
 
 TEST_CASE("planner cascade: random batches with groups keep every promise", "[planner][cascade]") {
