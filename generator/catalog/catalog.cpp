@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -240,6 +241,13 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
     fs::remove_all(old);
   }
   fs::remove_all(staging);
+  if (fs::is_directory(out / "hsa"))
+    for (const auto& d : fs::directory_iterator(out / "hsa")) {
+      const std::string name = d.path().filename().string();
+      const bool built = std::any_of(archs.begin(), archs.end(), [&](Arch a) { return arch_name(a) == name; });
+      if (!built && fs::exists(d.path() / "mla" / "catalog.json")) report.kept_targets.push_back(name);
+    }
+  std::sort(report.kept_targets.begin(), report.kept_targets.end());
   for (char f : fresh) report.built += f;
   report.up_to_date = int(specs.size()) - report.built;
   return report;

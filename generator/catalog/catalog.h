@@ -22,6 +22,9 @@ struct BuildOptions {
 struct BuildReport {
   int built = 0;
   int up_to_date = 0;
+  // Targets with a catalog in out_dir that no config of this build targets: left as they were
+  // (the runtime still reads them), so the caller can say so.
+  std::vector<std::string> kept_targets;
 };
 
 // Builds every kernel of the configs. Stages into out_dir/.staging-<pid> and swaps the

@@ -23,6 +23,10 @@ int cmd_build(const std::vector<std::string>& configs, const std::string& out, i
   opts.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   BuildReport r = build_catalog(loaded, opts);
   std::cerr << fmt::format("mlagen: {} built, {} up to date -> {}/hsa\n", r.built, r.up_to_date, out);
+  for (const auto& t : r.kept_targets)
+    std::cerr << fmt::format("mlagen: {}/hsa/{}/mla kept as it was: no config of this build targets {} (the runtime "
+                             "still loads it; delete it for a catalog of only these configs)\n",
+                             out, t, t);
   return 0;
 }
 

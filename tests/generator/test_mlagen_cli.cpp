@@ -80,7 +80,15 @@ TEST_CASE("mlagen build writes the catalog, and a second run rebuilds nothing") 
   REQUIRE(again.exit_code == 0);
   CHECK_THAT(again.err, Catch::Contains("0 built, 15 up to date"));
   CHECK(fs::exists(fs::path(out) / "hsa/gfx942/mla/pipe_vector_copy_b32.co"));
+  CHECK_THAT(again.err, !Catch::Contains("kept as it was"));
   (void)mtime;
+  // A build of fewer targets leaves the others' catalogs in place, and says so.
+  ToolResult k3 = mlagen({"build", config_path("kimi_k3_tp8_gfx950.json"), "--out", out, "-j", "2"});
+  REQUIRE(k3.exit_code == 0);
+  CHECK_THAT(k3.err, Catch::Contains("0 built, 9 up to date"));
+  CHECK_THAT(k3.err, Catch::Contains(out + "/hsa/gfx942/mla kept as it was: no config of this build targets gfx942"));
+  CHECK_THAT(k3.err, !Catch::Contains("gfx950/mla kept"));
+  CHECK(fs::exists(fs::path(out) / "hsa/gfx942/mla/catalog.json"));
 
   ToolResult list = mlagen({"list", out});
   REQUIRE(list.exit_code == 0);
