@@ -200,7 +200,9 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.page_size = k.page_size;
   in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
   in.num_cus = num_cus;
-  if (const auto t = abi::parse_target(k.decode.target)) in.num_xcds = abi::facts(*t).num_xcds;
+  const auto target = abi::parse_target(k.decode.target);
+  if (!target) throw CatalogError(fmt::format("{}: target '{}' (allowed: gfx942, gfx950)", k.decode.name, k.decode.target));
+  in.num_xcds = abi::facts(*target).num_xcds;  // workgroup i runs on XCD i mod num_xcds
   // 0: as many as the decode kernel's occupancy lets a CU hold (catalog.json).
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = k.decode.launch.tile_tokens;

@@ -303,9 +303,13 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   k.decode.name = "mla_decode_test";
   k.decode.launch.tile_tokens = 32, k.decode.launch.rows_per_group = 16;
   k.decode.resident_workgroups_per_cu = 2;
+  // The kernel's target sets the XCD count (the prefix launch's placement); no target, no plan.
+  CHECK_THROWS_WITH(rt::plan_inputs_for(k, {1000}, 256, 0), Catch::Contains("mla_decode_test: target ''"));
+  k.decode.target = "gfx950";
   CHECK_THROWS_WITH(rt::plan_inputs_for(k, {1000}, 256, 0),
                     Catch::Contains("geometry.partial_o_bytes = 0") && Catch::Contains("must be f32"));
   k.decode.launch.partial_o_bytes = 4;
+  CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).num_xcds == 8);
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 3).workgroups_per_cu == 3);  // an explicit override wins
   // A prefix kernel without its modeled hot loop (catalog.json issue_model) is named.
