@@ -656,6 +656,19 @@ rt::PlanInputs k3_like() {
   return in;
 }
 
+// The prefix launch's issue model as plan_inputs_for derives it from a gfx950 fp8 prefix
+// kernel's catalog.json figures (cycles and LDS clocks per block-tile, 148 LDS clocks per tile,
+// 126 KiB in flight over 2 us, 2.4 GHz, 6 TB/s, 1 us fill) at 256 CUs.
+rt::PlanInputs with_prefix_model(rt::PlanInputs in, double cycles_per_block_tile, double lds_per_block_tile) {
+  const double rate = 129024.0 / 2e-6;  // bytes/s a CU streams (Little's law)
+  in.prefix_issue_per_block_tile = cycles_per_block_tile / 2.4e9 * rate / 576;
+  in.prefix_lds_per_block_tile = lds_per_block_tile / 2.4e9 * rate / 576;
+  in.prefix_lds_per_tile = 148 / 2.4e9 * rate / 576;
+  in.prefix_hbm_factor = 256 * rate / 6e12;
+  in.prefix_unit_fill = 1e-6 * rate / 576;
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner][cascade]") {
@@ -743,13 +756,7 @@ TEST_CASE("planner cascade: an issue-modeled prefix launch balances issue as wel
   in.kv_lens = std::vector<int>(16, 63872 + 4523);
   in.prefix_rows_per_group = 96;
   in.prefix_partial_o_bytes = 2;
-  const double rate = 129024.0 / 2e-6;  // bytes/s a CU streams (Little's law)
-  rt::PlanInputs modeled = in;
-  modeled.prefix_issue_per_block_tile = 1184 / 2.4e9 * rate / 576;
-  modeled.prefix_lds_per_block_tile = 276 / 2.4e9 * rate / 576;
-  modeled.prefix_lds_per_tile = 148 / 2.4e9 * rate / 576;
-  modeled.prefix_hbm_factor = 256 * rate / 6e12;
-  modeled.prefix_unit_fill = 1e-6 * rate / 576;
+  const rt::PlanInputs modeled = with_prefix_model(in, 1184, 276);
   rt::PlanInputs tokens_only = modeled;  // the same model prices it; the planner does not see it
   tokens_only.prefix_issue_per_block_tile = tokens_only.prefix_hbm_factor = tokens_only.prefix_unit_fill = 0;
   tokens_only.prefix_lds_per_block_tile = tokens_only.prefix_lds_per_tile = 0;
@@ -862,12 +869,7 @@ TEST_CASE("planner cascade: a prefix split's row groups run on one XCD, at no co
     in.prefix_groups = {{0, count, 63872}};
     in.prefix_rows_per_group = 96;
     in.prefix_partial_o_bytes = 2;
-    const double rate = 129024.0 / 2e-6;
-    in.prefix_issue_per_block_tile = 1092 / 2.4e9 * rate / 576;
-    in.prefix_lds_per_block_tile = 220 / 2.4e9 * rate / 576;
-    in.prefix_lds_per_tile = 148 / 2.4e9 * rate / 576;
-    in.prefix_hbm_factor = 256 * rate / 6e12;
-    in.prefix_unit_fill = 1e-6 * rate / 576;
+    in = with_prefix_model(in, 1092, 220);
     REQUIRE(in.num_xcds == 8);
     const rt::Plan p = rt::plan_decode(in);
     INFO("count " << count << ": " << p.to_json().dump());
@@ -898,9 +900,7 @@ TEST_CASE("planner cascade: a prefix split's row groups run on one XCD, at no co
     for (const auto& u : q.prefix_units) b.insert(key(u));
     CHECK(a == b);
     // ... and without it the LPT order alone leaves most bundles across XCDs.
-    rt::PlanInputs spread = in;
-    spread.num_xcds = 8;
-    const auto [qb, qone] = xcd_bundles(spread, q);
+    const auto [qb, qone] = xcd_bundles(in, q);
     CHECK(qb == splits);
     CHECK(qone < splits / 2);
   }
