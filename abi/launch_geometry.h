@@ -21,6 +21,7 @@ struct LaunchGeometry {
   int lds_row_bytes = 0;   // LDS stride of a token row
   int workgroup_size = 0;  // threads
   int partial_o_bytes = 0; // bytes per element of the partial o it writes: 4 (f32) or 2 (bf16)
+  int blocks_per_wave = 1; // row blocks one consumer wave computes (3: the wide prefix kernel)
 };
 
 // Throws std::invalid_argument naming the field that is missing, not an integer, or < 1.
@@ -43,6 +44,11 @@ inline LaunchGeometry launch_geometry_from_json(const nlohmann::json& g) {
   get("lds_row_bytes", l.lds_row_bytes);
   get("workgroup_size", l.workgroup_size);
   get("partial_o_bytes", l.partial_o_bytes);
+  if (g.contains("blocks_per_wave")) get("blocks_per_wave", l.blocks_per_wave);
+  if (l.blocks_per_wave * l.consumers * 16 != l.rows_per_group && l.kv_splits == 1)
+    throw std::invalid_argument("geometry: blocks_per_wave x consumers x 16 = " +
+                                std::to_string(l.blocks_per_wave * l.consumers * 16) + " rows, rows_per_group = " +
+                                std::to_string(l.rows_per_group));
   if (l.partial_o_bytes != 2 && l.partial_o_bytes != 4)
     throw std::invalid_argument("geometry.partial_o_bytes = " + std::to_string(l.partial_o_bytes) +
                                 " (allowed: 2 for bf16 partials, 4 for f32)");

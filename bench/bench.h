@@ -125,6 +125,13 @@ struct KernelFacts {
   double lds_cycles_per_tile = 0;     // CU LDS clocks per tile (128 B/clk; consumers' reads + producer's write)
   double lds_cycles_per_block = 0;    // of those, one row block's reads (a unit computing fewer blocks saves them)
   double macs_per_block_token = 0;    // prefix kernel: MACs per token per computing row block (MACs fit on NBp)
+  // A kernel whose waves hold several row blocks (the wide prefix kernel: 3): a unit's computing
+  // blocks fill its waves in order; a wave of b blocks issues wave_tile_cycles[b - 1] and reads
+  // wave_tile_lds_cycles[b - 1] LDS clocks per tile (catalog.json's issue_model), and the CU's
+  // LDS also takes the tile's DMA write (lds_write_cycles_per_tile).
+  int blocks_per_wave = 1;
+  std::vector<double> wave_tile_cycles, wave_tile_lds_cycles;
+  double lds_write_cycles_per_tile = 0;
   // Fits of measured counters the report extrapolates (model_time does not use them).
   double kv_read_per_unit = 0, kv_read_per_token = 0;  // the kv buffer's global reads
   double macs_per_unit = 0, macs_per_token = 0;        // MFMA MACs issued
@@ -308,6 +315,9 @@ struct ShapeResult {
   double plan_over_best = 0;
   double modeled_tbps = 0;
   std::optional<CascadeResult> cascade;  // shapes with a prefix group
+  // The same with the wide prefix kernel (192 rows per workgroup; rt::DecodeShape::prefix_rows),
+  // where the catalog has one: its reads against its modeled time (docs/shared-prefix.md).
+  std::optional<CascadeResult> cascade_wide;
   std::shared_ptr<AiterSide> aiter;      // add_aiter_sides (null: not asked; ran = false: not run)
   std::shared_ptr<AiterSide> aiter_spread;  // the same kernel with v1_2 (fast_mode) metadata
   nlohmann::json to_json() const;

@@ -260,7 +260,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
 
   // Static facts of the prefix kernel's assembly, as measure_shape takes the decode kernel's.
   const std::string text = prefix_asm_for(s);
-  f.inflight_bytes_per_wg = producer_inflight_bytes(text);
+  const bool consumer_dma = pk.geometry.value("consumer_dma", false);
+  f.inflight_bytes_per_wg = producer_inflight_bytes(text, consumer_dma ? pk.launch.consumers : 0);
   c.hot = analyze_hot_loop(text, s.target, o.run_mca);
   if (o.trace_hot_loop) print_hot_loop(pk.name, c.hot);
   c.hot.ring_stall_cycles =
@@ -268,12 +269,23 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   f.hot_loop_cycles = c.hot.coissue_cycles + c.hot.ring_stall_cycles;
   f.lds_cycles_per_tile = (f.row_blocks * c.hot.lds_bytes + T * double(pk.launch.lds_row_bytes)) / 128.0;
   f.lds_cycles_per_block = c.hot.lds_bytes / 128.0;
+  const int bpw = pk.launch.blocks_per_wave;
+  if (bpw > 1) {  // the wide prefix kernel: its loops per computing block count, from the catalog
+    if (!pk.issue_model || pk.issue_model->wave_tile_cycles.size() != size_t(bpw))
+      throw std::runtime_error(fmt::format("mlabench: {}: no issue_model.wave_tile_cycles for {} blocks per wave", pk.name, bpw));
+    f.blocks_per_wave = bpw;
+    f.wave_tile_cycles = pk.issue_model->wave_tile_cycles;
+    f.wave_tile_lds_cycles = pk.issue_model->wave_tile_lds_clocks;
+    f.lds_write_cycles_per_tile = T * double(pk.launch.lds_row_bytes) / 128.0;
+    f.lds_cycles_per_tile = f.consumers * f.lds_cycles_per_block + f.lds_write_cycles_per_tile;
+    f.lds_cycles_per_block /= bpw;
+  }
   c.mfma_busy = c.hot.mfma_cycles / f.hot_loop_cycles;
   const double kvb = rt::elem_bytes(s.kv_dtype);
   const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
   c.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
   const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
-  c.coissue_over_mem = f.hot_loop_cycles / (c.tile_mem_cycles * waves / f.row_blocks);
+  c.coissue_over_mem = f.hot_loop_cycles / (c.tile_mem_cycles * waves * bpw / f.row_blocks);
 
   // Distinct KV of the batch: the shared pages once.
   double kv_distinct = 0;

@@ -80,6 +80,9 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   // many SIMDs share its issue). Whole numbers: the sums are exact in any order.
   std::vector<std::map<int, double>> block_tiles(C);
   std::vector<int> n(C, 0);
+  // Several blocks per wave: per CU, tiles x (the waves' summed issue, the busiest wave's issue,
+  // the LDS clocks of the waves' reads and the tile's DMA write).
+  std::vector<double> wide_sum(C, 0), wide_most(C, 0), wide_lds(C, 0);
   // Every read passes the CU's port (bytes[c]); HBM sees each distinct byte once per launch
   // (re-reads such as Q by every unit of a request hit the L2 / Infinity Cache: modeled).
   double total = f.distinct_per_q_group * q_groups;
@@ -93,6 +96,18 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     const double t = std::ceil(double(u.tokens) / f.tile_tokens);
     tiles[c] += t;
     const int blocks = u.blocks > 0 ? std::min(u.blocks, f.row_blocks) : f.row_blocks;
+    if (f.blocks_per_wave > 1) {
+      double sum = 0, most = 0, lds = f.lds_write_cycles_per_tile;
+      for (int left = blocks; left > 0; left -= f.blocks_per_wave) {
+        const int b = std::min(f.blocks_per_wave, left);
+        sum += f.wave_tile_cycles.at(size_t(b - 1));
+        most = std::max(most, f.wave_tile_cycles.at(size_t(b - 1)));
+        lds += f.wave_tile_lds_cycles.at(size_t(b - 1));
+      }
+      wide_sum[c] += t * sum, wide_most[c] += t * most, wide_lds[c] += t * lds;
+      n[c] += 1;
+      continue;
+    }
     block_tiles[c][std::max(1, f.consumers * blocks / std::max(1, f.row_blocks))] += t * blocks;
     idle_block_tiles[c] += t * (f.row_blocks - blocks);
     n[c] += 1;
@@ -112,7 +127,11 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     double mfma = 0;
     for (const auto& [consumers, bt] : block_tiles[c])
       mfma += bt * f.hot_loop_cycles / m.clock_hz / std::min(4, resident * consumers);
-    const double lds = (tiles[c] * f.lds_cycles_per_tile - idle_block_tiles[c] * f.lds_cycles_per_block) / m.clock_hz;
+    double lds = (tiles[c] * f.lds_cycles_per_tile - idle_block_tiles[c] * f.lds_cycles_per_block) / m.clock_hz;
+    if (f.blocks_per_wave > 1) {
+      mfma = std::max(wide_sum[c] / 4, wide_most[c] / resident) / m.clock_hz;
+      lds = wide_lds[c] / m.clock_hz;
+    }
     const double issue = std::max(mfma, lds);
     // Units on a CU run back to back (resident ones overlap their fill).
     const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);

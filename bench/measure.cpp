@@ -246,6 +246,7 @@ nlohmann::json ShapeResult::to_json() const {
                             {"num_cus", s.num_cus}, {"units", s.U}, {"tokens", s.N}, {"decode_read", s.decode_read},
                             {"emulator_seconds", s.seconds}});
   if (cascade) j["shared_prefix"] = cascade->to_json();
+  if (cascade_wide) j["shared_prefix_wide"] = cascade_wide->to_json();
   if (shape.pub_aiter_us) j["published_seed001"] = {{"aiter_us", *shape.pub_aiter_us}, {"ours_us", *shape.pub_ours_us}};
   // aiter's code objects on the same counters and model (mlabench --aiter-dir); "not run" without it.
   j["aiter"] = aiter ? aiter->to_json() : nlohmann::json{{"ran", false}, {"not_run", "not run (no --aiter-dir)"}};
@@ -465,7 +466,18 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
   r.plan_over_best = r.modeled.total_s / r.brute.best_s;
-  if (bs.shared) r.cascade = measure_cascade(bs, r, o);
+  if (bs.shared) {
+    r.cascade = measure_cascade(bs, r, o);
+    BenchShape wide = bs;
+    wide.shape.prefix_rows = 192;
+    const rt::Catalog& cat = catalog_for(bs.shape);
+    bool has_wide = false;
+    try {
+      has_wide = cat.select(wide.shape).prefix.has_value();
+    } catch (const rt::CatalogError&) {  // no wide prefix kernel for this shape
+    }
+    if (has_wide) r.cascade_wide = measure_cascade(wide, r, o);
+  }
   return r;
 }
 

@@ -53,16 +53,19 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
   for (const auto& x : r) {
     if (!x.cascade) continue;
     const auto& c = *x.cascade;
-    for (const PlanSide* p : {&c.per_request, &c.cascade}) {
+    std::vector<std::pair<const PlanSide*, std::string>> sides = {
+        {&c.per_request, c.forced ? "per-request (planner's choice)" : "per-request"},
+        {&c.cascade, c.forced ? "cascade (policy always)" : "cascade (planner's choice)"}};
+    if (x.cascade_wide)
+      sides.push_back({&x.cascade_wide->cascade, fmt::format("cascade, wide prefix kernel, 192 rows ({})",
+                                                             x.cascade_wide->forced ? "policy always" : "planner's choice")});
+    for (const auto& [p, label] : sides) {
       const bool pre = p->prefix_units > 0;
       const double launches = p->decode.launch_s + (pre ? p->prefix.launch_s : 0);
       const double reduce = pre ? p->prefix.reduce_s : p->decode.reduce_s;
       s += fmt::format("| {} | {} | {} + {} ({}) | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} / {:.1f} / {} / {:.1f} / "
                        "**{:.1f}** | {} |\n",
-                       x.shape.name,
-                       p->cascade ? (c.forced ? "cascade (policy always)" : "cascade (planner's choice)")
-                                  : (c.forced ? "per-request (planner's choice)" : "per-request"),
-                       p->decode_units, p->prefix_units, p->prefix_splits, p->kv_read / 1e6, p->kv_distinct / 1e6,
+                       x.shape.name, label, p->decode_units, p->prefix_units, p->prefix_splits, p->kv_read / 1e6, p->kv_distinct / 1e6,
                        p->kv_read / p->kv_distinct, p->macs / 1e9, p->partial_bytes / 1e6, launches * 1e6,
                        p->decode.decode_s * 1e6, pre ? fmt::format("{:.1f}", p->prefix.decode_s * 1e6) : "-", reduce * 1e6,
                        p->total_s * 1e6, p->bound);
@@ -89,13 +92,14 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "cascade / per request | prefix splits (row groups on one XCD) | prefix launch, worst CU: memory / issue (LDS incl.) / HBM "
        "floor us (**modeled**) |\n"
        "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& x : r) {
-    if (!x.cascade) continue;
-    const auto& d = x.cascade->decision;
-    const ModeledTime& p = x.cascade->cascade.prefix;
-    const PlanSide& c = x.cascade->cascade;
-    s += fmt::format("| {} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f} |\n",
-                     x.shape.name, d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
+  for (const auto& x : r)
+    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
+    if (!cr) continue;
+    const auto& d = cr->decision;
+    const ModeledTime& p = cr->cascade.prefix;
+    const PlanSide& c = cr->cascade;
+    s += fmt::format("| {}{} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f} |\n",
+                     x.shape.name, cr == &*x.cascade ? "" : " (wide prefix kernel)", d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
                      d.prefix_row_groups, d.cascade ? "yes" : "no", d.reason, d.cost_cascade, d.cost_per_request,
                      d.prefix_splits, c.row_group_bundles_one_xcd, c.row_group_bundles, p.max_cu_mem_s * 1e6,
                      p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
@@ -106,10 +110,11 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "busy (**modeled**) | tile memory cycles | (co-issue + stall) / (memory x waves / row blocks) |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, bool> seen;
-  for (const auto& x : r) {
-    if (!x.cascade || seen[x.cascade->prefix_kernel]) continue;
-    seen[x.cascade->prefix_kernel] = true;
-    const auto& c = *x.cascade;
+  for (const auto& x : r)
+    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
+    if (!cr || seen[cr->prefix_kernel]) continue;
+    seen[cr->prefix_kernel] = true;
+    const auto& c = *cr;
     s += fmt::format("| {} | {} | {} x {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {:.0f} | "
                      "{:.2f} |\n",
                      c.prefix_kernel, c.facts.tile_tokens, c.facts.row_blocks, c.facts.consumers, c.hot.insts.size(),

@@ -230,6 +230,16 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
     in.prefix_issue_per_block_tile = im.cycles_per_block_tile * teq_per_clock;
     in.prefix_lds_per_block_tile = im.lds_clocks_per_block_tile * teq_per_clock;
     in.prefix_lds_per_tile = im.lds_clocks_per_tile * teq_per_clock;
+    in.prefix_blocks_per_wave = k.prefix->launch.blocks_per_wave;
+    if (in.prefix_blocks_per_wave > 1) {
+      if (im.wave_tile_cycles.size() != size_t(in.prefix_blocks_per_wave) ||
+          im.wave_tile_lds_clocks.size() != size_t(in.prefix_blocks_per_wave))
+        throw CatalogError(fmt::format("{}: issue_model has {} / {} wave-tile figures for {} row blocks per wave",
+                                       k.prefix->name, im.wave_tile_cycles.size(), im.wave_tile_lds_clocks.size(),
+                                       in.prefix_blocks_per_wave));
+      for (double c : im.wave_tile_cycles) in.prefix_wave_tile_issue.push_back(c * teq_per_clock);
+      for (double c : im.wave_tile_lds_clocks) in.prefix_wave_tile_lds.push_back(c * teq_per_clock);
+    }
     in.prefix_hbm_factor = num_cus * rate / im.hbm_bytes_per_s;
     in.prefix_unit_fill = im.unit_fill_s * rate / in.kv_bytes_per_token;
   }

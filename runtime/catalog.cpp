@@ -54,6 +54,20 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
                                      name, j.contains(name) ? j.at(name).dump() : "missing"));
     return v;
   };
+  auto list = [&](const char* name) {
+    std::vector<double> out;
+    if (!j.contains(name)) return out;
+    if (!j.at(name).is_array())
+      throw CatalogError(fmt::format("{}: kernel {}: issue_model.{} is not an array", file, kernel, name));
+    for (const json& x : j.at(name)) {
+      const double v = x.is_number() ? x.get<double>() : 0.0;
+      if (!(v > 0) || !std::isfinite(v))
+        throw CatalogError(fmt::format("{}: kernel {}: issue_model.{} holds {} (allowed: finite numbers > 0)", file,
+                                       kernel, name, x.dump()));
+      out.push_back(v);
+    }
+    return out;
+  };
   return IssueModel{.cycles_per_block_tile = field("cycles_per_block_tile"),
                     .lds_clocks_per_block_tile = field("lds_clocks_per_block_tile"),
                     .lds_clocks_per_tile = field("lds_clocks_per_tile"),
@@ -62,7 +76,9 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
                     .little_latency_s = field("little_latency_s"),
                     .cu_port_bytes_per_clk = field("cu_port_bytes_per_clk"),
                     .unit_fill_s = field("unit_fill_s"),
-                    .hbm_bytes_per_s = field("hbm_bytes_per_s")};
+                    .hbm_bytes_per_s = field("hbm_bytes_per_s"),
+                    .wave_tile_cycles = list("wave_tile_cycles"),
+                    .wave_tile_lds_clocks = list("wave_tile_lds_clocks")};
 }
 
 }  // namespace
@@ -152,8 +168,9 @@ int distance(const CatalogKernel& k, const DecodeShape& s) {
 
 }  // namespace
 
-bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode) {
+bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode, int prefix_rows) {
   if (prefix.kind != "mla_prefix" || prefix.target != decode.target) return false;
+  if (prefix.shape.value("prefix_rows", 0) != prefix_rows) return false;
   for (const char* f : {"q_dtype", "kv_dtype", "heads", "qseqlen", "page_size", "logit_cap"})
     if (prefix.shape.value(f, json()) != decode.shape.value(f, json())) return false;
   return prefix.launch.tile_tokens == decode.launch.tile_tokens;
@@ -193,7 +210,11 @@ Selection Catalog::select(const DecodeShape& s) const {
   Selection sel{*dec, *red, std::nullopt};
   // The prefix kernel of the shape (optional: without it shared prefixes are read per request).
   for (const auto& k : kernels_)
-    if (k.kind == "mla_prefix" && prefix_matches(k, *dec)) sel.prefix = k;
+    if (k.kind == "mla_prefix" && prefix_matches(k, *dec, s.prefix_rows)) sel.prefix = k;
+  if (s.prefix_rows != 0 && !sel.prefix)
+    throw CatalogError(fmt::format("{}: no prefix kernel of {} rows for {} (prefix_rows: 0 for the default one; 192 "
+                                   "exists for gfx950 fp8/fp8 at pages of 16 or more, no soft cap)",
+                                   dir_, s.prefix_rows, s.describe()));
   return sel;
 }
 

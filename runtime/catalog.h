@@ -33,6 +33,9 @@ struct IssueModel {
   double lds_clocks_per_tile = 0;        // and of the producer's write of the tile
   double producer_inflight_bytes = 0;  // per workgroup, steady state
   double clock_hz = 0, little_latency_s = 0, cu_port_bytes_per_clk = 0, unit_fill_s = 0, hbm_bytes_per_s = 0;
+  // One wave's tile with b = 1.. computing row blocks (kernels of several blocks per wave; empty
+  // in catalogs written before the wide prefix kernel, which had one block per wave).
+  std::vector<double> wave_tile_cycles, wave_tile_lds_clocks;
 };
 
 // The modeled rate (bytes per second) at which one CU streams KV: its resident workgroups' bytes
@@ -66,6 +69,9 @@ struct DecodeShape {
   int heads = 16, qseqlen = 1, page_size = 1;
   bool return_lse = false;
   bool logit_cap = false;
+  // The prefix kernel to select: 0 the shape's default one (48 or 96 rows per workgroup), 192
+  // the wide one (docs/shared-prefix.md), which must then be in the catalog.
+  int prefix_rows = 0;
   std::string describe() const;
 };
 DecodeShape shape_of(const Problem& p);
@@ -76,7 +82,8 @@ struct Selection {
 };
 // Whether `prefix` is the prefix kernel of decode kernel `decode`'s shape (same target, dtypes,
 // heads, qseqlen, page size, soft cap and token tile).
-bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode);
+// `prefix_rows`: 0 for the default prefix kernel, 192 for the wide one (shape.prefix_rows).
+bool prefix_matches(const CatalogKernel& prefix, const CatalogKernel& decode, int prefix_rows = 0);
 
 class Catalog {
  public:

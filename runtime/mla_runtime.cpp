@@ -481,7 +481,8 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
                  std::nullopt};
     if (!std::memchr(sel->prefix_kernel, 0, sizeof sel->prefix_kernel) || sel->prefix_kernel[0]) {
       ks.prefix = find_kernel(ctx, sel->prefix_kernel, "mla_prefix", t);
-      if (!prefix_matches(*ks.prefix, ks.decode))
+      // The default prefix kernel (mla_select's), or the shape's wide one named by the caller.
+      if (!prefix_matches(*ks.prefix, ks.decode, ks.prefix->shape.value("prefix_rows", 0)))
         bad(fmt::format("selection: prefix kernel {} is not the prefix kernel of decode kernel {} (allowed: \"\" or the "
                         "one mla_select names)",
                         ks.prefix->name, ks.decode.name));

@@ -44,6 +44,15 @@ void check_inputs(const PlanInputs& in) {
                          {"prefix_hbm_factor", in.prefix_hbm_factor},
                          {"prefix_unit_fill", in.prefix_unit_fill}})
     if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} = {} (allowed: a finite number >= 0)", name, v));
+  if (in.prefix_blocks_per_wave < 1 || (in.prefix_blocks_per_wave > 1 &&
+                                       (in.prefix_wave_tile_issue.size() != size_t(in.prefix_blocks_per_wave) ||
+                                        in.prefix_wave_tile_lds.size() != size_t(in.prefix_blocks_per_wave))))
+    fail(fmt::format("prefix_blocks_per_wave = {} with {} / {} wave-tile figures (allowed: 1, or b > 1 with b issue and "
+                     "b LDS figures)",
+                     in.prefix_blocks_per_wave, in.prefix_wave_tile_issue.size(), in.prefix_wave_tile_lds.size()));
+  for (const auto* v : {&in.prefix_wave_tile_issue, &in.prefix_wave_tile_lds})
+    for (double x : *v)
+      if (!(x > 0) || !std::isfinite(x)) fail(fmt::format("a prefix wave-tile figure = {} (allowed: finite, > 0)", x));
   if ((in.prefix_issue_per_block_tile > 0) != (in.prefix_hbm_factor > 0))
     fail(fmt::format("prefix_issue_per_block_tile = {} and prefix_hbm_factor = {} (allowed: both > 0, the prefix "
                      "launch's issue model, or both 0, none)",
@@ -95,11 +104,30 @@ bool issue_modeled(const Launch& L) {
 // A job's weight per token when splits are apportioned: 1 (tokens), or, in an issue-modeled
 // launch, the larger of a unit's memory and its issue per token (a full row group's computing
 // blocks on the SIMDs its waves occupy).
+// A unit's issue share and its CU's LDS time per tile with `blocks` computing row blocks, its
+// workgroup one of `resident` on the CU: one block per wave, every block's wave passes every
+// tile (the SIMDs shared as the waves of resident workgroups fill them); several blocks per wave
+// (PlanInputs::prefix_blocks_per_wave), the blocks fill the waves in order and each wave issues
+// its own loop (the busiest wave sets the time while every wave has a SIMD).
+std::pair<double, double> tile_issue_and_lds(const PlanInputs& in, int blocks, int resident) {
+  const int bpw = in.prefix_blocks_per_wave;
+  if (bpw == 1)
+    return {blocks * in.prefix_issue_per_block_tile / std::min(4, blocks * resident),
+            in.prefix_lds_per_tile + blocks * in.prefix_lds_per_block_tile};
+  double sum = 0, most = 0, lds = in.prefix_lds_per_tile;
+  for (int left = blocks; left > 0; left -= bpw) {
+    const int b = std::min(bpw, left);
+    sum += in.prefix_wave_tile_issue[size_t(b - 1)];
+    most = std::max(most, in.prefix_wave_tile_issue[size_t(b - 1)]);
+    lds += in.prefix_wave_tile_lds[size_t(b - 1)];
+  }
+  return {std::max(sum / 4, most / resident), lds};
+}
+
 double job_weight(const Launch& L, const Job& j) {
   if (!issue_modeled(L)) return 1.0;
   const int blocks = (std::min(j.rows_per_group, j.rows) + 15) / 16;
-  const double issue = blocks * L.in.prefix_issue_per_block_tile / std::min(4, blocks * L.workgroups_per_cu);
-  const double lds = L.in.prefix_lds_per_tile + blocks * L.in.prefix_lds_per_block_tile;
+  const auto [issue, lds] = tile_issue_and_lds(L.in, blocks, L.workgroups_per_cu);
   return std::max(1.0, std::max(issue, lds) / L.in.tile_tokens);
 }
 
@@ -198,9 +226,14 @@ struct UnitCost {
   double mem = 0;
   double block_tiles = 0;  // tiles x computing blocks x issue per block-tile
   int blocks = 1;
+  double tiles = 0;
+  const PlanInputs* in = nullptr;  // several blocks per wave: tile_issue_and_lds
   double lds = 0;  // the CU's LDS time: tiles x (the producer's write + computing blocks' reads)
   double hbm = 0;  // what it moves from HBM: a prefix split's tokens once for its G row groups
-  double issue(int resident) const { return block_tiles / std::min(4, blocks * resident); }
+  double issue(int resident) const {
+    if (in && in->prefix_blocks_per_wave > 1) return tiles * tile_issue_and_lds(*in, blocks, resident).first;
+    return block_tiles / std::min(4, blocks * resident);
+  }
 };
 UnitCost unit_cost(const Launch& L, const Raw& x) {
   const PlanInputs& in = L.in;
@@ -212,7 +245,10 @@ UnitCost unit_cost(const Launch& L, const Raw& x) {
   c.blocks = (x.rows + 15) / 16;
   const double tiles = std::ceil(double(x.tokens) / in.tile_tokens);
   c.block_tiles = tiles * c.blocks * in.prefix_issue_per_block_tile;
-  c.lds = tiles * (in.prefix_lds_per_tile + c.blocks * in.prefix_lds_per_block_tile);
+  c.tiles = tiles;
+  c.in = &in;
+  c.lds = in.prefix_blocks_per_wave > 1 ? tiles * tile_issue_and_lds(in, c.blocks, 1).second
+                                        : tiles * (in.prefix_lds_per_tile + c.blocks * in.prefix_lds_per_block_tile);
   c.hbm = double(x.tokens) / L.jobs[size_t(x.job)].G + writes;
   return c;
 }

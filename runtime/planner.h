@@ -76,6 +76,12 @@ struct PlanInputs {
   //   unit fill: a unit's wait for its page ids and first KV rows, in token-equivalents.
   double prefix_issue_per_block_tile = 0;
   double prefix_lds_per_block_tile = 0, prefix_lds_per_tile = 0;
+  // A prefix kernel whose consumer waves hold several row blocks (the wide kernel: 3): a unit's
+  // computing blocks fill its waves in order, and a wave with b of them issues and reads LDS
+  // prefix_wave_tile_issue[b - 1] / prefix_wave_tile_lds[b - 1] per tile (token-equivalents,
+  // from the catalog's loops for 1..blocks_per_wave blocks). Empty with one block per wave.
+  int prefix_blocks_per_wave = 1;
+  std::vector<double> prefix_wave_tile_issue, prefix_wave_tile_lds;
   double prefix_hbm_factor = 0;
   double prefix_unit_fill = 0;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can

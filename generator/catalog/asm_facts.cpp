@@ -1,6 +1,8 @@
 // Static facts of the generated attention assembly (asm_facts.h).
 #include "catalog/asm_facts.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <deque>
 #include <sstream>
@@ -91,9 +93,9 @@ nlohmann::json HotLoop::to_json() const {
           {"lds_bytes", lds_bytes}};
 }
 
-HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t) {
+HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std::string& loop) {
   const auto L = lines_of(asm_text);
-  auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
+  auto [begin, end] = find_loop(L, loop);
   HotLoop h;
   // The back-branch (L[end]) ends the path: it issues once per iteration too.
   for (size_t i = begin + 1, next = 0; i <= end; i = std::max(i, next) + 1) {
@@ -224,8 +226,12 @@ static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begi
 // One loop per producer wave (LDS-DMA prefix kernels have two). At most 63 loads count per wave
 // (modeled: whether hardware keeps more in flight is not known here, so the model does not
 // assume it).
-double producer_inflight_bytes(const std::string& asm_text) {
+double producer_inflight_bytes(const std::string& asm_text, int consumer_dma_waves) {
   const auto L = lines_of(asm_text);
+  if (consumer_dma_waves > 0) {
+    auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
+    return consumer_dma_waves * loop_inflight_bytes(L, begin, end);
+  }
   double total = 0;
   for (size_t from = 0;;) {
     size_t at = L.size();
@@ -246,19 +252,30 @@ double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, in
   return std::max(0.0, double(slot_tokens) * double(lds_row_bytes) / 128.0 - h.after_release_cycles);
 }
 
-nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens, int tile_tokens,
-                                int lds_row_bytes) {
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, const IssueModelShape& shape) {
   const HotLoop h = analyze_hot_loop(asm_text, t);
-  const double stall = modeled_ring_stall_cycles(h, ring, slot_tokens, lds_row_bytes);
+  const double stall = modeled_ring_stall_cycles(h, shape.ring, shape.slot_tokens, shape.lds_row_bytes);
   const MachineModel& m = t.machine;
+  const int bpw = shape.blocks_per_wave;
+  // One wave-tile per computing row-block count: the loop of that many blocks (the full loop is
+  // `consumer_loop`, the others `wide_loop_b<b>`).
+  nlohmann::json cycles = nlohmann::json::array(), lds = nlohmann::json::array();
+  for (int b = 1; b <= bpw; ++b) {
+    const HotLoop hb = b == bpw ? h : analyze_hot_loop(asm_text, t, fmt::format(".Lwide_loop_b{}_", b));
+    cycles.push_back(hb.coissue_cycles + (b == bpw ? stall : 0.0));
+    lds.push_back(hb.lds_bytes / 128.0);
+  }
   return {{"modeled", "static co-issue model of the generated hot loop and the target's machine constants "
                       "(docs/performance.md); not measured"},
           {"hot_loop_coissue_cycles", h.coissue_cycles},
           {"ring_stall_cycles", stall},
-          {"cycles_per_block_tile", h.coissue_cycles + stall},
-          {"lds_clocks_per_block_tile", h.lds_bytes / 128.0},
-          {"lds_clocks_per_tile", double(tile_tokens) * lds_row_bytes / 128.0},
-          {"producer_inflight_bytes", producer_inflight_bytes(asm_text)},
+          {"cycles_per_block_tile", (h.coissue_cycles + stall) / bpw},
+          {"lds_clocks_per_block_tile", h.lds_bytes / 128.0 / bpw},
+          {"lds_clocks_per_tile", double(shape.tile_tokens) * shape.lds_row_bytes / 128.0},
+          {"blocks_per_wave", bpw},
+          {"wave_tile_cycles", cycles},
+          {"wave_tile_lds_clocks", lds},
+          {"producer_inflight_bytes", producer_inflight_bytes(asm_text, shape.consumer_dma_waves)},
           {"clock_hz", m.clock_hz},
           {"little_latency_s", m.little_latency_s},
           {"cu_port_bytes_per_clk", m.cu_port_bytes_per_clk},

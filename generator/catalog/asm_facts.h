@@ -35,7 +35,9 @@ struct HotLoop {
 // The consumer loop `.Lconsumer_loop_*` .. its back-branch, forward-skipped blocks excluded
 // (the masked-tile path a full tile branches over). Throws std::runtime_error for a loop it has
 // no steady-state rule for.
-HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t);
+// `loop` names another loop of the same shape (the wide prefix kernel's loops for waves of 1
+// and 2 row blocks, `.Lwide_loop_b1_` / `.Lwide_loop_b2_`).
+HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std::string& loop = ".Lconsumer_loop_");
 
 // One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's LDS
 // bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the consumers
@@ -46,7 +48,9 @@ double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, in
 // Peak global-load bytes outstanding per workgroup in the producers' steady state (full
 // tiles): per producer loop, a static replay of its loads and s_waitcnt vmcnt(N) over three
 // iterations, summed over the loops; at most 63 loads count per wave (what a 6-bit vmcnt holds).
-double producer_inflight_bytes(const std::string& asm_text);
+// A kernel whose consumer waves stream the KV themselves (MlaGeometry::consumer_dma) has no
+// producer loop: `consumer_dma_waves` > 0 replays its consumer loop and counts that many waves.
+double producer_inflight_bytes(const std::string& asm_text, int consumer_dma_waves = 0);
 
 // Issue cycles of one wave64 instruction on one SIMD (docs/performance.md, "Issue table"):
 // MFMA = passes x 4 (passes from the target description); VALU = 4 (16 lanes x 4 cycles),
@@ -59,8 +63,14 @@ double issue_cycles_of(const std::string& inst_line, const Target& t);
 // block-tile (one token tile through one row block's consumer wave), the CU's LDS clocks per
 // block-tile (that wave's reads) and per tile (the producer's write of its rows) at 128 bytes
 // per clock, its producers' bytes in flight, and the target's machine constants the planner
-// prices them with.
-nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, int ring, int slot_tokens, int tile_tokens,
-                                int lds_row_bytes);
+// prices them with. Per wave-tile with b computing row blocks (b = 1..blocks_per_wave:
+// `wave_tile_cycles[b - 1]`, `wave_tile_lds_clocks[b - 1]`): one wave's tile, the figures the
+// planner prices a kernel of several row blocks per wave with (its loops for 1, 2, 3 blocks).
+struct IssueModelShape {
+  int ring = 0, slot_tokens = 0, tile_tokens = 0, lds_row_bytes = 0;
+  int blocks_per_wave = 1;
+  int consumer_dma_waves = 0;  // waves that stream the KV (no producer loop), 0 with producers
+};
+nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, const IssueModelShape& shape);
 
 }  // namespace mla::gen

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/mla_geometry.h"
+
 namespace mla::gen {
 
 namespace {
@@ -205,6 +207,12 @@ Config parse_config(const std::string& text, const std::string& path) {
     x.kind = KernelKind::MlaPrefix;
     x.return_lse = false;
     imply(x);
+    // And, where it exists, the wide prefix kernel (192 rows per workgroup: a K3 c16 group's
+    // prefix read once), which the runtime runs when asked (docs/shared-prefix.md).
+    if (wide_prefix_fits(x)) {
+      x.prefix_rows = kWidePrefixRows;
+      imply(x);
+    }
     // merge_attn_states (decode context parallelism), one per target.
     KernelSpec m;
     m.kind = KernelKind::MlaMerge;

@@ -65,6 +65,7 @@ void emit_kernel(Kernel& k) {
   b.v_and_b32(k.lane, Imm(63), b.workitem_ids());
   ra.release(tmp);
   k.iter = ra.sgpr(1, "tile_iter");
+  if (k.g.consumer_dma) return emit_wide_prefix(k);  // no producer wave: every wave streams and computes
   Label consumer = b.new_label("consumer");
   b.s_cmp_lg_u32(k.wave, Imm(0));
   b.s_cbranch_scc1(consumer);

@@ -115,5 +115,6 @@ struct Kernel {
 void emit_producer(Kernel& k);      // registers staging (mla_decode_producer.cpp)
 void emit_producer_dma(Kernel& k, int index = 0);  // LDS DMA, producer `index` (mla_decode_producer_dma.cpp)
 void emit_consumer(Kernel& k);
+void emit_wide_prefix(Kernel& k);   // every wave of the wide prefix kernel (mla_prefix_wide.cpp)
 
 }  // namespace mla::gen::decode

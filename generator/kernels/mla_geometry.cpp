@@ -34,6 +34,9 @@ nlohmann::json MlaGeometry::to_json() const {
           {"slot_bytes", slot_bytes},
           {"lds_bytes", lds_bytes},
           {"split_pv", split_pv},
+          {"blocks_per_wave", blocks_per_wave},
+          {"consumer_dma", consumer_dma},
+          {"q_swizzle", q_swizzle},
           {"qk_mfma", qk_mfma},
           {"qk_blocks", int(qk_blocks.size())},
           {"pv_mfma", pv_mfma},
@@ -244,6 +247,57 @@ void lds_dma_ring(MlaGeometry& g, const KernelSpec& s, const Target& t) {
   }
 }
 
+// The wide prefix kernel (mla_prefix_wide.cpp): 192 rows per workgroup, so that a K3 c16 group's
+// prefix is read once (issue #13). Where: gfx950 (16-byte LDS DMA, transposing LDS reads), fp8 Q
+// and KV (Q of 192 rows fits the LDS only as fp8), no soft cap, pages of at least a 16-token
+// sub-slot (one page per sub-slot: one buffer resource each). Per CU (one workgroup):
+//  - registers: O^T of 48 rows per wave = 384 of the 512 a wave may hold (4 waves, one per SIMD);
+//  - LDS: a ring of 5 sub-slots of 16 token rows (592-byte rows, conflict-free K reads; 10 DMA
+//    loads of 64 x 16 bytes each, the last 768 bytes a guard no wave reads) = 51,200 bytes, then
+//    Q of 192 rows x 576 bytes = 110,592 bytes: 161,792 of 163,840. Two sub-slots are one tile;
+//    three stay in flight while a tile is computed.
+constexpr int kWideRowBlocks = kWidePrefixRows / kRowsPerWave, kWideBlocksPerWave = 3, kWideRing = 5, kWideSubSlotTokens = 16;
+constexpr int kWideDmaLoadsPerSubSlot = 10;
+bool wide_shape(const KernelSpec& s, const Target& t) {
+  return s.kind == KernelKind::MlaPrefix && t.has_lds_dma_b128 && t.has_lds_transpose && s.q_dtype == DType::fp8 &&
+         s.kv_dtype == DType::fp8 && !s.logit_cap && s.page_size >= kWideSubSlotTokens;
+}
+bool wide_prefix(MlaGeometry& g, const KernelSpec& s, const Target& t) {
+  if (s.prefix_rows != kWidePrefixRows) return false;
+  if (!wide_shape(s, t) || g.q_split || g.tile_tokens != 2 * kWideSubSlotTokens || g.lds_row_bytes % 16)
+    throw std::invalid_argument(fmt::format("{} ({}): the wide prefix kernel (192 rows) needs gfx950, fp8 Q and KV, no "
+                                            "soft cap and pages of at least {} tokens",
+                                            s.name(), t.name, kWideSubSlotTokens));
+  const int slot = 16 * 64 * kWideDmaLoadsPerSubSlot;
+  const int q_region = kWideRowBlocks * kRowsPerWave * kMlaDim;
+  if (slot < kWideSubSlotTokens * g.lds_row_bytes || uint32_t(kWideRing * slot + q_region) > t.lds_bytes)
+    throw std::logic_error(fmt::format("{}: the wide prefix kernel's ring and Q do not fit {} bytes of LDS", s.name(),
+                                       t.lds_bytes));
+  g.row_blocks = kWideRowBlocks;
+  g.blocks_per_wave = kWideBlocksPerWave;
+  g.consumers = kWideRowBlocks / kWideBlocksPerWave;
+  g.rows_per_group = kRowsPerWave * g.row_blocks;
+  g.row_groups = (g.rows + g.rows_per_group - 1) / g.rows_per_group;
+  g.kv_splits = 1;
+  g.merge_bytes = 0;
+  g.slot_tokens = kWideSubSlotTokens;
+  g.ring = kWideRing;
+  g.slot_bytes = slot;
+  g.q_in_lds = true;
+  g.q_swizzle = true;
+  g.q_row_pad = 0;
+  g.q_lds_row = kMlaDim;
+  g.q_region_bytes = q_region;
+  g.lds_bytes = kWideRing * slot + q_region;
+  g.lds_dma = true;
+  g.consumer_dma = true;
+  g.producers = 0;
+  g.stage_slots = 0;
+  g.workgroup_size = 64 * g.consumers;
+  g.page_id_per_tile = true;
+  return true;
+}
+
 // The geometry with or without the Q split; nullopt when no LDS layout fits.
 std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   const Target& t = target(s.arch);
@@ -256,6 +310,7 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   mfmas(g, s, t);
   row_blocks(g, s, t);
   pair_blocks_and_pad(g, s);
+  if (wide_prefix(g, s, t)) return g;
   if (!splits_and_ring(g, t)) return std::nullopt;
   if (g.kv_splits == 1) g.merge_bytes = 0;
   g.consumers = g.row_blocks * g.kv_splits;
@@ -278,7 +333,12 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
 
 }  // namespace
 
+bool wide_prefix_fits(const KernelSpec& s) { return wide_shape(s, target(s.arch)); }
+
 MlaGeometry mla_geometry(const KernelSpec& s) {
+  if (s.prefix_rows != 0 && (s.kind != KernelKind::MlaPrefix || s.prefix_rows != kWidePrefixRows))
+    throw std::invalid_argument(fmt::format("{}: prefix_rows = {} (allowed: 0, or {} for a prefix kernel)", s.name(),
+                                            s.prefix_rows, kWidePrefixRows));
   const Target& t = target(s.arch);
   // bf16 q with an fp8 cache on a target that widens fp8 to bf16 at one VALU per value
   // (gfx942): split Q once per unit into fp8 hi + lo parts and run QK on fp8 MFMAs, K straight

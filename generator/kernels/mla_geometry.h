@@ -82,6 +82,14 @@ struct MlaGeometry {
   // (docs/shared-prefix.md "Split PV").
   bool split_pv = false;
   int p_share_offset = 0;
+  // The wide prefix kernel (docs/shared-prefix.md "192 rows per workgroup"): each consumer wave
+  // holds `blocks_per_wave` row blocks (3: O^T of 48 rows in 256 AGPRs + 128 VGPRs, one wave per
+  // SIMD), there is no producer wave (producers = 0), and the consumers stream the KV themselves
+  // with LDS DMA into a ring of `ring` sub-slots of slot_tokens = 16 tokens (two per tile). Q of
+  // all rows lives in LDS, rows of 576 bytes with a chunk swizzle instead of a pad (q_swizzle).
+  int blocks_per_wave = 1;
+  bool consumer_dma = false;
+  bool q_swizzle = false;
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
@@ -107,6 +115,11 @@ struct MlaGeometry {
 
   nlohmann::json to_json() const;
 };
+
+// Whether the wide prefix kernel (KernelSpec::prefix_rows = 192) exists for the spec's shape:
+// gfx950, fp8 Q and KV, no soft cap, pages of at least 16 tokens (docs/shared-prefix.md).
+inline constexpr int kWidePrefixRows = 192;
+bool wide_prefix_fits(const KernelSpec& spec);
 
 // Throws std::invalid_argument naming the spec if the target cannot hold the kernel.
 MlaGeometry mla_geometry(const KernelSpec& spec);

@@ -37,9 +37,15 @@ struct Slot {
 
 struct State {
   std::array<Slot, kSlots> slot{};
+  // Some SMEM result is outstanding. SMEM returns out of order with the LDS operations that share
+  // lgkmcnt, so while one is, only lgkmcnt(0) proves an LDS result landed (LLVM's
+  // SIInsertWaitcnts treats a counter with mixed pending event types the same way; the emulator
+  // refuses anything weaker).
+  bool smem_pending = false;
   bool operator==(const State&) const = default;
 
   void join(const State& o) {
+    smem_pending = smem_pending || o.smem_pending;
     for (int i = 0; i < kSlots; ++i) {
       Slot& a = slot[i];
       const Slot& b = o.slot[i];
@@ -80,7 +86,7 @@ void for_each_result_slot(const Inst& inst, F&& f) {
 void require(const State& s, int slot, Wait& w) {
   const Slot& x = s.slot[slot];
   if (x.vm >= 0) w.need_vm(x.vm);
-  if (x.lgkm >= 0) w.need_lgkm(x.smem ? 0 : x.lgkm);
+  if (x.lgkm >= 0) w.need_lgkm(x.smem || s.smem_pending ? 0 : x.lgkm);
 }
 
 // The wait an instruction needs before it may issue.
@@ -97,9 +103,10 @@ Wait needed(const State& s, const Inst& inst) {
       if (inst.cls() == OpClass::LdsRead && x.vm < 0 && !x.smem) return;
       require(s, slot, w);
     });
-  // This wave's own LDS accesses wait for all of its LDS DMA (the regions are not addresses);
-  // ds_bpermute moves data between lanes and reads no LDS memory.
-  if (inst.is_lds() && !inst.has(kLdsCrossbar)) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
+  // This wave's own LDS accesses wait for its LDS DMA into the regions they may touch (the
+  // regions are not addresses: Inst::dma_regions, all of them unless the builder was told
+  // otherwise); ds_bpermute moves data between lanes and reads no LDS memory.
+  if (inst.is_lds() && !inst.has(kLdsCrossbar)) for_each_dma_region(inst.dma_regions, [&](int slot) { require(s, slot, w); });
   // A wave ends with no LDS DMA in flight: the workgroup's LDS may be reallocated once its
   // waves have ended, and an outstanding DMA would still write it.
   if (inst.cls() == OpClass::EndPgm) for_each_dma_region(0xff, [&](int slot) { require(s, slot, w); });
@@ -119,6 +126,8 @@ Wait needed(const State& s, const Inst& inst) {
 }
 
 void apply_wait(State& s, int vm, int lgkm) {
+  if (s.smem_pending && lgkm > 0) lgkm = -1;  // proves nothing about lgkm results (see State)
+  if (lgkm == 0) s.smem_pending = false;
   for (auto& x : s.slot) {
     if (vm >= 0 && x.vm >= vm) x.vm = -1;
     if (lgkm >= 0 && x.lgkm >= 0 && (lgkm == 0 || (!x.smem && x.lgkm >= lgkm))) {
@@ -150,6 +159,7 @@ void issue(State& s, const Inst& inst) {
       break;
     case OpClass::Smem:
       for_each_result_slot(inst, [&](int slot) { s.slot[slot].lgkm = 0, s.slot[slot].smem = true; });
+      s.smem_pending = true;
       break;
     default: break;
   }

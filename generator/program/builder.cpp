@@ -226,7 +226,7 @@ void Builder::buffer_load_dwordx4_idxen_lds(VReg vaddr2, SReg rsrc, SSrc soffset
 void Builder::ds_read(std::string_view m, VReg d, int width, VReg addr, uint32_t offset) {
   check_width(m, d.count, width, "vdst");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
-  emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset_mods(offset));
+  emit(m, {Operand::of(d)}, {Operand::of(addr)}, offset_mods(offset)).dma_regions = lds_access_regions_;
 }
 
 void Builder::ds_read_b64_tr_b8(VReg d, VReg addr, uint32_t offset) {
@@ -242,7 +242,7 @@ void Builder::ds_read_b64_tr_b16(VReg d, VReg addr, uint32_t offset) {
 void Builder::ds_write(std::string_view m, VReg addr, VReg data, int width, uint32_t offset) {
   check_width(m, data.count, width, "data");
   if (offset > 65535) throw std::invalid_argument(fmt::format("{}: offset {} exceeds 16 bits", m, offset));
-  emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset_mods(offset));
+  emit(m, {}, {Operand::of(addr), Operand::of(data)}, offset_mods(offset)).dma_regions = lds_access_regions_;
 }
 
 void Builder::make_strided_buffer_resource(SReg rsrc4, SReg base2, SSrc num_records, int stride) {

@@ -78,6 +78,11 @@ class Builder {
   // (Inst::dma_regions): the waitcnt pass leaves DMA into the other regions in flight.
   void s_barrier_publishing(uint8_t dma_regions) { emit("s_barrier", {}, {}).dma_regions = dma_regions; }
   void s_endpgm() { emit("s_endpgm", {}, {}); }
+  // The LDS-DMA regions the following ds_read / ds_write may touch (Inst::dma_regions; default
+  // all): the waitcnt pass makes an LDS access wait for this wave's DMA into those regions only.
+  // A kernel whose waves issue DMA and read LDS in the same loop (the wide prefix kernel) names
+  // the regions a read may alias: none for data a barrier has published.
+  void set_lds_access_regions(uint8_t regions) { lds_access_regions_ = regions; }
   void s_setprio(int prio) { emit("s_setprio", {}, {Operand::of(Imm(prio))}); }
 
   // ---- Vector ALU ----
@@ -228,6 +233,7 @@ class Builder {
   SReg wg_id_[3];
   VReg v0_;
   std::string pending_comment_;
+  uint8_t lds_access_regions_ = 0xff;
 };
 
 }  // namespace mla::gen

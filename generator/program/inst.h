@@ -100,8 +100,9 @@ struct Inst {
   int printed_src = -1;
   // LDS-DMA ordering (passes/waitcnt.h). An LDS-DMA load names the LDS regions it writes, a
   // barrier the regions whose DMA writes other waves read after it: one bit per region (at
-  // most 8, e.g. the slots of a ring). All bits, the default, is always safe: a barrier then
-  // waits for every outstanding LDS DMA of the wave.
+  // most 8, e.g. the slots of a ring), an LDS access (ds_read / ds_write) the regions it may
+  // alias. All bits, the default, is always safe: a barrier or an LDS access then waits for
+  // every outstanding LDS DMA of the wave.
   uint8_t dma_regions = 0xff;
   // Extra source operands that are implicitly read by the hardware but not printed
   // (e.g. the data VGPRs of a store are printed as src already; M0 for LDS DMA is a flag).

@@ -24,8 +24,8 @@ std::string KernelSpec::name() const {
       return fmt::format("mla_decode_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
                          qseqlen, page_size, return_lse ? "_lse" : "", logit_cap ? "_softcap" : "");
     case KernelKind::MlaPrefix:  // always writes partials (with their lse): no _lse variant
-      return fmt::format("mla_prefix_{}{}_h{}_qs{}_pg{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads, qseqlen,
-                         page_size, logit_cap ? "_softcap" : "");
+      return fmt::format("mla_prefix_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads, qseqlen,
+                         page_size, logit_cap ? "_softcap" : "", prefix_rows ? fmt::format("_r{}", prefix_rows) : "");
     case KernelKind::MlaReduce:
       return fmt::format("mla_reduce_h{}_qs{}{}", heads, qseqlen, return_lse ? "_lse" : "");
     case KernelKind::MlaMerge: return "mla_merge_attn_states";
@@ -48,6 +48,7 @@ nlohmann::json KernelSpec::to_json() const {
       j["logit_cap"] = logit_cap;
     }
     if (kind != KernelKind::MlaPrefix) j["return_lse"] = return_lse;
+    if (kind == KernelKind::MlaPrefix && prefix_rows) j["prefix_rows"] = prefix_rows;
   }
   return j;
 }

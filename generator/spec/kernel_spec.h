@@ -35,6 +35,9 @@ struct KernelSpec {
   int page_size = 1;
   bool return_lse = false;
   bool logit_cap = false;  // soft-cap support compiled in (cap value is a runtime argument)
+  // Prefix kernels: rows per workgroup when not the default (48 or 96): 192 is the wide kernel
+  // (mla_prefix_wide.cpp), implied beside the default one where it fits (mla_geometry.h).
+  int prefix_rows = 0;
   // Where it came from, for messages and the catalog.
   std::string source_config;
   std::string deployment;

@@ -45,6 +45,12 @@ int main(int argc, char** argv) {
                              mla::abi::facts(Target::gfx950).num_cus, mla::abi::facts(Target::gfx950).product));
   app.add_option("--wave-seed", wave_seed, "Randomise wave interleaving with this seed (0: round robin)");
   std::string cascade = "cost_model";
+  int prefix_rows = 0;
+  app.add_option("--prefix-rows", prefix_rows,
+                 "Prefix kernel: 0 the shape's default (48 or 96 rows per workgroup), 192 the wide one (gfx950 fp8/fp8, "
+                 "pages of 16 or more: a group of up to 192 rows reads its prefix once)")
+      ->check(CLI::IsMember({0, 192}))
+      ->capture_default_str();
   app.add_option("--cascade", cascade,
                  "Shared prefixes: cost_model (cascade a group when the planner models it cheaper), always (every "
                  "group the kernels can cascade), never")
@@ -106,7 +112,9 @@ int main(int argc, char** argv) {
     if (problem_dir.empty()) throw std::invalid_argument("--problem DIR is required (or use make-problem)");
     Catalog cat = catalog_dir.empty() ? Catalog::open_from_env() : Catalog::open(catalog_dir);
     Problem prob = load_problem(problem_dir);
-    Selection sel = cat.select(shape_of(prob));
+    DecodeShape shape = shape_of(prob);
+    shape.prefix_rows = prefix_rows;
+    Selection sel = cat.select(shape);
     EmulatorRunOptions opts;
     opts.num_cus = num_cus;
     opts.cascade = *mla::rt::parse_cascade_policy(cascade);

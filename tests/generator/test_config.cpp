@@ -34,7 +34,7 @@ std::string error_of(const std::string& text, const std::string& path = "configs
 
 TEST_CASE("a good config expands lists into kernels with shape names") {
   Config c = parse_config(entry(kGood), "configs/k3.json");
-  REQUIRE(c.kernels.size() == 6);
+  REQUIRE(c.kernels.size() == 7);
   CHECK(c.kernels[0].name() == "mla_decode_fp8fp8_h12_qs1_pg1");
   CHECK(c.kernels[1].name() == "mla_decode_fp8fp8_h12_qs1_pg128");
   CHECK(c.kernels[1].arch == Arch::gfx950);
@@ -49,6 +49,10 @@ TEST_CASE("a good config expands lists into kernels with shape names") {
   CHECK(c.kernels[5].name() == "mla_prefix_fp8fp8_h12_qs1_pg128");
   CHECK(c.kernels[5].kind == KernelKind::MlaPrefix);
   CHECK(c.kernels[5].implied);
+  // Page 128 (not 1: pages under a 16-token sub-slot) also implies the wide prefix kernel.
+  CHECK(c.kernels[6].name() == "mla_prefix_fp8fp8_h12_qs1_pg128_r192");
+  CHECK(c.kernels[6].prefix_rows == 192);
+  CHECK(c.kernels[6].implied);
 }
 
 TEST_CASE("every field takes a list: the kernels are the cross product") {

@@ -145,8 +145,11 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
     s.page_size = page;
     return s;
   };
+  // The default prefix kernel (prefix_rows 0; the wide one is the next test case).
   const MlaGeometry f8 = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, 128));
   CHECK(f8.lds_dma);
+  CHECK_FALSE(f8.consumer_dma);
+  CHECK(f8.blocks_per_wave == 1);
   CHECK(f8.row_blocks == 6);
   CHECK(f8.rows_per_group == 96);
   CHECK(f8.consumers == 6);
@@ -163,11 +166,13 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
   CHECK(f8.p_share_offset == 8 * 19 * 1024);
   CHECK(f8.lds_bytes == 8 * 19 * 1024 + 2 * 64 * 48);
   CHECK(f8.to_json().at("split_pv") == true);
-  CHECK_FALSE(mla_geometry([&] {
-                KernelSpec s = spec(Arch::gfx950, DType::fp8, DType::fp8, 128);
-                s.logit_cap = true;
-                return s;
-              }()).split_pv);  // the soft cap keeps the plain softmax, and PV whole
+  const MlaGeometry capped = mla_geometry([&] {
+    KernelSpec s = spec(Arch::gfx950, DType::fp8, DType::fp8, 128);
+    s.logit_cap = true;
+    return s;
+  }());
+  CHECK_FALSE(capped.split_pv);  // the soft cap keeps the plain softmax, and PV whole
+  CHECK_FALSE(capped.consumer_dma);  // and the 96-row kernel
   CHECK(f8.to_json().at("kv_to_lds") == "lds_dma");
   CHECK(f8.to_json().at("producers") == 2);
   const MlaGeometry b16 = mla_geometry(spec(Arch::gfx950, DType::bf16, DType::bf16, 64));
@@ -200,4 +205,56 @@ TEST_CASE("prefix geometry: LDS DMA, its ring and its producers on gfx950 when a
     CHECK(g.workgroup_size == 64 * (1 + g.consumers));
     CHECK(g.to_json().at("kv_to_lds") == "registers");
   }
+}
+
+TEST_CASE("prefix geometry: the wide kernel holds 192 rows for fp8 Q and KV on gfx950, pages of 16 tokens or more") {
+  auto spec = [](Arch a, DType q, DType kv, int page, bool cap = false) {
+    KernelSpec s = decode_spec(a, q, kv, 12);
+    s.kind = KernelKind::MlaPrefix;
+    s.page_size = page;
+    s.logit_cap = cap;
+    s.prefix_rows = kWidePrefixRows;
+    return s;
+  };
+  for (int page : {16, 64, 128}) {
+    CHECK(wide_prefix_fits(spec(Arch::gfx950, DType::fp8, DType::fp8, page)));
+    const MlaGeometry g = mla_geometry(spec(Arch::gfx950, DType::fp8, DType::fp8, page));
+    CHECK(g.consumer_dma);
+    CHECK(g.blocks_per_wave == 3);
+    CHECK(g.row_blocks == 12);
+    CHECK(g.rows_per_group == 192);
+    CHECK(g.consumers == 4);
+    CHECK(g.producers == 0);
+    CHECK(g.workgroup_size == 256);
+    CHECK(g.tile_tokens == 32);
+    CHECK(g.slot_tokens == 16);
+    // 5 sub-slots of 10 loads of 64 x 16 bytes (16 rows of 592 bytes and a 768-byte guard), then
+    // Q of 192 unpadded (swizzled) rows: 161,792 of gfx950's 163,840 bytes.
+    CHECK(g.ring == 5);
+    CHECK(g.slot_bytes == 10 * 1024);
+    CHECK(g.lds_row_bytes == 592);
+    CHECK(g.q_swizzle);
+    CHECK(g.q_lds_row == 576);
+    CHECK(g.q_region_bytes == 192 * 576);
+    CHECK(g.lds_bytes == 5 * 10 * 1024 + 192 * 576);
+    CHECK(g.lds_dma);
+    CHECK_FALSE(g.split_pv);
+    CHECK(g.partial_o_bytes == 2);
+    CHECK(g.to_json().at("blocks_per_wave") == 3);
+    KernelSpec def = spec(Arch::gfx950, DType::fp8, DType::fp8, page);
+    def.prefix_rows = 0;
+    CHECK_FALSE(mla_geometry(def).consumer_dma);  // the default prefix kernel stays 96 rows
+  }
+  CHECK(spec(Arch::gfx950, DType::fp8, DType::fp8, 128).name() == "mla_prefix_fp8fp8_h12_qs1_pg128_r192");
+  // No wide kernel for pages under a sub-slot, bf16 Q or KV, a soft cap, gfx942: asking for one is
+  // an error naming the kernel and what it needs.
+  for (const KernelSpec& s : {spec(Arch::gfx950, DType::fp8, DType::fp8, 8), spec(Arch::gfx950, DType::fp8, DType::fp8, 1),
+                              spec(Arch::gfx950, DType::bf16, DType::fp8, 128), spec(Arch::gfx950, DType::bf16, DType::bf16, 128),
+                              spec(Arch::gfx950, DType::fp8, DType::fp8, 128, true), spec(Arch::gfx942, DType::fp8, DType::fp8, 128)}) {
+    CHECK_FALSE(wide_prefix_fits(s));
+    CHECK_THROWS_WITH(mla_geometry(s), Catch::Contains(s.name()) && Catch::Contains("needs gfx950, fp8 Q and KV"));
+  }
+  KernelSpec dec = decode_spec(Arch::gfx950, DType::fp8, DType::fp8, 12);
+  dec.prefix_rows = kWidePrefixRows;
+  CHECK_THROWS_WITH(mla_geometry(dec), Catch::Contains("prefix_rows = 192"));
 }

@@ -50,13 +50,16 @@ struct E2E {
 };
 
 // edit: changes the random problem (e.g. its Q values) before the run and the reference.
+// prefix_rows: the prefix kernel to select (rt::DecodeShape::prefix_rows: 0 default, 192 wide).
 inline E2E run_e2e(const rt::ProblemParams& params, const rt::EmulatorRunOptions& opts = {},
-                   const std::function<void(rt::Problem&)>& edit = {}) {
+                   const std::function<void(rt::Problem&)>& edit = {}, int prefix_rows = 0) {
   E2E e;
   e.problem = rt::make_random_problem(params);
   if (edit) edit(e.problem);
   const rt::Catalog& cat = catalog_for(rt::shape_of(e.problem));
-  e.result = rt::run_decode_on_emulator(e.problem, cat.select(rt::shape_of(e.problem)), opts);
+  rt::DecodeShape shape = rt::shape_of(e.problem);
+  shape.prefix_rows = prefix_rows;
+  e.result = rt::run_decode_on_emulator(e.problem, cat.select(shape), opts);
   ref::Reference want = ref::run_reference(e.problem);
   e.cmp = ref::compare(want, e.result.o, e.problem.return_lse ? &e.result.lse : nullptr);
   return e;

@@ -45,13 +45,18 @@ void check(const test::E2E& e) {
   if (e.problem.return_lse) CHECK(e.cmp.lse_max_abs_err <= (bf16_q ? 1e-3 : fp8_p ? 0.0625 : 1e-2));
   CHECK(e.result.traffic.ratio() <= 1.03);
   // Pages of at least a tile: one page id per page (issue #15), not one per token; a prefix
-  // kernel with two producer waves (MlaGeometry::producers) reads each page's id once per producer.
+  // kernel with two producer waves (MlaGeometry::producers) reads each page's id once per producer,
+  // the wide prefix kernel (its 4 consumers stream the KV) once per consumer.
   const auto j = e.result.traffic.to_json();
   if (e.problem.page_size >= e.result.plan.tile_tokens) {
     int producers = 1;
     if (e.result.ran_prefix) {
-      const rt::Selection sel = test::catalog_for(rt::shape_of(e.problem)).select(rt::shape_of(e.problem));
-      producers = sel.prefix->geometry.value("producers", 1);
+      rt::DecodeShape shape = rt::shape_of(e.problem);
+      shape.prefix_rows = e.result.plan.prefix_rows_per_group == 192 ? 192 : 0;  // the kernel that ran
+      const rt::Selection sel = test::catalog_for(shape).select(shape);
+      REQUIRE(sel.prefix->name == e.result.prefix_kernel);
+      producers = sel.prefix->geometry.value("consumer_dma", false) ? sel.prefix->launch.consumers
+                                                                    : sel.prefix->geometry.value("producers", 1);
     }
     const int64_t read = j["kv_indices"]["read"].get<int64_t>(), needed = j["kv_indices"]["needed"].get<int64_t>();
     CHECK(read >= needed);
@@ -287,17 +292,23 @@ std::vector<SharedCase> shared_cases() {
   return v;
 }
 
-TEST_CASE("mla e2e: shared prefixes are read once per prefix row group (48 or 96 rows), exactly") {
+TEST_CASE("mla e2e: shared prefixes are read once per prefix row group (48, 96 or 192 rows), exactly") {
   for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950})
-    for (const SharedCase& c : shared_cases()) {
+    for (const SharedCase& c : shared_cases())
+    for (int rows : {0, 192}) {
+      // 192: the wide prefix kernel, where it exists (gfx950 fp8/fp8, pages of 16 or more, no cap).
+      const bool wide = rows == 192;
+      if (wide && !(t == rt::Target::gfx950 && c.q == rt::DType::fp8 && c.kv == rt::DType::fp8 && c.page >= 16 &&
+                    c.cap == 0))
+        continue;
       auto p = params(t, c.q, c.kv, c.heads, c.qseqlen, c.page, c.lens, 900 + uint64_t(c.lens.size() + c.page));
       p.shared = c.shared;
       p.return_lse = c.lse;
       p.logit_cap = c.cap;
       rt::EmulatorRunOptions opts;
       opts.cascade = rt::CascadePolicy::always;
-      auto e = test::run_e2e(p, opts);
-      INFO(rt::shape_of(e.problem).describe() << ", " << c.lens.size() << " requests");
+      auto e = test::run_e2e(p, opts, {}, rows);
+      INFO(rt::shape_of(e.problem).describe() << ", " << c.lens.size() << " requests, prefix rows " << rows);
       check(e);
       const rt::Plan& plan = e.result.plan;
       REQUIRE(plan.prefix_groups.size() == c.shared.size());
@@ -333,9 +344,10 @@ TEST_CASE("mla e2e: shared prefixes are read once per prefix row group (48 or 96
       // Requests of one row group and groups of one prefix row group: every KV byte is read once.
       bool once = plan.row_groups == 1;
       for (const auto& g : c.shared) once = once && g.count * M <= plan.prefix_rows_per_group;
-      // 3 row blocks; 6 where gfx950 streams an fp8-Q prefix with LDS DMA (docs/shared-prefix.md).
+      // 3 row blocks; 6 where gfx950 streams an fp8-Q prefix with LDS DMA; 12 with the wide kernel
+      // (docs/shared-prefix.md).
       const bool dma6 = t == rt::Target::gfx950 && c.q == rt::DType::fp8 && (c.page >= T || c.page * kvb < (1 << 14));
-      CHECK(plan.prefix_rows_per_group == (dma6 ? 96 : 48));
+      CHECK(plan.prefix_rows_per_group == (wide ? 192 : dma6 ? 96 : 48));
       if (once) CHECK(e.result.stats()["kv_read_over_distinct"].get<double>() <= 1.25);
     }
 }
@@ -364,7 +376,11 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
                            DmaCase{f8, f8, 16, 64, {1500, 1600}, 1408}, DmaCase{b16, b16, 16, 64, {900, 1000}, 768},
                            DmaCase{b16, b16, 8, 1, {800, 900}, 700}, DmaCase{f8, f8, 12, 16, {5000, 4900, 5100}, 4800},
                            DmaCase{b16, b16, 8, 8, {1200, 1300}, 1104}, DmaCase{f8, f8, 16, 64, {1400, 1500}, 1280, 2, true}})
-    for (uint32_t seed : {0u, 7u}) {
+    for (uint32_t seed : {0u, 7u})
+    for (int rows : {0, 192}) {
+      // 192: the wide kernel (its 4 consumer waves stream a ring of 5 sub-slots of 16 tokens).
+      const bool wide = rows == 192;
+      if (wide && !(c.q == f8 && c.kv == f8 && c.page >= 16)) continue;
       auto p = params(rt::Target::gfx950, c.q, c.kv, c.heads, c.qseqlen, c.page, c.lens, 40 + seed);
       p.return_lse = c.lse;
       p.shared = {{0, 3, c.shared}};
@@ -373,24 +389,30 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
       opts.cascade = rt::CascadePolicy::always;
       opts.num_cus = 2;
       opts.dispatch.random_seed = seed;
-      auto e = test::run_e2e(p, opts);
-      INFO(rt::shape_of(e.problem).describe() << ", wave seed " << seed);
+      auto e = test::run_e2e(p, opts, {}, rows);
+      INFO(rt::shape_of(e.problem).describe() << ", wave seed " << seed << ", prefix rows " << rows);
       check(e);
       REQUIRE(e.result.ran_prefix);
       const rt::Catalog& cat = test::catalog_for(rt::shape_of(e.problem));
-      const rt::Selection sel = cat.select(rt::shape_of(e.problem));
+      rt::DecodeShape shape = rt::shape_of(e.problem);
+      shape.prefix_rows = rows;
+      const rt::Selection sel = cat.select(shape);
       REQUIRE(sel.prefix);
       const bool fp8 = c.q == f8;
       CHECK(sel.prefix->geometry.at("kv_to_lds") == "lds_dma");
-      CHECK(sel.prefix->geometry.at("ring") == (fp8 ? 8 : 4));
-      CHECK(sel.prefix->geometry.at("producers") == (fp8 ? 2 : 1));
-      CHECK(e.result.plan.prefix_rows_per_group == (fp8 ? 96 : 48));
+      CHECK(sel.prefix->geometry.at("ring") == (wide ? 5 : fp8 ? 8 : 4));
+      CHECK(sel.prefix->geometry.at("producers") == (wide ? 0 : fp8 ? 2 : 1));
+      CHECK(sel.prefix->geometry.at("consumer_dma") == wide);
+      CHECK(e.result.plan.prefix_rows_per_group == (wide ? 192 : fp8 ? 96 : 48));
       const int T = e.result.plan.tile_tokens;
       int most_tiles = 0;
       for (const auto& u : e.result.plan.prefix_units) most_tiles = std::max(most_tiles, (u.kv_end - u.kv_start) / T);
-      CHECK(most_tiles >= (fp8 ? 16 : 8));  // every ring slot is refilled at least once
+      // Every ring slot is refilled at least once (the wide kernel's ring is 2.5 tiles).
+      CHECK(most_tiles >= (wide ? 8 : fp8 ? 16 : 8));
+      // Bytes in flight per workgroup: fp8 more than 5 tiles (two producers), bf16 more than 2 (37
+      // loads a slot, vmcnt holds 62); the wide kernel more than 4 of its 16-token sub-slots.
       const double slot = double(T) * sel.prefix->launch.lds_row_bytes;
-      CHECK(double(e.result.prefix.total.vm_load_peak_wg_bytes) > (fp8 ? 5.0 : 2.0) * slot);  // bf16: 37 loads a slot, vmcnt holds 62
+      CHECK(double(e.result.prefix.total.vm_load_peak_wg_bytes) > (wide ? 2.0 : fp8 ? 5.0 : 2.0) * slot);
     }
 }
 
@@ -401,9 +423,13 @@ TEST_CASE("mla e2e: the LDS-DMA prefix producer refills its ring across long pre
 // partial the masked one; the output must match the reference, with lse, under both wave
 // orders. (Checked by mutation: taking the speculative P when a lane passes, or checking only
 // the first sub-tile's scores, fails here.)
+// The same peaked scores run the wide kernel (prefix rows 192), whose softmax takes one
+// out-of-line branch when some row's max moves and rescales O^T in AGPRs (row blocks 0, 1) and
+// VGPRs (row block 2).
 TEST_CASE("mla e2e: the prefix kernel's speculative softmax takes its plain path when a row's max moves") {
   for (uint32_t seed : {0u, 5u})
-    for (double scale : {0.5, 0.12}) {
+    for (double scale : {0.5, 0.12})
+    for (int rows : {0, 192}) {
       auto p = params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 128, {2100, 1900, 2050, 777}, 60 + seed);
       p.sm_scale = scale;
       p.return_lse = true;
@@ -412,10 +438,11 @@ TEST_CASE("mla e2e: the prefix kernel's speculative softmax takes its plain path
       opts.cascade = rt::CascadePolicy::always;
       opts.num_cus = 2;
       opts.dispatch.random_seed = seed;
-      auto e = test::run_e2e(p, opts);
-      INFO("sm_scale " << scale << ", wave seed " << seed);
+      auto e = test::run_e2e(p, opts, {}, rows);
+      INFO("sm_scale " << scale << ", wave seed " << seed << ", prefix rows " << rows);
       check(e);
       CHECK(e.result.ran_prefix);
+      CHECK(e.result.plan.prefix_rows_per_group == (rows ? 192 : 96));
     }
 }
 
