@@ -23,6 +23,19 @@ inline int log2i(int v) {
 
 inline FImm f32(float v) { return FImm{v}; }
 
+// x / d as (x * mul) >> shift, exact for every x < limit, with x * mul < 2^32 and mul < 2^24
+// (v_mul_u32_u24). Throws if no shift works.
+inline std::pair<uint32_t, int> exact_divider(int d, int limit) {
+  for (int shift = 8; shift < 32; ++shift) {
+    const uint64_t mul = ((uint64_t(1) << shift) + uint64_t(d) - 1) / uint64_t(d);
+    if (mul >= (1u << 24) || uint64_t(limit) * mul >= (uint64_t(1) << 32)) break;
+    bool exact = true;
+    for (int x = 0; x < limit && exact; ++x) exact = int((uint64_t(x) * mul) >> shift) == x / d;
+    if (exact) return {uint32_t(mul), shift};
+  }
+  throw std::logic_error(fmt::format("mla_decode: no exact divider by {} below {}", d, limit));
+}
+
 // Byte selectors for v_perm_b32 (D.byte[i] = {S0, S1}.byte[sel.byte[i]], S1 = bytes 0-3).
 inline uint32_t sel(int b0, int b1, int b2, int b3) { return uint32_t(b0) | b1 << 8 | b2 << 16 | uint32_t(b3) << 24; }
 

@@ -51,19 +51,6 @@ namespace {
 // Raw buffer offset that no tile's num_records reaches (at most 32 rows x 1152 bytes).
 constexpr uint32_t kOutOfRange = 0x80000000u;
 
-// c / C as (c * mul) >> shift, exact for c < limit, with c * mul < 2^32 and mul < 2^24
-// (v_mul_u32_u24). Throws if no shift works.
-std::pair<uint32_t, int> chunk_divider(int C, int limit) {
-  for (int shift = 8; shift < 32; ++shift) {
-    const uint64_t mul = ((uint64_t(1) << shift) + uint64_t(C) - 1) / uint64_t(C);
-    if (mul >= (1u << 24) || uint64_t(limit) * mul >= (uint64_t(1) << 32)) break;
-    bool exact = true;
-    for (int c = 0; c < limit && exact; ++c) exact = int((uint64_t(c) * mul) >> shift) == c / C;
-    if (exact) return {uint32_t(mul), shift};
-  }
-  throw std::logic_error(fmt::format("mla_decode: no exact divider by {} below {}", C, limit));
-}
-
 class DmaProducer {
  public:
   DmaProducer(Kernel& k, int index)
@@ -102,7 +89,7 @@ class DmaProducer {
   // Scattered rows: p_chunk_index{j} = {page id (set per tile), (token % page) * R + 16 * chunk},
   // and p_chunk_source{j} = 4 * the lane of the page-id vector holding the token's (63: none).
   void chunk_offsets() {
-    const auto [mul, shift] = chunk_divider(C, 64 * L);
+    const auto [mul, shift] = exact_divider(C, 64 * L);
     VReg c = ra.vgpr(1, "p_chunk"), t = ra.vgpr(1, "p_chunk_token"), q = ra.vgpr(1, "p_chunk_part");
     VReg oob = ra.vgpr(1, "p_out_of_range");
     b.v_mov_b32(oob, Imm(scattered ? 4 * 63 : int64_t(kOutOfRange)));

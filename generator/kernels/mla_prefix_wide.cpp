@@ -53,19 +53,6 @@ constexpr uint8_t kRegionA = 1, kRegionB = 2, kRegionFirst = 4;
 constexpr int kBlocks = 3;       // row blocks per wave
 constexpr int kWaveRows = 48;
 
-// (mul, shift) with (x * mul) >> shift == x / d for every x < limit (v_mul_u32_u24: mul < 2^24,
-// x * mul < 2^32).
-std::pair<uint32_t, int> divider(int d, int limit) {
-  for (int shift = 8; shift < 32; ++shift) {
-    const uint64_t mul = ((uint64_t(1) << shift) + uint64_t(d) - 1) / uint64_t(d);
-    if (mul >= (1u << 24) || uint64_t(limit) * mul >= (uint64_t(1) << 32)) break;
-    bool exact = true;
-    for (int x = 0; x < limit && exact; ++x) exact = int((uint64_t(x) * mul) >> shift) == x / d;
-    if (exact) return {uint32_t(mul), shift};
-  }
-  throw std::logic_error(fmt::format("mla_prefix_wide: no exact divider by {} below {}", d, limit));
-}
-
 class Wide {
  public:
   explicit Wide(Kernel& k)
@@ -148,7 +135,7 @@ class Wide {
     constexpr int kPieces = kWaveRows * kMlaDim / 16, kBatch = 9;
     const int rounds = kPieces / 64;
     static_assert(kPieces % 64 == 0, "the wave's Q pieces fill whole rounds");
-    const auto [mul, shift] = divider(kMlaDim / 16, kPieces);
+    const auto [mul, shift] = exact_divider(kMlaDim / 16, kPieces);
     VReg stage = ra.vgpr(4 * kBatch, "w_q_stage", 4), laddr = ra.vgpr(kBatch, "w_q_lds");
     VReg p = ra.vgpr(1, "w_q_piece"), row = ra.vgpr(1, "w_q_row"), goff = ra.vgpr(1, "w_q_off");
     for (int r0 = 0; r0 < rounds; r0 += kBatch) {
@@ -221,7 +208,7 @@ class Wide {
   // image read nothing) and their M0 offsets 1024 L.
   void dma_setup() {
     const int C = E / 16, chunks = 16 * C;
-    const auto [mul, shift] = divider(C, 64 * kLoadsPerSubSlot);
+    const auto [mul, shift] = exact_divider(C, 64 * kLoadsPerSubSlot);
     VReg c = ra.vgpr(1, "w_dma_chunk"), t = ra.vgpr(1, "w_dma_token"), q = ra.vgpr(1, "w_dma_part"), oob = ra.vgpr(1, "w_dma_oob");
     SReg L = ra.sgpr(1, "w_dma_load");
     b.v_mov_b32(oob, Imm(int64_t(kOutOfRange)));
