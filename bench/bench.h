@@ -252,6 +252,34 @@ struct PlanSide {
   nlohmann::json to_json() const;
 };
 
+// What reading a group's prefix once costs at the least, on the machine model (bench/bound.cpp,
+// docs/shared-prefix.md "What reading the prefix once costs"): a lower bound, modeled.
+struct OneReadInputs {
+  double prefix_tokens = 0;        // the group's shared tokens (whole tiles)
+  int rows = 0;                    // R = members x qseqlen x heads
+  double distinct_kv_bytes = 0;    // the batch's distinct KV (the prefix once)
+  double prefix_kv_bytes = 0;      // the prefix's KV, once
+  double partial_row_bytes = 0;    // a prefix partial row: 512 x o element bytes + 4 (lse)
+  double macs_per_row_token = 0;   // 576 (QK) + 512 (PV)
+  double macs_per_cu_clock = 0;    // 4 SIMDs x best_macs_per_simd_clock
+};
+struct OneReadBound {
+  std::string basis;          // the MFMA rate taken: "best fp8 MFMA, always busy" or the kernel's hot loop
+  double kv_ratio = 1;        // CU-side KV reads allowed, over the distinct bytes
+  double pair_fraction = 0;   // of the prefix tiles, read twice by CU pairs of R / 2 rows
+  double mfma_work_cu_s = 0;  // the prefix's MFMA work at the best rate, CU-seconds
+  int cus = 0;                // CUs with prefix work at the bound
+  double splits = 0;          // prefix splits there (each writes R partial rows)
+  double compute_s = 0, hbm_s = 0, reduce_s = 0, total_s = 0;
+  // Whether O^T of the R rows (f32, 512 columns) fits one CU's registers at all: if not, no
+  // workgroup holds the rows and kv_ratio 1 is out of reach whatever the time.
+  bool o_fits_registers = true;
+  nlohmann::json to_json() const;
+};
+// The target's most MACs per SIMD clock over its fp8 MFMAs (fp8) or bf16 MFMAs.
+double best_macs_per_simd_clock(rt::Target t, bool fp8);
+OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv_ratio, std::string basis);
+
 // The shape's prefix group priced both ways: the per-request plan (ShapeResult's) and the
 // planner's full-scale cascade plan, with the prefix kernel's own facts fitted from scaled
 // emulator runs of one-group problems (cascade = always).
@@ -267,6 +295,10 @@ struct CascadeResult {
   HotLoop hot;                   // the prefix kernel's hot loop (static)
   double tile_mem_cycles = 0, coissue_over_mem = 0;
   double mfma_busy = 0;          // matrix-pipe cycles / (co-issue + ring stall) per tile (modeled)
+  // The least modeled layer time of any plan reading the prefix once (kv_ratio 1) and within
+  // 1.10x of the distinct KV (the issue's criterion), and the same with the MFMA forms and
+  // busy fraction this prefix kernel has (modeled: lower bounds, docs/shared-prefix.md).
+  std::vector<OneReadBound> one_read;
   // With the per-request side at full scale (--full-scale-tokens): the exact cascade plan
   // emulated end to end once, its counters beside the extrapolated ones of `cascade`.
   std::optional<RunSample> full_scale;

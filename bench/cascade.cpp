@@ -71,6 +71,8 @@ nlohmann::json CascadeResult::to_json() const {
   j["cascade_side_forced_policy_always"] = forced;
   j["per_request"] = per_request.to_json();
   j["cascade"] = cascade.to_json();
+  j["one_read_bounds"] = nlohmann::json::array();
+  for (const auto& b : one_read) j["one_read_bounds"].push_back(b.to_json());
   j["prefix_fit_max_relative_residual"] = fit_residual;
   j["reduce_fit_max_relative_residual"] = reduce_fit_residual;
   j["prefix_kernel_facts"] = {{"read_per_unit", facts.read_per_unit},
@@ -291,6 +293,28 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   double kv_distinct = 0;
   for (int len : bs.kv_lens) kv_distinct += double(len) * rt::kQkDim * kvb;
   kv_distinct -= double(group.count - 1) * group.shared_tokens * rt::kQkDim * kvb;
+
+  // Lower bounds on any plan that reads the prefix once (or within 1.10x), modeled.
+  {
+    OneReadInputs in1;
+    in1.prefix_tokens = double(c.decision.group.shared_tokens);
+    in1.rows = group.count * s.qseqlen * s.heads;
+    in1.distinct_kv_bytes = kv_distinct;
+    in1.prefix_kv_bytes = in1.prefix_tokens * rt::kQkDim * kvb;
+    in1.partial_row_bytes = double(rt::kVDim) * pk.launch.partial_o_bytes + 4;
+    in1.macs_per_row_token = double(rt::kQkDim + rt::kVDim);
+    in1.macs_per_cu_clock = 4 * best_macs_per_simd_clock(s.target, s.q_dtype == rt::DType::fp8);
+    c.one_read.push_back(one_read_bound(m, in1, 1.0, "best MFMA, always busy"));
+    c.one_read.push_back(one_read_bound(m, in1, 1.10, "best MFMA, always busy"));
+    // A kernel holding every row with this kernel's MFMA forms always busy, and one issuing per
+    // row as this kernel's hot loop does (cycles per block-tile).
+    for (const auto& [cycles, what] : {std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
+                                       std::pair{f.hot_loop_cycles / bpw, "this kernel's hot loop"}})
+      for (double ratio : {1.0, 1.10}) {
+        in1.macs_per_cu_clock = 4 * 16.0 * T * in1.macs_per_row_token / cycles;
+        c.one_read.push_back(one_read_bound(m, in1, ratio, fmt::format("{:.0f} cycles per block-tile ({})", cycles, what)));
+      }
+  }
 
   // Per-request side: ShapeResult's plan and model.
   PlanSide& a = c.per_request;

@@ -59,9 +59,12 @@ std::string decode_asm_for(const rt::DecodeShape& s) {
 
 std::string prefix_asm_for(const rt::DecodeShape& s) {
   auto cfg = gen::parse_config(config_text(s), "mlabench.json");
+  // The prefix kernel the shape selects: the default one or the wide one (s.prefix_rows), as
+  // rt::Catalog::select does; the first prefix spec of the config is the default one.
   for (const auto& spec : cfg.kernels)
-    if (spec.kind == gen::KernelKind::MlaPrefix) return gen::compile_kernel(spec).asm_text;
-  throw std::runtime_error("mlabench: no prefix kernel for " + s.describe());
+    if (spec.kind == gen::KernelKind::MlaPrefix && spec.prefix_rows == s.prefix_rows)
+      return gen::compile_kernel(spec).asm_text;
+  throw std::runtime_error(fmt::format("mlabench: no prefix kernel of prefix_rows {} for {}", s.prefix_rows, s.describe()));
 }
 
 // workgroups_per_cu: 0 plans as the runtime does (the kernel's occupancy); the scaled runs use 1

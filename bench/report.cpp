@@ -71,6 +71,21 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
                        p->total_s * 1e6, p->bound);
     }
   }
+  s += "\nWhat reading the prefix once costs at the least (**modeled** lower bound, bench/bound.cpp, docs/shared-prefix.md): "
+       "every prefix row of a split on one CU (a fraction f of the prefix on CU pairs of half the rows, read twice, where "
+       "the reads may reach 1.10x), the MFMA work at the rate named, balanced over n CUs, each split writing its rows' "
+       "partials that the reduce reads back; Q, O, page ids and the unique parts cost nothing. Layer = 2 launches + unit "
+       "fill + max(MFMA work / n, HBM bytes / bandwidth) + partials / bandwidth, least over n.\n\n"
+       "| shape | prefix kernel | MFMA rate | KV read / distinct at most | f | CUs n | splits | MFMA / n us | HBM us | reduce us | "
+       "**modeled** layer at least us | O^T of the rows fits a CU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r)
+    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
+      if (!cr) continue;
+      for (const auto& b : cr->one_read)
+        s += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | **{:.1f}** | {} |\n", x.shape.name,
+                         cr->prefix_kernel, b.basis, b.kv_ratio, b.pair_fraction, b.cus, b.splits, b.compute_s * 1e6,
+                         b.hbm_s * 1e6, b.reduce_s * 1e6, b.total_s * 1e6, b.o_fits_registers ? "yes" : "no");
+    }
   bool full = false;
   for (const auto& x : r) full = full || (x.cascade && x.cascade->full_scale);
   if (full) {

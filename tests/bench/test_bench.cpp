@@ -434,8 +434,88 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     // balancing tokens alone left it at 1.24). c24's 288 rows issue more than its floor even
     // spread evenly (modeled ~24 us of issue per CU against a ~20 us floor).
     if (r.shape.shared->count == 16) CHECK(b.prefix.decode_s <= 1.15 * b.prefix.hbm_floor_s);
+    // The bounds on reading the prefix once are below or at what the kernels' own rates give.
+    REQUIRE(c.one_read.size() == 6);
+    // [0], [1]: the best MFMA at 1.00x and 1.10x; then this kernel's MFMA forms and its hot loop.
+    for (size_t i = 2; i < c.one_read.size(); ++i) CHECK(c.one_read[i].total_s > c.one_read[i % 2].total_s);
+    CHECK(c.one_read[1].total_s <= c.one_read[0].total_s);
+    CHECK(c.one_read[0].o_fits_registers == (r.shape.shared->count == 16));  // 192 rows fit a CU, 288 do not
   }
   CHECK(shapes == 4);
+}
+
+TEST_CASE("bench: the wide prefix kernel is priced with its own assembly and catalog figures") {
+  int wide = 0;
+  for (const auto& r : seed_results()) {
+    if (!r.cascade_wide) continue;
+    ++wide;
+    const CascadeResult& c = *r.cascade_wide;
+    INFO(r.shape.name << ": " << c.prefix_kernel);
+    CHECK(c.prefix_kernel.ends_with("_r192"));
+    rt::DecodeShape s = r.shape.shape;
+    s.prefix_rows = 192;
+    const rt::Selection sel = catalog_for(s).select(s);
+    REQUIRE(sel.prefix);
+    REQUIRE(sel.prefix->name == c.prefix_kernel);
+    REQUIRE(sel.prefix->issue_model);
+    // The bench read the wide kernel's assembly (it once read the default kernel's: no bytes in
+    // flight, an infinite modeled time).
+    CHECK(sel.prefix->issue_model->producer_inflight_bytes == c.facts.inflight_bytes_per_wg);
+    CHECK(c.facts.inflight_bytes_per_wg > 0);
+    CHECK(sel.prefix->issue_model->wave_tile_cycles.back() == c.hot.coissue_cycles);  // its 3-block loop
+    CHECK(std::isfinite(c.cascade.total_s));
+    CHECK(c.facts.blocks_per_wave == 3);
+    // 192 rows per workgroup: K3 c16 reads every KV byte once.
+    if (r.shape.shared->count == 16) CHECK(c.cascade.kv_read == Approx(c.cascade.kv_distinct).epsilon(1e-9));
+  }
+  CHECK(wide == 2);  // K3 c16 and c24 at page 128 (no wide kernel at page 1)
+}
+
+// Hand-computed: W = 2400 tokens x 100 rows x 1 MAC / (1 MAC per clock x 2.4 GHz) = 100 CU-us;
+// a split's partials 100 x 600 B = 60 KB = 0.01 us at 6 TB/s; distinct KV 60 MB = 10 us. Per n:
+// 5 + 5 + 1 + max(100 / n, 10 + 0.01 n) + max(0.01 n, 1) us, least at n = 10: 22.1 us.
+TEST_CASE("bench: the one-read bound is the least layer time over the prefix CUs (by hand)") {
+  Machine m = machine_for(rt::Target::gfx950);
+  m.clock_hz = 2.4e9, m.hbm_bytes_per_s = 6e12, m.launch_s = 5e-6, m.unit_fill_s = 1e-6, m.cus = 256;
+  OneReadInputs in;
+  in.prefix_tokens = 2400, in.rows = 100, in.macs_per_row_token = 1, in.macs_per_cu_clock = 1;
+  in.distinct_kv_bytes = 60e6, in.prefix_kv_bytes = 30e6, in.partial_row_bytes = 600;
+  const OneReadBound b = one_read_bound(m, in, 1.0, "hand");
+  CHECK(b.basis == "hand");
+  CHECK(b.mfma_work_cu_s == Approx(100e-6));
+  CHECK(b.pair_fraction == 0);
+  CHECK(b.cus == 10);
+  CHECK(b.splits == 10);
+  CHECK(b.compute_s == Approx(10e-6));
+  CHECK(b.hbm_s == Approx(10.1e-6));
+  CHECK(b.reduce_s == Approx(1e-6));  // the reduce's fill floor: 0.1 us of partials
+  CHECK(b.total_s == Approx(22.1e-6));
+  // 1.25x reads: f = 0.25 x 60 / 30 = 0.5 of the prefix on CU pairs, 0.75 n splits: at n = 10,
+  // max(10, 10 + 0.075) + 1 + 11 = 22.075 us (n = 11: 10.0825 + 12 = 22.0825).
+  const OneReadBound p = one_read_bound(m, in, 1.25, "hand");
+  CHECK(p.pair_fraction == Approx(0.5));
+  CHECK(p.cus == 10);
+  CHECK(p.splits == Approx(7.5));
+  CHECK(p.total_s == Approx(22.075e-6));
+  CHECK(one_read_bound(m, in, 2.0, "hand").pair_fraction == 1);  // capped: all of the prefix read twice
+  // O^T of R rows in f32 is R x 2 KiB: 256 rows fill a CU's 4 x 512 x 64 x 4 B of registers exactly.
+  in.rows = 256;
+  CHECK(one_read_bound(m, in, 1.0, "hand").o_fits_registers);
+  in.rows = 257;
+  CHECK_FALSE(one_read_bound(m, in, 1.0, "hand").o_fits_registers);
+  CHECK_THROWS_WITH(one_read_bound(m, in, 0.9, "hand"), Catch::Contains("kv_ratio 0.9"));
+  in.rows = 0;
+  CHECK_THROWS_WITH(one_read_bound(m, in, 1.0, "hand"), Catch::Contains("rows 0"));
+}
+
+// MACs per SIMD clock = m n k / (4 x passes), passes from the target description (LLVM's
+// schedule model, docs/hazards.md): gfx950 16x16x128 f8f6f4 8 passes, 16x16x32 bf16 4 passes;
+// gfx942 16x16x32 fp8 4 passes, 16x16x16 bf16 4 passes.
+TEST_CASE("bench: the best MFMA rate per target and operand type") {
+  CHECK(best_macs_per_simd_clock(rt::Target::gfx950, true) == 16 * 16 * 128 / 32);
+  CHECK(best_macs_per_simd_clock(rt::Target::gfx950, false) == 16 * 16 * 32 / 16);
+  CHECK(best_macs_per_simd_clock(rt::Target::gfx942, true) == 16 * 16 * 32 / 16);
+  CHECK(best_macs_per_simd_clock(rt::Target::gfx942, false) == 16 * 16 * 16 / 16);
 }
 
 TEST_CASE("bench: at full scale the cascade plan is emulated end to end, and its counters match the extrapolation") {
