@@ -40,8 +40,11 @@ struct DispatchOptions {
   //   check_hazards   manually inserted wait states (hazards.cpp)
   //   check_lds_race  two waves touch the same LDS bytes with no barrier between
   //   check_lds_dma   LDS bytes written by an outstanding LDS-DMA load touched before its vmcnt
+  //   check_lds_uninit  an LDS byte read before any write of the workgroup (LDS is not
+  //                   initialised when a workgroup starts: it holds what an earlier one left)
   bool check_waitcnt = true, check_hazards = true, check_lds_race = true, check_lds_dma = true;
-  // Relaxed mode: a violation of one of the four rules above is recorded in
+  bool check_lds_uninit = true;
+  // Relaxed mode: a violation of one of the five rules above is recorded in
   // Counters::findings, printed once per (rule, pc) as a warning on `warnings` (std::cerr when
   // null) and execution goes on (docs/emulator.md, "Relaxed mode", says what the registers
   // hold). Out-of-bounds accesses, unsupported instructions etc. stay errors.

@@ -146,6 +146,7 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     opts.check_waitcnt = o.value("check_waitcnt", true);
     opts.check_lds_race = o.value("check_lds_race", true);
     opts.check_lds_dma = o.value("check_lds_dma", true);
+    opts.check_lds_uninit = o.value("check_lds_uninit", true);
     opts.relaxed = o.value("relaxed", false);
     opts.per_workgroup = o.value("per_workgroup", false);
     if (ov.seed) opts.random_seed = *ov.seed;
@@ -154,6 +155,7 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     if (ov.no_waitcnt) opts.check_waitcnt = false;
     if (ov.no_race) opts.check_lds_race = false;
     if (ov.no_lds_dma) opts.check_lds_dma = false;
+    if (ov.no_lds_uninit) opts.check_lds_uninit = false;
     if (ov.relaxed) opts.relaxed = true;
     if (ov.per_workgroup) opts.per_workgroup = true;
     opts.dynamic_lds = o.value("dynamic_lds", 0u);

@@ -12,7 +12,7 @@ struct RunOverrides {
   std::string out_dir;
   std::optional<uint64_t> seed;
   std::optional<unsigned> quantum;
-  bool no_hazards = false, no_waitcnt = false, no_race = false, no_lds_dma = false, per_workgroup = false, trace = false;
+  bool no_hazards = false, no_waitcnt = false, no_race = false, no_lds_dma = false, no_lds_uninit = false, per_workgroup = false, trace = false;
   bool relaxed = false;  // report strict-check violations once per rule+pc on stderr and go on
 };
 

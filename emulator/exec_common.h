@@ -23,6 +23,7 @@ struct DispatchState {
   Workgroup* wg = nullptr;
   uint32_t epoch = 1;  // LDS epoch (bumped at every barrier release and workgroup start)
   std::vector<LdsShadow> shadow;
+  std::vector<uint8_t> lds_written;  // check_lds_uninit: 1 where the workgroup wrote the byte
   unsigned lds_size = 0;
   uint64_t wave_insts = 0;
   std::mt19937_64 rng;

@@ -240,6 +240,21 @@ uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
         break;
       }
   if (write) w.ctr->lds_write_bytes += n; else w.ctr->lds_read_bytes += n;
+  if (ds.opts.check_lds_uninit) {
+    // Every write marks its bytes, LDS-DMA lanes included (an out-of-range lane writes zeros:
+    // docs/emulator-provenance.md); a read of a byte no access of this workgroup wrote sees
+    // whatever an earlier workgroup on the CU left there.
+    uint8_t* mark = ds.lds_written.data() + addr;
+    if (write) {
+      std::memset(mark, 1, n);
+    } else if (const void* z = std::memchr(mark, 0, n)) {
+      w.violation("lds_uninit",
+                  fmt::format("LDS byte 0x{:x} is read before this workgroup wrote it (LDS is not initialised when a workgroup "
+                              "starts: it holds what an earlier workgroup left)",
+                              addr + uint32_t(static_cast<const uint8_t*>(z) - mark)),
+                  "the read sees zeros (the emulator clears LDS when a workgroup starts)");
+    }
+  }
   if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, write, ds.epoch);
   return ds.wg->lds.data() + addr;
 }
@@ -572,6 +587,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
     a->read_bytes = a->write_bytes = 0;
   }
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
+  if (opts.check_lds_uninit) ds.lds_written.assign(std::max(ds.lds_size, 1u), 0);
   g_dma.clear();
 
   Counters out;
@@ -599,6 +615,7 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
           wg.ctr.id[0] = gx; wg.ctr.id[1] = gy; wg.ctr.id[2] = gz;
           wg.ctr.waves = nwaves;
           std::fill(wg.lds.begin(), wg.lds.end(), 0);
+          std::fill(ds.lds_written.begin(), ds.lds_written.end(), 0);
           ds.epoch = ++epoch_counter;
           for (unsigned wi = 0; wi < nwaves; ++wi) {
             Wave& w = *wg.waves[wi];

@@ -36,13 +36,14 @@ int main(int argc, char** argv) {
   run->add_option("-o,--out", out_dir, "output directory for buffers (.npy) and counters.json (default: from the JSON or '.')");
   uint64_t seed = 0;
   unsigned quantum = 0;
-  bool no_hazards = false, no_waitcnt = false, no_race = false, no_lds_dma = false, per_wg = false, relaxed = false;
+  bool no_hazards = false, no_waitcnt = false, no_race = false, no_lds_dma = false, no_lds_uninit = false, per_wg = false, relaxed = false;
   run->add_option("--seed", seed, "random wave interleaving with this seed (0 = round robin)");
   run->add_option("--quantum", quantum, "instructions per wave turn (default 1)");
   run->add_flag("--no-hazard-check", no_hazards, "disable wait-state checks");
   run->add_flag("--no-waitcnt-check", no_waitcnt, "disable the waitcnt scoreboard");
   run->add_flag("--no-lds-race-check", no_race, "disable LDS race detection");
   run->add_flag("--no-lds-dma-check", no_lds_dma, "disable the check that LDS bytes of an outstanding LDS-DMA load are not touched");
+  run->add_flag("--no-lds-uninit-check", no_lds_uninit, "disable the check that no LDS byte is read before its workgroup wrote it");
   run->add_flag("--relaxed", relaxed,
                 "report each waitcnt/hazard/LDS-race/LDS-DMA violation once (per rule and pc) as a warning on stderr and go on; "
                 "out-of-bounds accesses and unsupported instructions stay errors (docs/emulator.md, 'Relaxed mode')");
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
       ov.no_waitcnt = no_waitcnt;
       ov.no_race = no_race;
       ov.no_lds_dma = no_lds_dma;
+      ov.no_lds_uninit = no_lds_uninit;
       ov.relaxed = relaxed;
       ov.per_workgroup = per_wg;
       ov.trace = trace;

@@ -7,9 +7,10 @@
 // - lane l of an LDS-DMA load writes its 16 bytes at M0 + inst_offset + 16 l (aiter's gfx950
 //   kernels run `buffer_load_dwordx4 offen lds` to the reference in the emulator:
 //   docs/aiter-oracle-forms.json);
-// - a raw buffer's lanes whose dwords lie past num_records read nothing from memory. What such a
-//   lane writes to LDS (zeros in the emulator) matters nowhere below: those lanes only fill the
-//   rows' pad chunks, a slot's guard or an absent tile's slot, which no wave reads.
+// - a raw buffer's lanes whose dwords lie past num_records read nothing from memory and write
+//   zeros to their LDS bytes (Triton's AMD lowering of masked loads to LDS relies on it). Those
+//   lanes fill the rows' pad chunks, a slot's guard and an absent tile's slot, which no wave
+//   reads, and the rows past a unit's end in its last tile (below), which the consumers read.
 //
 // A tile's T rows lie in one page, so they are contiguous in memory: one buffer resource per
 // tile, based at its first row, with num_records = its valid rows x row bytes. Its LDS image is
@@ -17,10 +18,12 @@
 // tile covers the image's chunks c = base_j + lane: token c / C, chunk c % C, a constant offset
 // per lane (p_chunk_offset{j}, set once); pad lanes, and the last load's lanes past the image
 // (they write the slot's guard, MlaGeometry::slot_bytes), get an offset past any tile and read
-// nothing. EXEC stays all ones. Rows past the unit's end are outside num_records: prefix units
-// hold whole tiles (the planner cuts the shared part to a multiple of the tile; a partial tile
-// would rely on out-of-range lanes writing zeros), and a tile past the end has num_records 0
-// and reads nothing, but is issued like the others so that every path counts the same loads.
+// nothing. EXEC stays all ones. Rows past the unit's end are outside num_records: a group's
+// prefix units hold whole tiles (the planner cuts the shared part to a multiple of the tile),
+// a member's unique part in the prefix launch ends inside its last tile, whose rows past the end
+// are zeros in LDS (their scores are masked, P = 0 meets V = 0, not stale bytes that may be NaN);
+// a tile past the end has num_records 0 and reads nothing, but is issued like the others so that
+// every path counts the same loads.
 //
 // Pages shorter than a tile (page 1 is vLLM's K3 layout) use the same chunk layout, but a tile's
 // rows are scattered over pages: the loads address a strided buffer over the whole cache (stride

@@ -185,6 +185,17 @@ TEST_CASE("relaxed: LDS-DMA bytes read before vmcnt hold the DMA's data", "[rela
     for (int k = 0; k < 4; ++k) CHECK(r.at(l, k) == 0xa000u + (16 + l * 16) / 4 + k);
 }
 
+TEST_CASE("relaxed: an LDS byte read before its workgroup wrote it reads zero", "[relaxed]") {
+  KernelOpts o;
+  o.lds = 1024;
+  for (Gfx g : kTargets) {
+    const std::string body = "  v_lshlrev_b32 v3, 2, v0\n  ds_read_b32 v20, v3\n  s_waitcnt lgkmcnt(0)\n";
+    auto r = twin(g, "uninit", body, "lds_uninit", 1, [](DispatchOptions& d) { d.check_lds_uninit = false; },
+                  std::vector<uint32_t>(256, 0), o);
+    for (int l = 0; l < 64; ++l) CHECK(r.at(l, 0) == 0u);
+  }
+}
+
 TEST_CASE("relaxed: LDS race between waves runs in the scheduler's order", "[relaxed]") {
   for (Gfx g : kTargets) {
     // Two waves exchange words through LDS with no barrier: thread t writes t at 4t, reads t^64.

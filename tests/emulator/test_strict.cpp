@@ -61,9 +61,10 @@ TEST_CASE("strict: waitcnt scoreboard", "[strict]") {
     // LDS returns in order.
     KernelOpts o;
     o.lds = 1024;
-    expect_clean(g, "lds_inorder", "  v_lshlrev_b32 v4, 2, v0\n  ds_read_b32 v20, v4\n  ds_read_b32 v21, v4 offset:256\n"
+    const std::string written = "  v_lshlrev_b32 v4, 2, v0\n  ds_write_b32 v4, v0\n  ds_write_b32 v4, v0 offset:256\n  s_waitcnt lgkmcnt(0)\n";
+    expect_clean(g, "lds_inorder", written + "  ds_read_b32 v20, v4\n  ds_read_b32 v21, v4 offset:256\n"
                                    "  s_waitcnt lgkmcnt(1)\n  v_mov_b32 v22, v20\n  s_waitcnt lgkmcnt(0)\n", o);
-    expect_error(g, "lds_missing", "  v_lshlrev_b32 v4, 2, v0\n  ds_read_b32 v20, v4\n  v_mov_b32 v22, v20\n", "waitcnt", "reads v20", o);
+    expect_error(g, "lds_missing", written + "  ds_read_b32 v20, v4\n  v_mov_b32 v22, v20\n", "waitcnt", "reads v20", o);
   }
 }
 
@@ -152,6 +153,42 @@ TEST_CASE("strict: LDS races between waves", "[strict]") {
         auto v = run_exchange(g, "race_fixed", "  s_waitcnt lgkmcnt(0)\n  s_barrier\n", opts);
         for (uint32_t t = 0; t < 128; ++t) CHECK(v[t] == (t ^ 64));
       }
+    }
+  }
+}
+
+// LDS holds what an earlier workgroup left when a workgroup starts (clang rejects an initializer
+// for __shared__ memory; the emulator clears it, so only a rule can show the difference).
+TEST_CASE("strict: an LDS byte read before its workgroup wrote it", "[strict]") {
+  KernelOpts o;
+  o.lds = 1024;
+  for (Gfx g : kTargets) {
+    expect_error(g, "lds_unwritten", "  v_lshlrev_b32 v3, 2, v0\n  ds_read_b32 v20, v3\n  s_waitcnt lgkmcnt(0)\n", "lds_uninit",
+                 "LDS byte 0x0 is read before this workgroup wrote it", o);
+    expect_clean(g, "lds_written", "  v_lshlrev_b32 v3, 2, v0\n  ds_write_b32 v3, v0\n  s_waitcnt lgkmcnt(0)\n"
+                                   "  ds_read_b32 v20, v3\n  s_waitcnt lgkmcnt(0)\n", o);
+    // Byte by byte: 4 written bytes do not cover an 8-byte read (lane 0's bytes 4..7 come first).
+    expect_error(g, "lds_half_written", "  v_lshlrev_b32 v3, 3, v0\n  ds_write_b32 v3, v0\n  s_waitcnt lgkmcnt(0)\n"
+                                        "  ds_read_b64 v[20:21], v3\n  s_waitcnt lgkmcnt(0)\n", "lds_uninit", "LDS byte 0x4 is read", o);
+    // Each workgroup starts unwritten: workgroup 1 does not see workgroup 0's write.
+    const std::string tag = "lds_per_wg_" + std::string(gfx_name(g));
+    const std::string src = kernel_src(tag, g, R"(  v_lshlrev_b32 v1, 2, v0
+  s_cmp_eq_u32 s2, 0
+  s_cbranch_scc0 .Lread
+  ds_write_b32 v1, v0
+  s_waitcnt lgkmcnt(0)
+.Lread:
+  ds_read_b32 v3, v1
+  s_waitcnt lgkmcnt(0)
+  s_endpgm)", o);
+    const auto co = assemble(src, g, tag);
+    Device dev(g);
+    try {
+      dev.dispatch(co, tag, {2, 1, 1}, {64, 1, 1}, std::vector<uint8_t>(64, 0), DispatchOptions{});
+      FAIL("expected an 'lds_uninit' error in workgroup 1");
+    } catch (const Error& e) {
+      CHECK(e.rule == "lds_uninit");
+      CHECK(std::string(e.what()).find("workgroup (1,0,0)") != std::string::npos);
     }
   }
 }
