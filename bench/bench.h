@@ -262,12 +262,14 @@ struct OneReadInputs {
   double partial_row_bytes = 0;    // a prefix partial row: 512 x o element bytes + 4 (lse)
   double macs_per_row_token = 0;   // 576 (QK) + 512 (PV)
   double macs_per_cu_clock = 0;    // 4 SIMDs x best_macs_per_simd_clock
+  int launches = 2;                // the attention launch and the reduce's (1: a reduce merged into it, not built)
 };
 struct OneReadBound {
   std::string basis;          // the MFMA rate taken: "best fp8 MFMA, always busy" or the kernel's hot loop
   double kv_ratio = 1;        // CU-side KV reads allowed, over the distinct bytes
   double pair_fraction = 0;   // of the prefix tiles, read twice by CU pairs of R / 2 rows
   double mfma_work_cu_s = 0;  // the prefix's MFMA work at the best rate, CU-seconds
+  int launches = 2;           // OneReadInputs::launches
   int cus = 0;                // CUs with prefix work at the bound
   double splits = 0;          // prefix splits there (each writes R partial rows)
   double compute_s = 0, hbm_s = 0, reduce_s = 0, total_s = 0;

@@ -33,20 +33,22 @@ double best_macs_per_simd_clock(rt::Target t, bool fp8) {
 // of the rows each (read twice), the rest on CUs that hold all R rows (read once). With n CUs
 // doing prefix work balanced per CU, the splits are n (1 - f / 2) (a pair is one split on two
 // CUs), each writing R partial rows that the reduce reads back. Per n, the layer costs at least
-//   2 launches + unit fill + max(MFMA work / n, HBM bytes / bandwidth) + partials / bandwidth
+//   launches + unit fill + max(MFMA work / n, HBM bytes / bandwidth) + partials / bandwidth
 // where the MFMA work runs at the rate given (the target's best MFMA with every slot busy, or a
 // kernel's hot loop) and the HBM bytes are the distinct KV + the partials: as in the model
 // (machine.cpp), a pair's second read is an L2 hit. Q, O, page ids and the unique parts' CUs
 // are left out, which only lowers it. The bound is the least of these over n = 1..CUs.
 OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv_ratio, std::string basis) {
   if (in.rows <= 0 || in.prefix_tokens <= 0 || in.distinct_kv_bytes <= 0 || in.prefix_kv_bytes <= 0 ||
-      in.partial_row_bytes <= 0 || in.macs_per_cu_clock <= 0 || kv_ratio < 1)
+      in.partial_row_bytes <= 0 || in.macs_per_cu_clock <= 0 || in.launches < 1 || kv_ratio < 1)
     throw std::invalid_argument(fmt::format(
-        "one_read_bound: rows {}, prefix_tokens {}, distinct {}, prefix {}, partial row {}, MACs per clock {}, kv_ratio {} "
-        "(allowed: all > 0, kv_ratio >= 1)",
-        in.rows, in.prefix_tokens, in.distinct_kv_bytes, in.prefix_kv_bytes, in.partial_row_bytes, in.macs_per_cu_clock, kv_ratio));
+        "one_read_bound: rows {}, prefix_tokens {}, distinct {}, prefix {}, partial row {}, MACs per clock {}, launches {}, "
+        "kv_ratio {} (allowed: all > 0, launches >= 1, kv_ratio >= 1)",
+        in.rows, in.prefix_tokens, in.distinct_kv_bytes, in.prefix_kv_bytes, in.partial_row_bytes, in.macs_per_cu_clock,
+        in.launches, kv_ratio));
   OneReadBound b;
   b.basis = std::move(basis);
+  b.launches = in.launches;
   const auto& tgt = gen::target(m.target == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
   const double cu_register_bytes = 4.0 * tgt.unified_vgprs * 64 * 4;  // 4 SIMDs x 512 registers x 64 lanes x 4 B
   b.o_fits_registers = double(in.rows) * rt::kVDim * 4 <= cu_register_bytes;
@@ -59,7 +61,7 @@ OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv
     const double partials = splits * in.rows * in.partial_row_bytes;
     const double compute = b.mfma_work_cu_s / n, hbm = (in.distinct_kv_bytes + partials) / m.hbm_bytes_per_s;
     const double reduce = std::max(partials / m.hbm_bytes_per_s, m.unit_fill_s);
-    const double t = 2 * m.launch_s + m.unit_fill_s + std::max(compute, hbm) + reduce;
+    const double t = in.launches * m.launch_s + m.unit_fill_s + std::max(compute, hbm) + reduce;
     if (t < b.total_s) b.cus = n, b.splits = splits, b.compute_s = compute, b.hbm_s = hbm, b.reduce_s = reduce, b.total_s = t;
   }
   return b;
@@ -68,7 +70,7 @@ OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv
 nlohmann::json OneReadBound::to_json() const {
   return {{"basis", basis},
           {"kv_ratio", kv_ratio},           {"pair_fraction", pair_fraction}, {"mfma_work_cu_us", mfma_work_cu_s * 1e6},
-          {"cus", cus},                     {"splits", splits},               {"compute_us", compute_s * 1e6},
+          {"launches", launches},           {"cus", cus},                     {"splits", splits},               {"compute_us", compute_s * 1e6},
           {"hbm_us", hbm_s * 1e6},          {"o_fits_registers", o_fits_registers},          {"reduce_us", reduce_s * 1e6},    {"modeled_total_us", total_s * 1e6},
           {"modeled", "lower bound of the machine model (docs/shared-prefix.md), not a measurement"}};
 }

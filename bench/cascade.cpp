@@ -314,6 +314,12 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
         in1.macs_per_cu_clock = 4 * 16.0 * T * in1.macs_per_row_token / cycles;
         c.one_read.push_back(one_read_bound(m, in1, ratio, fmt::format("{:.0f} cycles per block-tile ({})", cycles, what)));
       }
+    // The lever the bound leaves: the reduce merged into the attention launch (one launch), at
+    // the MFMA forms always busy (not built: docs/shared-prefix.md).
+    in1.macs_per_cu_clock = 4 * 16.0 * T * in1.macs_per_row_token / (c.hot.mfma_cycles / bpw);
+    in1.launches = 1;
+    c.one_read.push_back(one_read_bound(
+        m, in1, 1.0, fmt::format("{:.0f} cycles per block-tile, the reduce in the attention launch (not built)", c.hot.mfma_cycles / bpw)));
   }
 
   // Per-request side: ShapeResult's plan and model.

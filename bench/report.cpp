@@ -75,7 +75,8 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "every prefix row of a split on one CU (a fraction f of the prefix on CU pairs of half the rows, read twice, where "
        "the reads may reach 1.10x), the MFMA work at the rate named, balanced over n CUs, each split writing its rows' "
        "partials that the reduce reads back; Q, O, page ids and the unique parts cost nothing. Layer = 2 launches + unit "
-       "fill + max(MFMA work / n, HBM bytes / bandwidth) + partials / bandwidth, least over n.\n\n"
+       "fill + max(MFMA work / n, HBM bytes / bandwidth) + partials / bandwidth, least over n (one launch fewer where the "
+       "reduce is merged into the attention launch).\n\n"
        "| shape | prefix kernel | MFMA rate | KV read / distinct at most | f | CUs n | splits | MFMA / n us | HBM us | reduce us | "
        "**modeled** layer at least us | O^T of the rows fits a CU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r)

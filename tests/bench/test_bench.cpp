@@ -435,9 +435,12 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     // spread evenly (modeled ~24 us of issue per CU against a ~20 us floor).
     if (r.shape.shared->count == 16) CHECK(b.prefix.decode_s <= 1.15 * b.prefix.hbm_floor_s);
     // The bounds on reading the prefix once are below or at what the kernels' own rates give.
-    REQUIRE(c.one_read.size() == 6);
-    // [0], [1]: the best MFMA at 1.00x and 1.10x; then this kernel's MFMA forms and its hot loop.
-    for (size_t i = 2; i < c.one_read.size(); ++i) CHECK(c.one_read[i].total_s > c.one_read[i % 2].total_s);
+    REQUIRE(c.one_read.size() == 7);
+    // [0], [1]: the best MFMA at 1.00x and 1.10x; then this kernel's MFMA forms and its hot loop;
+    // [6]: the MFMA forms with one launch (the reduce merged): [2] less one launch exactly.
+    for (size_t i = 2; i < 6; ++i) CHECK(c.one_read[i].total_s > c.one_read[i % 2].total_s);
+    CHECK(c.one_read[6].launches == 1);
+    CHECK(c.one_read[6].total_s == Approx(c.one_read[2].total_s - machine_for(r.shape.shape.target).launch_s).epsilon(1e-12));
     CHECK(c.one_read[1].total_s <= c.one_read[0].total_s);
     CHECK(c.one_read[0].o_fits_registers == (r.shape.shared->count == 16));  // 192 rows fit a CU, 288 do not
   }
@@ -490,6 +493,12 @@ TEST_CASE("bench: the one-read bound is the least layer time over the prefix CUs
   CHECK(b.hbm_s == Approx(10.1e-6));
   CHECK(b.reduce_s == Approx(1e-6));  // the reduce's fill floor: 0.1 us of partials
   CHECK(b.total_s == Approx(22.1e-6));
+  CHECK(b.launches == 2);
+  OneReadInputs one = in;
+  one.launches = 1;
+  CHECK(one_read_bound(m, one, 1.0, "hand").total_s == Approx(17.1e-6));  // one launch of 5 us fewer
+  one.launches = 0;
+  CHECK_THROWS_WITH(one_read_bound(m, one, 1.0, "hand"), Catch::Contains("launches 0"));
   // 1.25x reads: f = 0.25 x 60 / 30 = 0.5 of the prefix on CU pairs, 0.75 n splits: at n = 10,
   // max(10, 10 + 0.075) + 1 + 11 = 22.075 us (n = 11: 10.0825 + 12 = 22.0825).
   const OneReadBound p = one_read_bound(m, in, 1.25, "hand");
