@@ -37,6 +37,14 @@ std::vector<SameBytesGroup> same_bytes_groups(const std::vector<ShapeResult>& r)
 namespace {
 // Shapes with a prefix group: the per-request plan and the cascade plan side by side, the
 // planner's word, and the prefix kernel's hot loop.
+// Each shape's cascade results: the default prefix kernel's, then the wide one's where it ran.
+template <class F>
+void for_each_cascade(const std::vector<ShapeResult>& r, F f) {
+  for (const auto& x : r)
+    for (const auto* c : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr})
+      if (c) f(x, *c);
+}
+
 std::string cascade_markdown(const std::vector<ShapeResult>& r) {
   std::string s;
   bool any = false;
@@ -79,14 +87,12 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "reduce is merged into the attention launch).\n\n"
        "| shape | prefix kernel | MFMA rate | KV read / distinct at most | f | CUs n | splits | MFMA / n us | HBM us | reduce us | "
        "**modeled** layer at least us | O^T of the rows fits a CU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& x : r)
-    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
-      if (!cr) continue;
-      for (const auto& b : cr->one_read)
-        s += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | **{:.1f}** | {} |\n", x.shape.name,
-                         cr->prefix_kernel, b.basis, b.kv_ratio, b.pair_fraction, b.cus, b.splits, b.compute_s * 1e6,
-                         b.hbm_s * 1e6, b.reduce_s * 1e6, b.total_s * 1e6, b.o_fits_registers ? "yes" : "no");
-    }
+  for_each_cascade(r, [&](const ShapeResult& x, const CascadeResult& c) {
+    for (const auto& b : c.one_read)
+      s += fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | **{:.1f}** | {} |\n", x.shape.name,
+                       c.prefix_kernel, b.basis, b.kv_ratio, b.pair_fraction, b.cus, b.splits, b.compute_s * 1e6,
+                       b.hbm_s * 1e6, b.reduce_s * 1e6, b.total_s * 1e6, b.o_fits_registers ? "yes" : "no");
+  });
   bool full = false;
   for (const auto& x : r) full = full || (x.cascade && x.cascade->full_scale);
   if (full) {
@@ -108,35 +114,31 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
        "cascade / per request | prefix splits (row groups on one XCD) | prefix launch, worst CU: memory / issue (LDS incl.) / HBM "
        "floor us (**modeled**) |\n"
        "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& x : r)
-    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
-    if (!cr) continue;
-    const auto& d = cr->decision;
-    const ModeledTime& p = cr->cascade.prefix;
-    const PlanSide& c = cr->cascade;
+  for_each_cascade(r, [&](const ShapeResult& x, const CascadeResult& cr) {
+    const auto& d = cr.decision;
+    const ModeledTime& p = cr.cascade.prefix;
+    const PlanSide& c = cr.cascade;
     s += fmt::format("| {}{} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f} |\n",
-                     x.shape.name, cr == &*x.cascade ? "" : " (wide prefix kernel)", d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
+                     x.shape.name, &cr == &*x.cascade ? "" : " (wide prefix kernel)", d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
                      d.prefix_row_groups, d.cascade ? "yes" : "no", d.reason, d.cost_cascade, d.cost_per_request,
                      d.prefix_splits, c.row_group_bundles_one_xcd, c.row_group_bundles, p.max_cu_mem_s * 1e6,
                      p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
-  }
+  });
   s += "\nPrefix kernel hot loop per tile (static, generated .s; co-issue model **modeled**): matrix-pipe busy "
        "fraction = MFMA cycles / (co-issue + ring stall).\n\n| kernel | tile tokens | row blocks x consumers | "
        "instructions | MFMA / VALU / LDS / SALU | MFMA cycles | VALU cycles | co-issue cycles | + ring stall | MFMA "
        "busy (**modeled**) | tile memory cycles | (co-issue + stall) / (memory x waves / row blocks) |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<std::string, bool> seen;
-  for (const auto& x : r)
-    for (const auto* cr : {x.cascade ? &*x.cascade : nullptr, x.cascade_wide ? &*x.cascade_wide : nullptr}) {
-    if (!cr || seen[cr->prefix_kernel]) continue;
-    seen[cr->prefix_kernel] = true;
-    const auto& c = *cr;
+  for_each_cascade(r, [&](const ShapeResult&, const CascadeResult& c) {
+    if (seen[c.prefix_kernel]) return;
+    seen[c.prefix_kernel] = true;
     s += fmt::format("| {} | {} | {} x {} | {} | {} / {} / {} / {} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.2f} | {:.0f} | "
                      "{:.2f} |\n",
                      c.prefix_kernel, c.facts.tile_tokens, c.facts.row_blocks, c.facts.consumers, c.hot.insts.size(),
                      c.hot.mfma, c.hot.valu, c.hot.lds, c.hot.salu, c.hot.mfma_cycles, c.hot.valu_cycles,
                      c.hot.coissue_cycles, c.hot.ring_stall_cycles, c.mfma_busy, c.tile_mem_cycles, c.coissue_over_mem);
-  }
+  });
   return s;
 }
 }  // namespace

@@ -75,7 +75,7 @@ OpInfo make_mfma_op(const MfmaInfo& mi, Gfx, std::string_view name) {
   i.fn = exec_mfma;
   i.cls = InstClass::MFMA;
   i.ndst = 1;
-  i.kind = K_VALU | K_MFMA | (mi.xdl ? K_XDL : 0);
+  i.kind = K_VALU | K_MFMA | (mi.xdl ? uint32_t(K_XDL) : 0u);
   i.mfma = &mi;
   i.passes = uint8_t(mi.passes);
   return i;

@@ -771,7 +771,7 @@ void add_cmps64(const char* ty) {
     i.fn = h;
     i.cls = InstClass::VALU;
     i.ndst = 1;
-    i.kind = K_VALU | (X ? K_CMPX : 0);
+    i.kind = K_VALU | (X ? uint32_t(K_CMPX) : 0u);
     add_op(i);
   };
   reg("f", v_cmp64<C_F, T, X>);
@@ -794,7 +794,7 @@ void add_cmps(const char* ty) {
     i.fn = h;
     i.cls = InstClass::VALU;
     i.ndst = 1;
-    i.kind = K_VALU | (T == 2 ? K_FLOAT : 0) | (X ? K_CMPX : 0);
+    i.kind = K_VALU | (T == 2 ? uint32_t(K_FLOAT) : 0u) | (X ? uint32_t(K_CMPX) : 0u);
     add_op(i);
   };
   reg("f", v_cmp<C_F, T, X>);
