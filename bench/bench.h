@@ -278,6 +278,8 @@ struct OneReadBound {
   bool o_fits_registers = true;
   nlohmann::json to_json() const;
 };
+// OneReadBound::basis of the bounds at the target's best MFMA rate (they depend on the shape only).
+inline constexpr const char* kBestMfmaBasis = "best MFMA, always busy";
 // The target's most MACs per SIMD clock over its fp8 MFMAs (fp8) or bf16 MFMAs.
 double best_macs_per_simd_clock(rt::Target t, bool fp8);
 OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv_ratio, std::string basis);

@@ -304,8 +304,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     in1.partial_row_bytes = double(rt::kVDim) * pk.launch.partial_o_bytes + 4;
     in1.macs_per_row_token = double(rt::kQkDim + rt::kVDim);
     in1.macs_per_cu_clock = 4 * best_macs_per_simd_clock(s.target, s.q_dtype == rt::DType::fp8);
-    c.one_read.push_back(one_read_bound(m, in1, 1.0, "best MFMA, always busy"));
-    c.one_read.push_back(one_read_bound(m, in1, 1.10, "best MFMA, always busy"));
+    c.one_read.push_back(one_read_bound(m, in1, 1.0, kBestMfmaBasis));
+    c.one_read.push_back(one_read_bound(m, in1, 1.10, kBestMfmaBasis));
     // A kernel holding every row with this kernel's MFMA forms always busy, and one issuing per
     // row as this kernel's hot loop does (cycles per block-tile).
     for (const auto& [cycles, what] : {std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
