@@ -69,9 +69,17 @@ OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv
 
 nlohmann::json OneReadBound::to_json() const {
   return {{"basis", basis},
-          {"kv_ratio", kv_ratio},           {"pair_fraction", pair_fraction}, {"mfma_work_cu_us", mfma_work_cu_s * 1e6},
-          {"launches", launches},           {"cus", cus},                     {"splits", splits},               {"compute_us", compute_s * 1e6},
-          {"hbm_us", hbm_s * 1e6},          {"o_fits_registers", o_fits_registers},          {"reduce_us", reduce_s * 1e6},    {"modeled_total_us", total_s * 1e6},
+          {"kv_ratio", kv_ratio},
+          {"pair_fraction", pair_fraction},
+          {"mfma_work_cu_us", mfma_work_cu_s * 1e6},
+          {"launches", launches},
+          {"cus", cus},
+          {"splits", splits},
+          {"compute_us", compute_s * 1e6},
+          {"hbm_us", hbm_s * 1e6},
+          {"reduce_us", reduce_s * 1e6},
+          {"modeled_total_us", total_s * 1e6},
+          {"o_fits_registers", o_fits_registers},
           {"modeled", "lower bound of the machine model (docs/shared-prefix.md), not a measurement"}};
 }
 
