@@ -180,6 +180,8 @@ HotLoop analyze_hot_loop(const std::string& asm_text, rt::Target t, bool run_mca
 using gen::producer_inflight_bytes;
 // --trace-hot-loop: the steady iteration with each instruction's co-issue slot (stderr).
 void print_hot_loop(const std::string& kernel, const HotLoop& h);
+// The generator's target description of a runtime target (one table for the bench's facts).
+const gen::Target& gen_target(rt::Target t);
 double issue_cycles_of(const std::string& inst_line, rt::Target t);  // gen::issue_cycles_of
 
 // ---- Measurement ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@
 namespace mla::bench {
 
 double best_macs_per_simd_clock(rt::Target t, bool fp8) {
-  const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  const auto& tgt = gen_target(t);
   double best = 0;
   for (const auto& f : tgt.mfma) {
     const std::string_view n = f.mnemonic;
@@ -49,7 +49,7 @@ OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv
   OneReadBound b;
   b.basis = std::move(basis);
   b.launches = in.launches;
-  const auto& tgt = gen::target(m.target == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  const auto& tgt = gen_target(m.target);
   const double cu_register_bytes = 4.0 * tgt.unified_vgprs * 64 * 4;  // 4 SIMDs x 512 registers x 64 lanes x 4 B
   b.o_fits_registers = double(in.rows) * rt::kVDim * 4 <= cu_register_bytes;
   b.kv_ratio = kv_ratio;

@@ -308,15 +308,17 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     c.one_read.push_back(one_read_bound(m, in1, 1.10, kBestMfmaBasis));
     // A kernel holding every row with this kernel's MFMA forms always busy, and one issuing per
     // row as this kernel's hot loop does (cycles per block-tile).
+    // MACs per CU clock of 4 SIMDs each taking `cycles` per block-tile (16 rows x T tokens).
+    auto at_cycles = [&](double cycles) { return 4 * 16.0 * T * in1.macs_per_row_token / cycles; };
     for (const auto& [cycles, what] : {std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
                                        std::pair{f.hot_loop_cycles / bpw, "this kernel's hot loop"}})
       for (double ratio : {1.0, 1.10}) {
-        in1.macs_per_cu_clock = 4 * 16.0 * T * in1.macs_per_row_token / cycles;
+        in1.macs_per_cu_clock = at_cycles(cycles);
         c.one_read.push_back(one_read_bound(m, in1, ratio, fmt::format("{:.0f} cycles per block-tile ({})", cycles, what)));
       }
     // The lever the bound leaves: the reduce merged into the attention launch (one launch), at
     // the MFMA forms always busy (not built: docs/shared-prefix.md).
-    in1.macs_per_cu_clock = 4 * 16.0 * T * in1.macs_per_row_token / (c.hot.mfma_cycles / bpw);
+    in1.macs_per_cu_clock = at_cycles(c.hot.mfma_cycles / bpw);
     in1.launches = 1;
     c.one_read.push_back(one_read_bound(
         m, in1, 1.0, fmt::format("{:.0f} cycles per block-tile, the reduce in the attention launch (not built)", c.hot.mfma_cycles / bpw)));

@@ -12,7 +12,7 @@
 namespace mla::bench {
 
 Machine machine_for(rt::Target t) {
-  const auto& tgt = gen::target(t == rt::Target::gfx942 ? gen::Arch::gfx942 : gen::Arch::gfx950);
+  const auto& tgt = gen_target(t);
   Machine m;
   m.target = t;
   m.name = t == rt::Target::gfx942 ? "MI300X" : "MI355X";

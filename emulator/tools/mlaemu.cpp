@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   run->add_flag("--no-lds-dma-check", no_lds_dma, "disable the check that LDS bytes of an outstanding LDS-DMA load are not touched");
   run->add_flag("--no-lds-uninit-check", no_lds_uninit, "disable the check that no LDS byte is read before its workgroup wrote it");
   run->add_flag("--relaxed", relaxed,
-                "report each waitcnt/hazard/LDS-race/LDS-DMA violation once (per rule and pc) as a warning on stderr and go on; "
+                "report each waitcnt/hazard/LDS-race/LDS-DMA/LDS-uninit violation once (per rule and pc) as a warning on stderr and go on; "
                 "out-of-bounds accesses and unsupported instructions stay errors (docs/emulator.md, 'Relaxed mode')");
   run->add_flag("--per-workgroup", per_wg, "include per-workgroup counters");
   bool trace = false;
