@@ -132,6 +132,12 @@ struct KernelFacts {
   int blocks_per_wave = 1;
   std::vector<double> wave_tile_cycles, wave_tile_lds_cycles;
   double lds_write_cycles_per_tile = 0;
+  // A kernel whose waves stream the KV themselves (no producer: the wide prefix kernel) runs a
+  // prologue (Q and the ring's first slots, these bytes in flight per workgroup), its loop, and an
+  // epilogue (the partial stores): per unit, max(fill, its per-unit and per-row reads at the
+  // prologue's rate) + its tokens' reads beside its issue + its writes at the epilogue's rate,
+  // one unit after another (gen::kernel_phases_inflight). 0: not phased (everything overlaps).
+  double prologue_inflight_bytes_per_wg = 0, epilogue_inflight_bytes_per_wg = 0;
   // Fits of measured counters the report extrapolates (model_time does not use them).
   double kv_read_per_unit = 0, kv_read_per_token = 0;  // the kv buffer's global reads
   double macs_per_unit = 0, macs_per_token = 0;        // MFMA MACs issued
@@ -140,6 +146,7 @@ struct KernelFacts {
 struct ModeledTime {
   double total_s = 0, decode_s = 0, reduce_s = 0, launch_s = 0;
   double max_cu_mem_s = 0, max_cu_compute_s = 0, hbm_floor_s = 0;
+  double max_cu_phases_s = 0;  // a phased kernel's worst CU: its units' prologues and epilogues
   double per_cu_rate = 0;  // bytes/s one CU streams at (Little's law, port cap)
   std::string bound;       // "HBM", "in-flight (Little)", "issue", ...
   nlohmann::json to_json() const;

@@ -264,6 +264,11 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   const std::string text = prefix_asm_for(s);
   const bool consumer_dma = pk.geometry.value("consumer_dma", false);
   f.inflight_bytes_per_wg = producer_inflight_bytes(text, consumer_dma ? pk.launch.consumers : 0);
+  if (consumer_dma) {
+    const gen::KernelPhases ph = gen::kernel_phases_inflight(text, pk.launch.consumers);
+    f.prologue_inflight_bytes_per_wg = ph.prologue_load_bytes;
+    f.epilogue_inflight_bytes_per_wg = ph.epilogue_store_bytes;
+  }
   c.hot = analyze_hot_loop(text, s.target, o.run_mca);
   if (o.trace_hot_loop) print_hot_loop(pk.name, c.hot);
   c.hot.ring_stall_cycles =

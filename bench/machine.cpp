@@ -54,6 +54,7 @@ nlohmann::json ModeledTime::to_json() const {
           {"modeled_reduce_us", reduce_s * 1e6},   {"modeled_launch_us", launch_s * 1e6},
           {"max_cu_mem_us", max_cu_mem_s * 1e6},   {"max_cu_issue_us", max_cu_compute_s * 1e6},
           {"hbm_floor_us", hbm_floor_s * 1e6},     {"per_cu_bytes_per_s", per_cu_rate},
+          {"max_cu_phases_us", max_cu_phases_s * 1e6},
           {"bound", bound}};
 }
 
@@ -76,6 +77,16 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     throw std::invalid_argument("model_time_assigned: one CU per unit expected");
   const int C = m.cus;
   std::vector<double> bytes(C, 0), tiles(C, 0), idle_block_tiles(C, 0);
+  const bool phased = f.prologue_inflight_bytes_per_wg > 0;
+  if (phased && (f.epilogue_inflight_bytes_per_wg <= 0 || f.max_resident_wgs != 1))
+    throw std::invalid_argument(fmt::format("model_time_assigned: a phased kernel with {} epilogue bytes in flight and {} "
+                                            "resident workgroups (allowed: > 0 and 1)",
+                                            f.epilogue_inflight_bytes_per_wg, f.max_resident_wgs));
+  const auto little = [&](double inflight) {
+    return rt::modeled_cu_stream_rate(m.cu_port_bytes_per_clk, m.clock_hz, inflight, m.little_latency_s);
+  };
+  // Phased: per CU, the units' prologues and epilogues (seconds), which add to the stream.
+  std::vector<double> serial(C, 0);
   // Per CU: tiles x computing row blocks, by the unit's computing consumer waves (which set how
   // many SIMDs share its issue). Whole numbers: the sums are exact in any order.
   std::vector<std::map<int, double>> block_tiles(C);
@@ -91,7 +102,13 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
     const int c = cu_of_unit[i];
     if (c < 0 || c >= C) throw std::invalid_argument(fmt::format("model_time_assigned: unit {} on CU {} of {}", i, c, C));
     const double w = (u.partial ? f.write_partial_unit : f.write_final_unit) + f.write_partial_per_row * u.rows;
-    bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + f.read_per_row * u.rows + w;
+    if (phased) {
+      bytes[c] += f.read_per_token * double(u.tokens);
+      serial[c] += std::max(m.unit_fill_s, (f.read_per_unit + f.read_per_row * u.rows) / little(f.prologue_inflight_bytes_per_wg)) +
+                   w / little(f.epilogue_inflight_bytes_per_wg);
+    } else {
+      bytes[c] += f.read_per_unit + f.read_per_token * double(u.tokens) + f.read_per_row * u.rows + w;
+    }
     total += f.distinct_per_unit + f.distinct_per_token * double(u.tokens) * u.first_read + w;
     const double t = std::ceil(double(u.tokens) / f.tile_tokens);
     tiles[c] += t;
@@ -119,8 +136,7 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   for (int c = 0; c < C; ++c) {
     if (!n[c]) continue;
     const int resident = std::min(n[c], f.max_resident_wgs);
-    const double rate =
-        rt::modeled_cu_stream_rate(m.cu_port_bytes_per_clk, m.clock_hz, resident * f.inflight_bytes_per_wg, m.little_latency_s);
+    const double rate = little(resident * f.inflight_bytes_per_wg);
     const double mem = bytes[c] / rate;
     // Every tile passes through each computing row block's consumer (one 16-row block each), on
     // the SIMDs its computing consumers and resident neighbours occupy; LDS is per CU.
@@ -133,13 +149,15 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
       lds = wide_lds[c] / m.clock_hz;
     }
     const double issue = std::max(mfma, lds);
-    // Units on a CU run back to back (resident ones overlap their fill).
-    const double fill = m.unit_fill_s * std::ceil(double(n[c]) / resident);
+    // Units on a CU run back to back (resident ones overlap their fill; phased ones add their
+    // prologues and epilogues, the fill inside each prologue).
+    const double fill = phased ? serial[c] : m.unit_fill_s * std::ceil(double(n[c]) / resident);
     const double tc = fill + std::max(mem, issue);
     if (tc > worst) {
       worst = tc;
       t.max_cu_mem_s = mem;
       t.max_cu_compute_s = issue;
+      t.max_cu_phases_s = phased ? serial[c] : 0.0;
       t.per_cu_rate = rate;
     }
   }

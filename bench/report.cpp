@@ -115,17 +115,18 @@ std::string cascade_markdown(const std::vector<ShapeResult>& r) {
   s += "\nThe planner's word on each group (cost model, token-equivalents, docs/planner.md):\n\n"
        "| shape | group (first, count, shared) | row groups per member / prefix row groups | cascade | reason | cost "
        "cascade / per request | prefix splits (row groups on one XCD) | prefix launch, worst CU: memory / issue (LDS incl.) / HBM "
-       "floor us (**modeled**) |\n"
+       "floor us (**modeled**; + the phased kernel's prologues and epilogues) |\n"
        "|---|---|---|---|---|---|---|---|\n";
   for_each_cascade(r, [&](const ShapeResult& x, const CascadeResult& cr) {
     const auto& d = cr.decision;
     const ModeledTime& p = cr.cascade.prefix;
     const PlanSide& c = cr.cascade;
-    s += fmt::format("| {}{} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f} |\n",
+    s += fmt::format("| {}{} | {}, {}, {} | {} / {} | {} | {} | {:.0f} / {:.0f} | {} ({} of {}) | {:.1f} / {:.1f} / {:.1f}{} |\n",
                      x.shape.name, &cr == &*x.cascade ? "" : " (wide prefix kernel)", d.group.first, d.group.count, d.group.shared_tokens, d.row_groups,
                      d.prefix_row_groups, d.cascade ? "yes" : "no", d.reason, d.cost_cascade, d.cost_per_request,
                      d.prefix_splits, c.row_group_bundles_one_xcd, c.row_group_bundles, p.max_cu_mem_s * 1e6,
-                     p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6);
+                     p.max_cu_compute_s * 1e6, p.hbm_floor_s * 1e6,
+                     p.max_cu_phases_s > 0 ? fmt::format(" + {:.1f}", p.max_cu_phases_s * 1e6) : "");
   });
   s += "\nPrefix kernel hot loop per tile (static, generated .s; co-issue model **modeled**): matrix-pipe busy "
        "fraction = MFMA cycles / (co-issue + ring stall).\n\n| kernel | tile tokens | row blocks x consumers | "

@@ -242,6 +242,18 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
     }
     in.prefix_hbm_factor = num_cus * rate / im.hbm_bytes_per_s;
     in.prefix_unit_fill = im.unit_fill_s * rate / in.kv_bytes_per_token;
+    if (im.prologue_inflight_bytes > 0) {  // phased (no producer wave): Q and the partials apart from the stream
+      if (in.prefix_workgroups_per_cu != 1)
+        throw CatalogError(fmt::format("{}: a phased prefix kernel (issue_model.phases) at {} workgroups per CU "
+                                       "(allowed: 1)",
+                                       k.prefix->name, in.prefix_workgroups_per_cu));
+      const double q_rate = modeled_cu_stream_rate(im.cu_port_bytes_per_clk, im.clock_hz, im.prologue_inflight_bytes,
+                                                   im.little_latency_s);
+      const double store_rate = modeled_cu_stream_rate(im.cu_port_bytes_per_clk, im.clock_hz,
+                                                       im.epilogue_inflight_bytes, im.little_latency_s);
+      in.prefix_prologue_per_row = double(kQkDim * elem_bytes(k.q_dtype)) / q_rate * rate / in.kv_bytes_per_token;
+      in.prefix_store_factor = rate / store_rate;
+    }
   }
   return in;
 }

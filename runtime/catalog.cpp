@@ -68,6 +68,18 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
     }
     return out;
   };
+  double prologue = 0, epilogue = 0;
+  if (j.contains("phases") && !j.at("phases").is_null()) {
+    const json& ph = j.at("phases");
+    for (auto [name, out] : {std::pair<const char*, double*>{"prologue_inflight_bytes", &prologue},
+                             {"epilogue_inflight_bytes", &epilogue}}) {
+      const double v = ph.is_object() && ph.contains(name) && ph.at(name).is_number() ? ph.at(name).get<double>() : 0.0;
+      if (!(v > 0) || !std::isfinite(v))
+        throw CatalogError(fmt::format("{}: kernel {}: issue_model.phases.{} = {} (allowed: a finite number > 0)", file,
+                                       kernel, name, ph.is_object() && ph.contains(name) ? ph.at(name).dump() : "missing"));
+      *out = v;
+    }
+  }
   return IssueModel{.cycles_per_block_tile = field("cycles_per_block_tile"),
                     .lds_clocks_per_block_tile = field("lds_clocks_per_block_tile"),
                     .lds_clocks_per_tile = field("lds_clocks_per_tile"),
@@ -78,7 +90,9 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
                     .unit_fill_s = field("unit_fill_s"),
                     .hbm_bytes_per_s = field("hbm_bytes_per_s"),
                     .wave_tile_cycles = list("wave_tile_cycles"),
-                    .wave_tile_lds_clocks = list("wave_tile_lds_clocks")};
+                    .wave_tile_lds_clocks = list("wave_tile_lds_clocks"),
+                    .prologue_inflight_bytes = prologue,
+                    .epilogue_inflight_bytes = epilogue};
 }
 
 }  // namespace

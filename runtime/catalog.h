@@ -36,6 +36,11 @@ struct IssueModel {
   // One wave's tile with b = 1.. computing row blocks (kernels of several blocks per wave; empty
   // in catalogs written before the wide prefix kernel, which had one block per wave).
   std::vector<double> wave_tile_cycles, wave_tile_lds_clocks;
+  // A kernel whose waves stream the KV themselves (no producer wave) loads Q in a prologue and
+  // stores its partials in an epilogue, one after the other with its steady loop: the bytes in
+  // flight per workgroup in each (issue_model.phases; both 0 when it has none: Q and the
+  // partials overlap the producer's stream).
+  double prologue_inflight_bytes = 0, epilogue_inflight_bytes = 0;
 };
 
 // The modeled rate (bytes per second) at which one CU streams KV: its resident workgroups' bytes

@@ -42,7 +42,9 @@ void check_inputs(const PlanInputs& in) {
                          {"prefix_lds_per_block_tile", in.prefix_lds_per_block_tile},
                          {"prefix_lds_per_tile", in.prefix_lds_per_tile},
                          {"prefix_hbm_factor", in.prefix_hbm_factor},
-                         {"prefix_unit_fill", in.prefix_unit_fill}})
+                         {"prefix_unit_fill", in.prefix_unit_fill},
+                         {"prefix_prologue_per_row", in.prefix_prologue_per_row},
+                         {"prefix_store_factor", in.prefix_store_factor}})
     if (!(v >= 0) || !std::isfinite(v)) fail(fmt::format("{} = {} (allowed: a finite number >= 0)", name, v));
   if (in.prefix_blocks_per_wave < 1 || (in.prefix_blocks_per_wave > 1 &&
                                        (in.prefix_wave_tile_issue.size() != size_t(in.prefix_blocks_per_wave) ||
@@ -53,6 +55,11 @@ void check_inputs(const PlanInputs& in) {
   for (const auto* v : {&in.prefix_wave_tile_issue, &in.prefix_wave_tile_lds})
     for (double x : *v)
       if (!(x > 0) || !std::isfinite(x)) fail(fmt::format("a prefix wave-tile figure = {} (allowed: finite, > 0)", x));
+  if ((in.prefix_prologue_per_row > 0) != (in.prefix_store_factor > 0) ||
+      (in.prefix_store_factor > 0 && (in.prefix_workgroups_per_cu != 1 || !(in.prefix_issue_per_block_tile > 0))))
+    fail(fmt::format("prefix_prologue_per_row = {}, prefix_store_factor = {} with prefix_workgroups_per_cu = {} (allowed: "
+                     "both 0, or both > 0 with one prefix workgroup per CU and the issue model)",
+                     in.prefix_prologue_per_row, in.prefix_store_factor, in.prefix_workgroups_per_cu));
   if ((in.prefix_issue_per_block_tile > 0) != (in.prefix_hbm_factor > 0))
     fail(fmt::format("prefix_issue_per_block_tile = {} and prefix_hbm_factor = {} (allowed: both > 0, the prefix "
                      "launch's issue model, or both 0, none)",
@@ -230,6 +237,9 @@ struct UnitCost {
   const PlanInputs* in = nullptr;  // several blocks per wave: tile_issue_and_lds
   double lds = 0;  // the CU's LDS time: tiles x (the producer's write + computing blocks' reads)
   double hbm = 0;  // what it moves from HBM: a prefix split's tokens once for its G row groups
+  // A phased prefix kernel (PlanInputs::prefix_store_factor > 0): its prologue (the unit fill or
+  // its Q rows' loads, the larger) and its partial stores, which run before and after its stream.
+  double serial = 0;
   double issue(int resident) const {
     if (in && in->prefix_blocks_per_wave > 1) return tiles * tile_issue_and_lds(*in, blocks, resident).first;
     return block_tiles / std::min(4, blocks * resident);
@@ -242,6 +252,10 @@ UnitCost unit_cost(const Launch& L, const Raw& x) {
   const double writes = x.rows * row_bytes / in.kv_bytes_per_token;
   c.mem = x.tokens + writes;
   if (!issue_modeled(L)) return c;
+  if (in.prefix_store_factor > 0) {
+    c.mem = x.tokens;
+    c.serial = std::max(in.prefix_unit_fill, x.rows * in.prefix_prologue_per_row) + writes * in.prefix_store_factor;
+  }
   c.blocks = (x.rows + 15) / 16;
   const double tiles = std::ceil(double(x.tokens) / in.tile_tokens);
   c.block_tiles = tiles * c.blocks * in.prefix_issue_per_block_tile;
@@ -253,7 +267,9 @@ UnitCost unit_cost(const Launch& L, const Raw& x) {
   return c;
 }
 // The measure that orders units and balances CUs (see build()).
-double weight(const Launch& L, const UnitCost& c) { return std::max({c.mem, c.issue(L.workgroups_per_cu), c.lds}); }
+double weight(const Launch& L, const UnitCost& c) {
+  return c.serial + std::max({c.mem, c.issue(L.workgroups_per_cu), c.lds});
+}
 
 // Builds the units of the given split counts, assigns them to CUs and orders them for launch.
 //
@@ -305,7 +321,7 @@ Candidate build(const Launch& L, std::vector<int> splits) {
   c.cu_units.assign(C, 0);
   if (N == 0) return c;
   const int rounds = (N + C - 1) / C;
-  std::vector<double> load(C, 0), load_mem(C, 0), load_issue(C, 0), load_lds(C, 0);
+  std::vector<double> load(C, 0), load_mem(C, 0), load_issue(C, 0), load_lds(C, 0), load_serial(C, 0);
   std::vector<int> cu_order(C);
   std::vector<std::vector<int>> round_cu(rounds);  // round_cu[r][j]: CU of the j-th unit of round r
   for (int r = 0; r < rounds; ++r) {
@@ -319,7 +335,8 @@ Candidate build(const Launch& L, std::vector<int> splits) {
         load_mem[cu] += cost[size_t(i)].mem;
         load_issue[cu] += cost[size_t(i)].issue(L.workgroups_per_cu);
         load_lds[cu] += cost[size_t(i)].lds;
-        load[cu] = std::max({load_mem[cu], load_issue[cu], load_lds[cu]});
+        load_serial[cu] += cost[size_t(i)].serial;
+        load[cu] = load_serial[cu] + std::max({load_mem[cu], load_issue[cu], load_lds[cu]});
       } else {
         load[cu] += raw[size_t(i)].tokens;
       }
@@ -348,12 +365,13 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     }
   // Issue-modeled: a CU's units run their waves' issue at its residency and pass every tile
   // through its one LDS (SIMDs and LDS bound apart), both overlapping its memory stream.
-  std::vector<double> issue(C, 0.0), lds(C, 0.0);
+  std::vector<double> issue(C, 0.0), lds(C, 0.0), serial(C, 0.0);
   for (int r = 0; modeled && r < rounds; ++r)
     for (size_t j = 0; j < round_cu[r].size(); ++j) {
       const int cu = label[round_cu[r][j]];
       issue[cu] += cost[size_t(r) * C + j].issue(std::min(c.cu_units[cu], L.workgroups_per_cu));
       lds[cu] += cost[size_t(r) * C + j].lds;
+      serial[cu] += cost[size_t(r) * C + j].serial;
     }
   // A CU running fewer workgroups than it can hold streams at a proportionally lower rate
   // (fewer loads in flight): memory time = work * wpc / min(units, wpc). Issue-modeled, its
@@ -365,8 +383,9 @@ Candidate build(const Launch& L, std::vector<int> splits) {
     if (c.cu_units[cu] == 0) continue;
     const double occ = double(std::min(c.cu_units[cu], L.workgroups_per_cu)) / L.workgroups_per_cu;
     double t = cu_time[cu] / occ;
+    // (Phased: each unit's fill is in its prologue, one unit at a time.)
     if (modeled)
-      t = in.prefix_unit_fill * std::ceil(double(c.cu_units[cu]) / L.workgroups_per_cu) +
+      t = (in.prefix_store_factor > 0 ? serial[cu] : in.prefix_unit_fill * std::ceil(double(c.cu_units[cu]) / L.workgroups_per_cu)) +
           std::max({t, issue[cu], lds[cu]});
     worst = std::max(worst, t);
   }

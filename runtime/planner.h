@@ -84,6 +84,13 @@ struct PlanInputs {
   std::vector<double> prefix_wave_tile_issue, prefix_wave_tile_lds;
   double prefix_hbm_factor = 0;
   double prefix_unit_fill = 0;
+  // A prefix kernel run in phases (IssueModel::prologue_inflight_bytes > 0: no producer wave, one
+  // workgroup per CU): a unit first loads its Q rows (prefix_prologue_per_row token-equivalents a
+  // row, at the prologue's bytes in flight; the unit fill overlaps it: the larger counts), then
+  // streams its tokens beside its issue and LDS, then stores its partial rows (their bytes in
+  // token-equivalents x prefix_store_factor, the ring's rate over the epilogue's). The phases of
+  // a CU's units add; 0 = not phased (Q and the partials overlap the stream, priced in it).
+  double prefix_prologue_per_row = 0, prefix_store_factor = 0;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can
   // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
   CascadePolicy cascade = CascadePolicy::cost_model;

@@ -175,34 +175,46 @@ HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std
   return h;
 }
 
-// One producer loop's peak outstanding load bytes (see producer_inflight_bytes).
-static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begin, size_t end) {
+// Bytes one wave64 vector-memory instruction moves, if it is a load (stores = false) or a store
+// (stores = true) of global / buffer / flat memory; 0 otherwise.
+static double vmem_bytes(const std::string& m, bool stores) {
+  const char* const kinds[] = {"global_", "buffer_", "flat_"};
+  bool match = false;
+  for (const char* k : kinds)
+    if (starts(m, (std::string(k) + (stores ? "store" : "load")).c_str())) match = true;
+  if (!match) return 0;
+  int dw = 1;
+  if (m.find("dwordx4") != std::string::npos) dw = 4;
+  else if (m.find("dwordx3") != std::string::npos) dw = 3;
+  else if (m.find("dwordx2") != std::string::npos) dw = 2;
+  else if (m.find("byte") != std::string::npos) return 64;
+  else if (m.find("short") != std::string::npos) return 128;
+  return 64.0 * 4 * dw;
+}
+
+// Peak bytes of outstanding loads (or stores) of one wave over L[begin, end): a static replay
+// of its vector-memory instructions and s_waitcnt vmcnt(N), `iterations` times (a loop's steady
+// state: the peak of the iterations after the first; a straight range: 1). Forward s_branch
+// skips its block (a loop's partial-tile path); conditional branches fall through (the steady
+// state's guards; a prologue's widest wave). At most 63 operations count (a 6-bit vmcnt, which
+// counts loads and stores alike on gfx9: the oldest is counted as landed).
+static double replay_inflight_bytes(const std::vector<std::string>& L, size_t begin, size_t end, int iterations,
+                                    bool stores) {
   constexpr size_t kMaxVmOutstanding = 63;
-  std::deque<double> q;  // outstanding vector-memory loads (bytes per wave), in issue order
+  std::deque<double> q;  // outstanding vector-memory operations (bytes per wave), in issue order
   double peak = 0;
-  auto load_bytes = [](const std::string& m) -> double {
-    if (!(starts(m, "global_load") || starts(m, "buffer_load") || starts(m, "flat_load"))) return 0;
-    int dw = 1;
-    if (m.find("dwordx4") != std::string::npos) dw = 4;
-    else if (m.find("dwordx3") != std::string::npos) dw = 3;
-    else if (m.find("dwordx2") != std::string::npos) dw = 2;
-    else if (m.find("ubyte") != std::string::npos || m.find("sbyte") != std::string::npos) return 64;
-    else if (m.find("short") != std::string::npos) return 128;
-    return 64.0 * 4 * dw;
-  };
-  for (int iter = 0; iter < 3; ++iter) {
-    for (size_t i = begin + 1; i < end; ++i) {
+  for (int iter = 0; iter < iterations; ++iter) {
+    for (size_t i = begin; i < end; ++i) {
       const std::string& l = L[i];
       if (is_label(l)) continue;
       const std::string m = mnemonic(l);
-      if (m == "s_branch") {  // jumps over the partial-tile path
+      if (m == "s_branch") {
         std::string target = trim(l.substr(m.size()));
         size_t j = i + 1;
         while (j < end && L[j] != target + ":") ++j;
         i = j;
         continue;
       }
-      if (starts(m, "s_cbranch")) continue;  // steady state: the guards fall through
       if (m == "s_waitcnt") {
         auto p = l.find("vmcnt(");
         if (p != std::string::npos) {
@@ -211,16 +223,23 @@ static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begi
         }
         continue;
       }
-      if (double b = load_bytes(m); b > 0) {
-        if (q.size() == kMaxVmOutstanding) q.pop_front();  // counted as if the oldest had landed
+      // The other direction's operations still take vmcnt slots (0 bytes of this kind).
+      const double b = vmem_bytes(m, stores), other = vmem_bytes(m, !stores);
+      if (b > 0 || other > 0) {
+        if (q.size() == kMaxVmOutstanding) q.pop_front();
         q.push_back(b);
         double sum = 0;
         for (double x : q) sum += x;
-        if (iter > 0) peak = std::max(peak, sum);
+        if (iterations == 1 || iter > 0) peak = std::max(peak, sum);
       }
     }
   }
   return peak;
+}
+
+// One producer loop's peak outstanding load bytes (see producer_inflight_bytes).
+static double loop_inflight_bytes(const std::vector<std::string>& L, size_t begin, size_t end) {
+  return replay_inflight_bytes(L, begin + 1, end, 3, false);
 }
 
 // One loop per producer wave (LDS-DMA prefix kernels have two). At most 63 loads count per wave
@@ -245,6 +264,26 @@ double producer_inflight_bytes(const std::string& asm_text, int consumer_dma_wav
   }
   if (total == 0) throw std::runtime_error("hot loop: no producer loop in the assembly");
   return total;
+}
+
+KernelPhases kernel_phases_inflight(const std::string& asm_text, int waves) {
+  const auto L = lines_of(asm_text);
+  KernelPhases ph;
+  size_t barrier = L.size();
+  for (size_t i = 0; i < L.size(); ++i)
+    if (!is_label(L[i]) && mnemonic(L[i]) == "s_barrier") { barrier = i; break; }
+  if (barrier == L.size()) throw std::runtime_error("kernel phases: no s_barrier in the assembly");
+  ph.prologue_load_bytes = waves * replay_inflight_bytes(L, 0, barrier, 1, false);
+  auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
+  (void)begin;
+  size_t stop = end + 1;
+  while (stop < L.size() && mnemonic(L[stop]) != "s_endpgm") ++stop;
+  if (stop == L.size()) throw std::runtime_error("kernel phases: no s_endpgm after the consumer loop");
+  ph.epilogue_store_bytes = waves * replay_inflight_bytes(L, end + 1, stop, 1, true);
+  if (!(ph.prologue_load_bytes > 0) || !(ph.epilogue_store_bytes > 0))
+    throw std::runtime_error(fmt::format("kernel phases: {} prologue load bytes, {} epilogue store bytes in flight",
+                                         ph.prologue_load_bytes, ph.epilogue_store_bytes));
+  return ph;
 }
 
 double modeled_ring_stall_cycles(const HotLoop& h, int ring, int slot_tokens, int lds_row_bytes) {
@@ -276,6 +315,8 @@ nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, co
           {"wave_tile_cycles", cycles},
           {"wave_tile_lds_clocks", lds},
           {"producer_inflight_bytes", producer_inflight_bytes(asm_text, shape.consumer_dma_waves)},
+          {"phases", shape.consumer_dma_waves > 0 ? kernel_phases_inflight(asm_text, shape.consumer_dma_waves).to_json()
+                                                   : nlohmann::json(nullptr)},
           {"clock_hz", m.clock_hz},
           {"little_latency_s", m.little_latency_s},
           {"cu_port_bytes_per_clk", m.cu_port_bytes_per_clk},

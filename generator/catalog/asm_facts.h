@@ -39,6 +39,21 @@ struct HotLoop {
 // and 2 row blocks, `.Lwide_loop_b1_` / `.Lwide_loop_b2_`).
 HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std::string& loop = ".Lconsumer_loop_");
 
+// A kernel whose waves stream the KV themselves and compute (MlaGeometry::consumer_dma: no
+// producer wave) runs in three phases one after the other: a prologue that loads Q and the
+// ring's first slots with every load in flight, the steady loop, an epilogue that stores the
+// partial rows. Per workgroup (`waves` x one wave's static replay, conditional branches taken
+// as falling through): the peak load bytes outstanding before the first s_barrier, and the peak
+// store bytes outstanding from the consumer loop's end to s_endpgm (at most 63 operations a
+// wave: vmcnt counts stores too on gfx9). Throws std::runtime_error when a phase is missing.
+struct KernelPhases {
+  double prologue_load_bytes = 0, epilogue_store_bytes = 0;
+  nlohmann::json to_json() const {
+    return {{"prologue_inflight_bytes", prologue_load_bytes}, {"epilogue_inflight_bytes", epilogue_store_bytes}};
+  }
+};
+KernelPhases kernel_phases_inflight(const std::string& asm_text, int waves);
+
 // One-slot ring: per slot, the producer writes the next slot to LDS (slot bytes at the CU's LDS
 // bandwidth of 128 bytes per clock, modeled) between the consumers' two barriers; the consumers
 // wait for whatever of that write their work after the first barrier does not cover. 0 for

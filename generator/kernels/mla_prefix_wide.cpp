@@ -118,8 +118,13 @@ class Wide {
     b.v_lshrrev_b32(gg, Imm(4), k_.lane);
   }
 
-  // The wave's 48 Q rows from memory into LDS (16-byte pieces; piece p of the wave's rows is row
-  // p / 36, chunk p % 36; rows past the unit's R read zeros). LDS: piece p ^ ((row >> 1) & 3).
+  // The wave's 48 Q rows from memory into LDS by LDS DMA, all 27 loads in flight at once (with
+  // the ring's first sub-slots behind them; the barrier that publishes tile 0 waits for them:
+  // region kRegionFirst). A load's LDS bytes are fixed by the hardware (M0 + 16 x lane), so the
+  // swizzle moves to the memory side: LDS piece p (row p / 36, chunk p % 36) holds the row's
+  // chunk (p % 36) ^ ((row >> 1) & 3), i.e. memory piece p ^ ((row >> 1) & 3) (36 is a multiple
+  // of 4, so the xor stays in the row). Rows past the unit's R are outside the buffer and read
+  // as zeros (an out-of-range LDS-DMA lane writes zeros: docs/emulator-provenance.md).
   void copy_q() {
     SReg rsrc = ra.sgpr(4, "w_q_rsrc", 4), base = ra.sgpr(2, "w_q_base", 2), t = ra.sgpr(2, "w_q_tmp", 2);
     b.s_mul_i32(t[0], k_.qo_row(), Imm(k_.s.heads * kMlaDim));
@@ -128,30 +133,28 @@ class Wide {
     b.s_addc_u32(base[1], k_.ptr(mla_decode_args::q)[1], t[1]);
     b.s_mul_i32(t[0], k_.unit[abi::prefix_unit::rows], Imm(kMlaDim));
     b.make_buffer_resource(rsrc, base, t[0]);
-    SReg gbase = t[0], lbase = t[1];
+    SReg gbase = t[0], lbase = t[1], m0v = base[0];
     b.s_mul_i32(gbase, srow, Imm(kMlaDim));
     b.s_mul_i32(lbase, k_.wave, Imm(kWaveRows * kMlaDim));
     b.s_add_u32(lbase, lbase, Imm(q_region));
-    constexpr int kPieces = kWaveRows * kMlaDim / 16, kBatch = 9;
+    constexpr int kPieces = kWaveRows * kMlaDim / 16;
     const int rounds = kPieces / 64;
     static_assert(kPieces % 64 == 0, "the wave's Q pieces fill whole rounds");
     const auto [mul, shift] = exact_divider(kMlaDim / 16, kPieces);
-    VReg stage = ra.vgpr(4 * kBatch, "w_q_stage", 4), laddr = ra.vgpr(kBatch, "w_q_lds");
-    VReg p = ra.vgpr(1, "w_q_piece"), row = ra.vgpr(1, "w_q_row"), goff = ra.vgpr(1, "w_q_off");
-    for (int r0 = 0; r0 < rounds; r0 += kBatch) {
-      for (int r = r0; r < std::min(rounds, r0 + kBatch); ++r) {
-        b.v_add_u32(p, Imm(64 * r), k_.lane);
-        b.v_lshl_add_u32(goff, p, Imm(4), gbase);
-        b.buffer_load_dwordx4(stage.sub(4 * (r - r0), 4), goff, rsrc, Imm(0));
-        b.v_mul_u32_u24(row, Imm(int64_t(mul)), p);
-        b.v_lshrrev_b32(row, Imm(shift), row);
-        b.v_bfe_u32(row, row, Imm(1), Imm(2));
-        b.v_xor_b32(row, p, row);
-        b.v_lshl_add_u32(laddr[r - r0], row, Imm(4), lbase);
-      }
-      for (int r = r0; r < std::min(rounds, r0 + kBatch); ++r) b.ds_write_b128(laddr[r - r0], stage.sub(4 * (r - r0), 4));
+    VReg p = ra.vgpr(1, "w_q_piece"), row = ra.vgpr(1, "w_q_row"), goff = ra.vgpr(2, "w_q_off");
+    for (int r = 0; r < rounds; ++r) {
+      const VReg off = goff.sub(r % 2, 1);  // two, so a load's offset is not rewritten right behind it
+      b.v_add_u32(p, Imm(64 * r), k_.lane);
+      b.v_mul_u32_u24(row, Imm(int64_t(mul)), p);
+      b.v_lshrrev_b32(row, Imm(shift), row);
+      b.v_bfe_u32(row, row, Imm(1), Imm(2));
+      b.v_xor_b32(row, p, row);
+      b.v_lshl_add_u32(off, row, Imm(4), gbase);
+      b.s_add_u32(m0v, lbase, Imm(1024 * r));
+      b.s_mov_m0(m0v);
+      b.buffer_load_dwordx4_lds(off, rsrc, Imm(0), 0, kRegionFirst);
     }
-    for (VReg v : {stage, laddr, p, row, goff}) ra.release(v);
+    for (VReg v : {p, row, goff}) ra.release(v);
     for (SReg s : {rsrc, base, t}) ra.release(s);
   }
 

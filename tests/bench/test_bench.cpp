@@ -223,6 +223,87 @@ TEST_CASE("bench: static bytes in flight sum the producer loops, at most 63 load
   CHECK_THROWS_WITH(producer_inflight_bytes("\ts_endpgm\n"), Catch::Contains("no producer loop"));
 }
 
+// A kernel whose waves stream the KV themselves (the wide prefix kernel) runs a prologue, its
+// loop, then an epilogue; the static replay counts each phase's peak, per wave x waves.
+TEST_CASE("bench: a phased kernel's prologue loads and epilogue stores in flight, on hand-written assembly") {
+  std::string text = R"(
+	buffer_load_dwordx4 v6, s[36:39], 0 offen lds
+	buffer_load_dword v5, v6, s[36:39], 0 offen
+	s_waitcnt vmcnt(1)
+	buffer_load_dwordx2 v[8:9], v6, s[36:39], 0 offen
+	s_cbranch_scc1 .Lskip_1
+	buffer_load_dwordx4 v6, s[36:39], 0 offen lds
+.Lskip_1:
+	s_waitcnt vmcnt(0)
+	s_barrier
+	buffer_load_dwordx4 v6, s[36:39], 0 offen lds
+	buffer_load_dwordx4 v6, s[36:39], 0 offen lds
+.Lconsumer_loop_2:
+	buffer_load_dwordx4 v6, s[36:39], 0 offen lds
+	s_cbranch_scc1 .Lconsumer_loop_2
+	buffer_load_dword v5, v6, s[36:39], 0 offen
+)";
+  for (int i = 0; i < 70; ++i) text += "\tbuffer_store_dwordx2 v[8:9], v6, s[36:39], 0 offen\n";
+  text += "\ts_waitcnt vmcnt(0)\n\tbuffer_store_dword v5, v6, s[36:39], 0 offen\n\ts_endpgm\n";
+  const gen::KernelPhases ph = gen::kernel_phases_inflight(text, 2);
+  // Prologue (up to the first s_barrier): 1 KiB + 256 B, the wait keeps the 256 B, + 512 B, +
+  // 1 KiB on the conditional branch's fall-through = 1,792 B a wave; the loads after the barrier
+  // and in the loop do not count.
+  CHECK(ph.prologue_load_bytes == 2 * (256 + 512 + 1024));
+  // Epilogue (the loop's end to s_endpgm): a load then 70 stores of 512 B; a wave holds 63
+  // operations, loads and stores alike (the load's slot carries no store bytes until a store
+  // pushes it out): 63 x 512 B at the peak.
+  CHECK(ph.epilogue_store_bytes == 2 * 63 * 512);
+  CHECK(ph.to_json()["prologue_inflight_bytes"] == 2 * 1792);
+  CHECK_THROWS_WITH(gen::kernel_phases_inflight(".Lconsumer_loop_2:\n\ts_cbranch_scc1 .Lconsumer_loop_2\n\ts_endpgm\n", 1),
+                    Catch::Contains("no s_barrier"));
+  std::string no_end = text.substr(0, text.find("\ts_endpgm"));
+  CHECK_THROWS_WITH(gen::kernel_phases_inflight(no_end, 1), Catch::Contains("no s_endpgm after the consumer loop"));
+  std::string no_stores = text.substr(0, text.find("\tbuffer_store")) + "\ts_endpgm\n";
+  CHECK_THROWS_WITH(gen::kernel_phases_inflight(no_stores, 1), Catch::Contains("0 epilogue store bytes"));
+}
+
+// Hand-computed: 1 CU at 1 GHz, a 64 GB/s port, 1 us latency, 1 us fill. Ring 16 KB in flight:
+// 16 GB/s; prologue 32 KB: 32 GB/s; epilogue 128 KB: capped by the port at 64 GB/s.
+TEST_CASE("bench: a phased kernel's units add their prologue and epilogue to the stream (by hand)") {
+  Machine m = machine_for(rt::Target::gfx950);
+  m.cus = 1;
+  m.hbm_bytes_per_s = 1e15;  // no HBM floor
+  m.clock_hz = 1e9;
+  m.little_latency_s = 1e-6;
+  m.unit_fill_s = 1e-6;
+  m.cu_port_bytes_per_clk = 64;
+  m.launch_s = 5e-6;
+  KernelFacts f;
+  f.tile_tokens = 1;
+  f.read_per_token = 1000;
+  f.read_per_unit = 8000;
+  f.read_per_row = 500;
+  f.write_partial_per_row = 2000;
+  f.inflight_bytes_per_wg = 16000;
+  f.prologue_inflight_bytes_per_wg = 32000;
+  f.epilogue_inflight_bytes_per_wg = 128000;
+  f.consumers = 4;
+  f.max_resident_wgs = 1;
+  f.hot_loop_cycles = 0;
+  ModelUnit a{1000, true};
+  a.rows = 96;  // prologue 8 KB + 48 KB = 56 KB at 32 GB/s = 1.75 us; epilogue 192 KB at 64 GB/s = 3 us
+  ModelUnit b{2000, true};
+  b.rows = 8;   // prologue 12 KB at 32 GB/s = 0.375 us < the 1 us fill; epilogue 16 KB = 0.25 us
+  // Stream: 3e6 B at 16 GB/s = 187.5 us; phases 1.75 + 3 + 1 + 0.25 = 6 us.
+  ModeledTime t = model_time_assigned(m, f, {a, b}, {0, 0}, 0, 0, 1);
+  CHECK(t.decode_s == Approx(193.5e-6));
+  CHECK(t.max_cu_phases_s == Approx(6e-6));
+  CHECK(t.max_cu_mem_s == Approx(187.5e-6));
+  // Not phased: everything in the stream, one fill per unit: (3e6 + 64e3 + 208e3) / 16e9 + 2 us.
+  KernelFacts g = f;
+  g.prologue_inflight_bytes_per_wg = g.epilogue_inflight_bytes_per_wg = 0;
+  CHECK(model_time_assigned(m, g, {a, b}, {0, 0}, 0, 0, 1).decode_s == Approx((3e6 + 8000 * 2 + 104 * 500 + 104 * 2000) / 16e9 + 2e-6));
+  g = f;
+  g.max_resident_wgs = 2;
+  CHECK_THROWS_WITH(model_time_assigned(m, g, {a, b}, {0, 0}, 0, 0, 1), Catch::Contains("phased kernel"));
+}
+
 TEST_CASE("bench: hardware mode builds and, without an AMD GPU, fails with a clear message") {
   HipOptions o;
   std::string table;
@@ -468,6 +549,16 @@ TEST_CASE("bench: the wide prefix kernel is priced with its own assembly and cat
     CHECK(sel.prefix->issue_model->wave_tile_cycles.back() == c.hot.coissue_cycles);  // its 3-block loop
     CHECK(std::isfinite(c.cascade.total_s));
     CHECK(c.facts.blocks_per_wave == 3);
+    // Phases (hand-counted from the kernel's structure): before the barrier that publishes tile
+    // 0, each of the 4 waves has its 27 Q loads (48 rows x 576 B in 1 KiB LDS DMAs, all in
+    // flight) and the ring's sub-slots 0..4 (5 + 5 + 3 loads on waves 0 and 1) outstanding; after
+    // the loop, 3 row blocks x (32 dwordx2 stores of bf16 o, 512 B, + 1 lse store), of which a
+    // wave holds 63: 62 of o and one lse at the peak.
+    CHECK(c.facts.prologue_inflight_bytes_per_wg == 4 * (27 + 13) * 1024);
+    CHECK(c.facts.epilogue_inflight_bytes_per_wg == 4 * (62 * 512 + 256));
+    CHECK(sel.prefix->issue_model->prologue_inflight_bytes == c.facts.prologue_inflight_bytes_per_wg);
+    CHECK(sel.prefix->issue_model->epilogue_inflight_bytes == c.facts.epilogue_inflight_bytes_per_wg);
+    CHECK(c.cascade.prefix.max_cu_phases_s > 0);
     // 192 rows per workgroup: K3 c16 reads every KV byte once.
     if (r.shape.shared->count == 16) CHECK(c.cascade.kv_read == Approx(c.cascade.kv_distinct).epsilon(1e-9));
   }

@@ -746,6 +746,96 @@ double prefix_launch_time(const rt::PlanInputs& in, const rt::Plan& p) {
 
 }  // namespace
 
+namespace {
+
+// A phased wide prefix kernel's modeled launch + reduce in token-equivalents, from the plan's
+// units alone with the model docs/planner.md states ("Issue-aware prefix launch", phased
+// kernels): unit i on CU i mod C, one workgroup per CU; a unit's computing blocks fill its
+// waves 3 at a time, a wave of b blocks issues wave_tile_issue[b - 1] a tile, the busiest wave
+// or a quarter of the sum sets the tile; per CU: the units' prologues (fill or Q rows, the
+// larger) and partial stores, + max(tokens, issue, LDS); at least the HBM floor; the reduce
+// moves every partial row and the members' final rows at the HBM bandwidth.
+double phased_wide_cost(const rt::PlanInputs& in, const rt::Plan& p) {
+  const int C = in.num_cus, T = in.tile_tokens;
+  const double row_teq = (512.0 * in.prefix_partial_o_bytes + 4) / in.kv_bytes_per_token;
+  std::vector<double> mem(size_t(C), 0), issue(size_t(C), 0), lds(size_t(C), 0), serial(size_t(C), 0);
+  std::map<int, int> groups;  // first request: the group's row groups
+  for (const auto& u : p.prefix_units) groups[u.first_request] = std::max(groups[u.first_request], u.row_group + 1);
+  double hbm = 0, reduce_rows = 0;
+  for (size_t i = 0; i < p.prefix_units.size(); ++i) {
+    const auto& u = p.prefix_units[i];
+    const size_t cu = i % size_t(C);
+    const int rows = std::min(p.prefix_rows_per_group, u.rows - u.row_group * p.prefix_rows_per_group);
+    const int tokens = u.kv_end - u.kv_start;
+    const double tiles = (tokens + T - 1) / T;
+    double sum = 0, most = 0, l = in.prefix_lds_per_tile;
+    for (int left = (rows + 15) / 16; left > 0; left -= 3) {
+      const int b = std::min(3, left);
+      sum += in.prefix_wave_tile_issue[size_t(b - 1)];
+      most = std::max(most, in.prefix_wave_tile_issue[size_t(b - 1)]);
+      l += in.prefix_wave_tile_lds[size_t(b - 1)];
+    }
+    mem[cu] += tokens;
+    issue[cu] += tiles * std::max(sum / 4, most);
+    lds[cu] += tiles * l;
+    serial[cu] += std::max(in.prefix_unit_fill, rows * in.prefix_prologue_per_row) + rows * row_teq * in.prefix_store_factor;
+    hbm += double(tokens) / (p.is_unique_part(u) ? 1 : groups[u.first_request]) + rows * row_teq;
+    reduce_rows += rows;
+  }
+  double worst = in.prefix_hbm_factor * hbm / C;
+  for (size_t cu = 0; cu < size_t(C); ++cu) worst = std::max(worst, serial[cu] + std::max({mem[cu], issue[cu], lds[cu]}));
+  const double members = double(p.reduces.size());
+  const double reduce_bytes = reduce_rows * (512.0 * in.prefix_partial_o_bytes + 4) + members * p.rows * 1024.0;
+  return worst + reduce_bytes / in.kv_bytes_per_token / C * in.prefix_hbm_factor;
+}
+
+}  // namespace
+
+// The wide prefix kernel (192 rows, 3 row blocks per wave, no producer) as plan_inputs_for
+// derives it from the catalog (28 KiB of ring in flight, 160 KiB in the prologue, 125 KiB of
+// stores in the epilogue, 2 us, 2.4 GHz, 6 TB/s, 1 us fill) at K3 c16: the plan's predicted
+// cost is the phased model's, evaluated independently from its units.
+TEST_CASE("planner cascade: a phased prefix kernel's plan costs its prologues and stores apart from its stream", "[planner][cascade]") {
+  rt::PlanInputs in = k3_like();
+  in.kv_lens = std::vector<int>(16, 63872 + 4523);
+  in.prefix_rows_per_group = 192;
+  in.prefix_partial_o_bytes = 2;
+  const double rate = 28672.0 / 2e-6, teq = [&] { return 2.4e9 / rate * 576; }();  // clocks per token-equivalent
+  in.prefix_issue_per_block_tile = 1201 / teq;
+  in.prefix_lds_per_block_tile = 100 / teq;
+  in.prefix_lds_per_tile = 148 / teq;
+  in.prefix_blocks_per_wave = 3;
+  in.prefix_wave_tile_issue = {1300 / teq, 2500 / teq, 3603 / teq};
+  in.prefix_wave_tile_lds = {150 / teq, 250 / teq, 350 / teq};
+  in.prefix_hbm_factor = 256 * rate / 6e12;
+  in.prefix_unit_fill = 1e-6 * rate / 576;
+  const double q_rate = 163840.0 / 2e-6, store_rate = std::min(64 * 2.4e9, 128000.0 / 2e-6);
+  in.prefix_prologue_per_row = 576.0 / q_rate * rate / 576;
+  in.prefix_store_factor = rate / store_rate;
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  REQUIRE(p.prefix_groups.at(0).cascade);
+  CHECK(p.units.empty());
+  CHECK(p.predicted_cost == Approx(phased_wide_cost(in, p)).epsilon(1e-9));
+  // The same figures without the phases price Q not at all and the partial stores in the stream
+  // at the ring's 28 KiB in flight (here 4.5x slower than the epilogue's port-bound stores): the
+  // launch the planner saw before the phases, dearer.
+  rt::PlanInputs flat = in;
+  flat.prefix_prologue_per_row = flat.prefix_store_factor = 0;
+  CHECK(rt::plan_decode(flat).predicted_cost > p.predicted_cost);
+  // Phases need the issue model and one workgroup per CU, and come in pairs.
+  rt::PlanInputs bad = in;
+  bad.prefix_store_factor = 0;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("prefix_store_factor = 0"));
+  bad = in;
+  bad.prefix_workgroups_per_cu = 2;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("one prefix workgroup per CU"));
+  bad = in;
+  bad.prefix_prologue_per_row = -1;
+  CHECK_THROWS_WITH(rt::plan_decode(bad), Contains("prefix_prologue_per_row = -1"));
+}
+
 // K3 c16 with the prefix kernel's modeled issue (the catalog's figures for
 // mla_prefix_fp8fp8_h12_qs1_pg128 at 256 CUs: 1,184 cycles per block-tile at 2.4 GHz, LDS clocks
 // 276 per block-tile and 148 per tile, 126 KiB in flight over 2 us, 6 TB/s): a unit of 6 computing row blocks issues ~2.6x its own memory time,
