@@ -10,9 +10,9 @@
 //
 // LDS (gfx950, 160 KiB): a ring of 5 sub-slots of 16 token rows (592-byte rows: the pad keeps the
 // K reads conflict-free; 10 DMA loads of 64 x 16 bytes, the last 768 bytes a guard that no wave
-// reads) = 51,200 bytes, then Q of the 192 rows, 576 bytes each = 110,592 bytes. A tile (32
-// tokens) is two sub-slots, tile i in sub-slots 2i and 2i + 1 (ring position s mod 5), so while a
-// tile is computed three sub-slots are in flight. Q rows carry no pad: the 16-byte chunk c of
+// reads) = 51,200 bytes, then Q of the 192 rows, 576 bytes each = 110,592 bytes (loaded by LDS
+// DMA, every load in flight: copy_q). A tile (32 tokens) is two sub-slots, tile i in sub-slots 2i
+// and 2i + 1 (ring position s mod 5), so while a tile is computed three sub-slots are in flight. Q rows carry no pad: the 16-byte chunk c of
 // row r sits at chunk c ^ ((r >> 1) & 3) (a swizzle within each group of 4 chunks), which makes
 // the 16-byte Q reads of 8 consecutive rows cover all 32 banks.
 //
