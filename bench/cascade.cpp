@@ -326,7 +326,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     in1.macs_per_cu_clock = at_cycles(c.hot.mfma_cycles / bpw);
     in1.launches = 1;
     c.one_read.push_back(one_read_bound(
-        m, in1, 1.0, fmt::format("{:.0f} cycles per block-tile, the reduce in the attention launch (not built)", c.hot.mfma_cycles / bpw)));
+        m, in1, 1.0, fmt::format("{:.0f} cycles per block-tile, the reduce in the attention launch, its merge spread over every CU (not built)", c.hot.mfma_cycles / bpw)));
   }
 
   // Per-request side: ShapeResult's plan and model.
