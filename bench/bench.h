@@ -279,6 +279,8 @@ struct OneReadBound {
   double pair_fraction = 0;   // of the prefix tiles, read twice by CU pairs of R / 2 rows
   double mfma_work_cu_s = 0;  // the prefix's MFMA work at the best rate, CU-seconds
   int launches = 2;           // OneReadInputs::launches
+  double hbm_bytes_per_s = 0; // the HBM bandwidth it was priced at (the machine's achievable ceiling, or
+                              // the datasheet peak the 30 us target was set at: what-if rows)
   int cus = 0;                // CUs with prefix work at the bound
   double splits = 0;          // prefix splits there (each writes R partial rows)
   double compute_s = 0, hbm_s = 0, reduce_s = 0, total_s = 0;

@@ -49,6 +49,7 @@ OneReadBound one_read_bound(const Machine& m, const OneReadInputs& in, double kv
   OneReadBound b;
   b.basis = std::move(basis);
   b.launches = in.launches;
+  b.hbm_bytes_per_s = m.hbm_bytes_per_s;
   const auto& tgt = gen_target(m.target);
   const double cu_register_bytes = 4.0 * tgt.unified_vgprs * 64 * 4;  // 4 SIMDs x 512 registers x 64 lanes x 4 B
   b.o_fits_registers = double(in.rows) * rt::kVDim * 4 <= cu_register_bytes;
@@ -73,6 +74,7 @@ nlohmann::json OneReadBound::to_json() const {
           {"pair_fraction", pair_fraction},
           {"mfma_work_cu_us", mfma_work_cu_s * 1e6},
           {"launches", launches},
+          {"hbm_tb_per_s", hbm_bytes_per_s / 1e12},
           {"cus", cus},
           {"splits", splits},
           {"compute_us", compute_s * 1e6},

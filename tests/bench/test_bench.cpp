@@ -516,12 +516,23 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
     // spread evenly (modeled ~24 us of issue per CU against a ~20 us floor).
     if (r.shape.shared->count == 16) CHECK(b.prefix.decode_s <= 1.15 * b.prefix.hbm_floor_s);
     // The bounds on reading the prefix once are below or at what the kernels' own rates give.
-    REQUIRE(c.one_read.size() == 7);
+    REQUIRE(c.one_read.size() == 9);
     // [0], [1]: the best MFMA at 1.00x and 1.10x; then this kernel's MFMA forms and its hot loop;
     // [6]: the MFMA forms with one launch (the reduce merged): [2] less one launch exactly.
     for (size_t i = 2; i < 6; ++i) CHECK(c.one_read[i].total_s > c.one_read[i % 2].total_s);
     CHECK(c.one_read[6].launches == 1);
     CHECK(c.one_read[6].total_s == Approx(c.one_read[2].total_s - machine_for(r.shape.shape.target).launch_s).epsilon(1e-12));
+    // [7], [8]: what-if rows, [3] and [5] (1.10x, two launches) with HBM at the datasheet peak;
+    // every other row at the model's achievable ceiling.
+    for (size_t i = 0; i < 7; ++i) CHECK(c.one_read[i].hbm_bytes_per_s == m.hbm_bytes_per_s);
+    for (size_t i : {7, 8}) {
+      const OneReadBound& at_achievable = c.one_read[i == 7 ? 3 : 5];
+      CHECK(c.one_read[i].hbm_bytes_per_s == m.hbm_peak_bytes_per_s);
+      CHECK(c.one_read[i].kv_ratio == 1.10);
+      CHECK(c.one_read[i].launches == 2);
+      CHECK(c.one_read[i].mfma_work_cu_s == at_achievable.mfma_work_cu_s);
+      CHECK(c.one_read[i].total_s < at_achievable.total_s);
+    }
     CHECK(c.one_read[1].total_s <= c.one_read[0].total_s);
     CHECK(c.one_read[0].o_fits_registers == (r.shape.shared->count == 16));  // 192 rows fit a CU, 288 do not
   }
