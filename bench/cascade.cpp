@@ -3,6 +3,7 @@
 // the decode launch (when the plan has decode units), the prefix launch and the reduce on one stream
 // (docs/performance.md "Shared prefix").
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -315,8 +316,10 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     // row as this kernel's hot loop does (cycles per block-tile).
     // MACs per CU clock of 4 SIMDs each taking `cycles` per block-tile (16 rows x T tokens).
     auto at_cycles = [&](double cycles) { return 4 * 16.0 * T * in1.macs_per_row_token / cycles; };
-    for (const auto& [cycles, what] : {std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
-                                       std::pair{f.hot_loop_cycles / bpw, "this kernel's hot loop"}})
+    const std::array<std::pair<double, const char*>, 2> kernel_rates = {
+        std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
+        std::pair{f.hot_loop_cycles / bpw, "this kernel's hot loop"}};
+    for (const auto& [cycles, what] : kernel_rates)
       for (double ratio : {1.0, 1.10}) {
         in1.macs_per_cu_clock = at_cycles(cycles);
         c.one_read.push_back(one_read_bound(m, in1, ratio, fmt::format("{:.0f} cycles per block-tile ({})", cycles, what)));
@@ -333,8 +336,7 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
     Machine peak = m;
     peak.hbm_bytes_per_s = m.hbm_peak_bytes_per_s;
     in1.launches = 2;
-    for (const auto& [cycles, what] : {std::pair{c.hot.mfma_cycles / bpw, "this kernel's MFMA forms, always busy"},
-                                       std::pair{f.hot_loop_cycles / bpw, "this kernel's hot loop"}}) {
+    for (const auto& [cycles, what] : kernel_rates) {
       in1.macs_per_cu_clock = at_cycles(cycles);
       c.one_read.push_back(one_read_bound(peak, in1, 1.10,
                                           fmt::format("{:.0f} cycles per block-tile ({}), HBM at the datasheet peak (what-if)", cycles, what)));

@@ -22,8 +22,6 @@ inline uint32_t bitrev32(uint32_t v) {
 using num::Fp8Fmt;
 inline Fp8Fmt fp8fmt(const Wave& w) { return w.gfx() == Gfx::gfx942 ? Fp8Fmt::FNUZ : Fp8Fmt::OCP; }
 
-inline uint32_t nsrc_of(const Inst& in) { return in.nops - in.info->ndst; }
-
 // ---- DPP (gfx9 encoding of dpp_ctrl) ----
 // Source lane of `lane` or -1 when out of range.
 inline int dpp_src_lane(uint16_t c, int lane) {

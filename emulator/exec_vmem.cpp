@@ -275,22 +275,26 @@ void ds_read(Wave& w, const Inst& in) {
   PendingOp& op = push_pending(w, Queue::LGKM, false, true);
   record_lds_op(w, op, addrs, mask, bytes, false);
 }
+// ds_read2 / ds_write2 record both elements' addresses like two accesses of one op, so that
+// an op still outstanding at a barrier is re-recorded in the new epoch (lds_race) and the bank
+// model counts both; until 2026-12-04 they recorded neither (no catalog or aiter MLA kernel uses
+// them; LLVM emits them for adjacent LDS words, so foreign code objects do).
 void ds_read2(Wave& w, const Inst& in) {  // data = element bytes (4/8), data2 = offset scale
   const unsigned eb = in.info->data, scale = in.info->data2;
   uint64_t mask = w.exec();
   uint32_t t[64];
   const uint32_t* a = vsrc(w, in, 1, 0, t);
-  uint32_t addrs[64];
+  uint32_t addrs[2][64];
   for (int l = 0; l < 64; ++l) {
     if (!((mask >> l) & 1)) continue;
-    addrs[l] = a[l];
     for (int k = 0; k < 2; ++k) {
-      uint32_t ad = a[l] + uint32_t(k ? in.offset1 : in.offset) * scale;
-      const uint8_t* p = lds_access(w, ad, eb, false);
+      addrs[k][l] = a[l] + uint32_t(k ? in.offset1 : in.offset) * scale;
+      const uint8_t* p = lds_access(w, addrs[k][l], eb, false);
       for (unsigned d = 0; d < eb / 4; ++d) std::memcpy(&vdst(w, in, 0, k * (eb / 4) + d)[l], p + 4 * d, 4);
     }
   }
-  push_pending(w, Queue::LGKM, false, true);
+  PendingOp& op = push_pending(w, Queue::LGKM, false, true);
+  for (const uint32_t* e : addrs) record_lds_op(w, op, e, mask, eb, false);
 }
 void ds_write(Wave& w, const Inst& in) {
   const unsigned bytes = in.info->data;
@@ -313,16 +317,18 @@ void ds_write2(Wave& w, const Inst& in) {
   uint64_t mask = w.exec();
   uint32_t t[64];
   const uint32_t* a = vsrc(w, in, 0, 0, t);
+  uint32_t addrs[2][64];
   for (int l = 0; l < 64; ++l) {
     if (!((mask >> l) & 1)) continue;
     for (int k = 0; k < 2; ++k) {
       uint8_t tmp[16];
       regs_to_lane(w, in, 1 + k, l, tmp, eb);
-      uint32_t ad = a[l] + uint32_t(k ? in.offset1 : in.offset) * scale;
-      std::memcpy(lds_access(w, ad, eb, true), tmp, eb);
+      addrs[k][l] = a[l] + uint32_t(k ? in.offset1 : in.offset) * scale;
+      std::memcpy(lds_access(w, addrs[k][l], eb, true), tmp, eb);
     }
   }
-  push_pending(w, Queue::LGKM, false, true);
+  PendingOp& op = push_pending(w, Queue::LGKM, false, true);
+  for (const uint32_t* e : addrs) record_lds_op(w, op, e, mask, eb, true);
 }
 // ds_bpermute_b32 vdst, vaddr, vdata: lane l reads vdata of lane ((vaddr+offset)/4)%64.
 template <bool BACK>

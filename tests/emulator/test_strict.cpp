@@ -113,12 +113,13 @@ TEST_CASE("strict: hazard wait states", "[strict]") {
 }
 
 namespace {
-// Two waves exchange values through LDS: thread t writes t at 4t and reads the word of t^64.
-std::string exchange_src(const std::string& name, Gfx g, const std::string& sync) {
+// Two waves exchange values through LDS: thread t writes t at 4t (`write`; a ds_write2 also
+// writes it at 4t + 512) and reads the word of t^64.
+std::string exchange_src(const std::string& name, Gfx g, const std::string& sync, const std::string& write) {
   std::string body = R"(  s_load_dwordx2 s[4:5], s[0:1], 0x0
   v_lshlrev_b32 v1, 2, v0
   v_xor_b32 v2, 0x100, v1
-  ds_write_b32 v1, v0
+  )" + write + R"(
 )" + sync + R"(
   ds_read_b32 v3, v2
   s_waitcnt lgkmcnt(0)
@@ -126,11 +127,12 @@ std::string exchange_src(const std::string& name, Gfx g, const std::string& sync
   s_waitcnt vmcnt(0)
   s_endpgm)";
   KernelOpts o;
-  o.lds = 512;
+  o.lds = 1024;
   return kernel_src(name, g, body, o);
 }
-std::vector<uint32_t> run_exchange(Gfx g, const std::string& name, const std::string& sync, DispatchOptions opts = {}) {
-  auto co = assemble(exchange_src(name, g, sync), g, name);
+std::vector<uint32_t> run_exchange(Gfx g, const std::string& name, const std::string& sync, DispatchOptions opts = {},
+                                   const std::string& write = "ds_write_b32 v1, v0") {
+  auto co = assemble(exchange_src(name, g, sync, write), g, name);
   Device dev(g);
   uint64_t out = dev.alloc(512);
   KernargBuilder kb;
@@ -153,6 +155,53 @@ TEST_CASE("strict: LDS races between waves", "[strict]") {
         auto v = run_exchange(g, "race_fixed", "  s_waitcnt lgkmcnt(0)\n  s_barrier\n", opts);
         for (uint32_t t = 0; t < 128; ++t) CHECK(v[t] == (t ^ 64));
       }
+    }
+  }
+}
+
+// An LDS op still outstanding when a barrier releases belongs to the new epoch whatever its
+// form: ds_write2 / ds_read2 record both elements' addresses (until 2026-12-04 they recorded
+// none, and the race twins below ran clean). Read side: thread t reads t^64's two words (at 4t'
+// and 4t' + 512), passes a barrier, then overwrites its own word while the partner's read of it
+// may still be in flight.
+TEST_CASE("strict: ds_read2 / ds_write2 outstanding at a barrier race like single reads and writes", "[strict]") {
+  const std::string write2 = "ds_write2_b32 v1, v0, v0 offset1:128";
+  auto read_side = [](Gfx g, const std::string& name, const std::string& read, const std::string& sync) {
+    const std::string body = R"(  s_load_dwordx2 s[4:5], s[0:1], 0x0
+  v_lshlrev_b32 v1, 2, v0
+  v_xor_b32 v2, 0x100, v1
+  ds_write2_b32 v1, v0, v0 offset1:128
+  s_waitcnt lgkmcnt(0)
+  s_barrier
+  )" + read + "\n" + sync + R"(
+  ds_write_b32 v1, v1
+  s_waitcnt lgkmcnt(0)
+  global_store_dword v1, v4, s[4:5]
+  s_waitcnt vmcnt(0)
+  s_endpgm)";
+    KernelOpts o;
+    o.lds = 1024;
+    auto co = assemble(kernel_src(name, g, body, o), g, name);
+    Device dev(g);
+    const uint64_t out = dev.alloc(512);
+    KernargBuilder kb;
+    kb.put<uint64_t>(0, out);
+    dev.dispatch(co, name, {2, 1, 1}, {128, 1, 1}, kb.bytes, {});
+    return dev.read_vector<uint32_t>(out, 128);
+  };
+  const std::string read1 = "ds_read_b32 v4, v2", read2 = "ds_read2_b32 v[4:5], v2 offset1:128";
+  for (Gfx g : kTargets) {
+    INFO(gfx_name(g));
+    // Write side: the exchange with its write as a ds_write2.
+    REQUIRE_THROWS_WITH(run_exchange(g, "race_nowait_write2", "  s_barrier\n", {}, write2), Catch::Contains("lds_race"));
+    auto v = run_exchange(g, "race_fixed_write2", "  s_waitcnt lgkmcnt(0)\n  s_barrier\n", {}, write2);
+    for (uint32_t t = 0; t < 128; ++t) CHECK(v[t] == (t ^ 64));
+    // Read side: the single read (as before) and ds_read2 both race without the wait.
+    for (const std::string& read : {read1, read2}) {
+      INFO(read);
+      REQUIRE_THROWS_WITH(read_side(g, "race_read_nowait", read, "  s_barrier"), Catch::Contains("lds_race"));
+      auto r = read_side(g, "race_read_fixed", read, "  s_waitcnt lgkmcnt(0)\n  s_barrier");
+      for (uint32_t t = 0; t < 128; ++t) CHECK(r[t] == (t ^ 64));
     }
   }
 }
