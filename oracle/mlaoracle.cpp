@@ -1,7 +1,7 @@
 // mlaoracle: runs aiter's hardware-validated MLA decode code objects in the emulator on random
 // problems and compares them with the fp64 reference (docs/aiter-oracle.md).
 //
-//   mlaoracle --aiter-dir ~/aiter [--target gfx942] [--kernel 'mla_a8w8_qh16_qseqlen1*'] \
+//   mlaoracle --aiter-dir ~/aiter [--target gfx942] [--kernel 'mla_a8w8_qh16_qseqlen1*']
 //             [--kv-split 1 --kv-split 4] [--seed N] [--strict] [--json r.json] [--forms-out f.json]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
