@@ -27,6 +27,11 @@ Machine machine_for(rt::Target t) {
   return m;
 }
 
+Machine at_datasheet_peak(Machine m) {
+  m.hbm_bytes_per_s = m.hbm_peak_bytes_per_s;
+  return m;
+}
+
 nlohmann::json Machine::to_json() const {
   return {{"name", name},
           {"target", rt::name(target)},
