@@ -113,32 +113,26 @@ TEST_CASE("strict: hazard wait states", "[strict]") {
 }
 
 namespace {
-// Two waves exchange values through LDS: thread t writes t at 4t (`write`; a ds_write2 also
-// writes it at 4t + 512) and reads the word of t^64.
-std::string exchange_src(const std::string& name, Gfx g, const std::string& sync, const std::string& write) {
-  std::string body = R"(  s_load_dwordx2 s[4:5], s[0:1], 0x0
-  v_lshlrev_b32 v1, 2, v0
-  v_xor_b32 v2, 0x100, v1
-  )" + write + R"(
-)" + sync + R"(
-  ds_read_b32 v3, v2
-  s_waitcnt lgkmcnt(0)
-  global_store_dword v1, v3, s[4:5]
-  s_waitcnt vmcnt(0)
-  s_endpgm)";
+// Two waves of 64 threads share LDS: thread t's word is at v1 = 4t, its partner t^64's at v2;
+// `middle` works through LDS and leaves thread t's result in v4, stored at out[t].
+std::vector<uint32_t> run_two_waves(Gfx g, const std::string& name, const std::string& middle, DispatchOptions opts = {}) {
+  const std::string body = "  s_load_dwordx2 s[4:5], s[0:1], 0x0\n  v_lshlrev_b32 v1, 2, v0\n  v_xor_b32 v2, 0x100, v1\n" +
+                           middle + "  s_waitcnt lgkmcnt(0)\n  global_store_dword v1, v4, s[4:5]\n  s_waitcnt vmcnt(0)\n  s_endpgm";
   KernelOpts o;
   o.lds = 1024;
-  return kernel_src(name, g, body, o);
-}
-std::vector<uint32_t> run_exchange(Gfx g, const std::string& name, const std::string& sync, DispatchOptions opts = {},
-                                   const std::string& write = "ds_write_b32 v1, v0") {
-  auto co = assemble(exchange_src(name, g, sync, write), g, name);
+  auto co = assemble(kernel_src(name, g, body, o), g, name);
   Device dev(g);
   uint64_t out = dev.alloc(512);
   KernargBuilder kb;
   kb.put<uint64_t>(0, out);
   dev.dispatch(co, name, {2, 1, 1}, {128, 1, 1}, kb.bytes, opts);
   return dev.read_vector<uint32_t>(out, 128);
+}
+// The exchange: thread t writes t at 4t (`write`; a ds_write2 also writes it at 4t + 512), then
+// `sync`, then reads its partner's word.
+std::vector<uint32_t> run_exchange(Gfx g, const std::string& name, const std::string& sync, DispatchOptions opts = {},
+                                   const std::string& write = "ds_write_b32 v1, v0") {
+  return run_two_waves(g, name, "  " + write + "\n" + sync + "  ds_read_b32 v4, v2\n", opts);
 }
 }  // namespace
 
@@ -166,28 +160,11 @@ TEST_CASE("strict: LDS races between waves", "[strict]") {
 // may still be in flight.
 TEST_CASE("strict: ds_read2 / ds_write2 outstanding at a barrier race like single reads and writes", "[strict]") {
   const std::string write2 = "ds_write2_b32 v1, v0, v0 offset1:128";
-  auto read_side = [](Gfx g, const std::string& name, const std::string& read, const std::string& sync) {
-    const std::string body = R"(  s_load_dwordx2 s[4:5], s[0:1], 0x0
-  v_lshlrev_b32 v1, 2, v0
-  v_xor_b32 v2, 0x100, v1
-  ds_write2_b32 v1, v0, v0 offset1:128
-  s_waitcnt lgkmcnt(0)
-  s_barrier
-  )" + read + "\n" + sync + R"(
-  ds_write_b32 v1, v1
-  s_waitcnt lgkmcnt(0)
-  global_store_dword v1, v4, s[4:5]
-  s_waitcnt vmcnt(0)
-  s_endpgm)";
-    KernelOpts o;
-    o.lds = 1024;
-    auto co = assemble(kernel_src(name, g, body, o), g, name);
-    Device dev(g);
-    const uint64_t out = dev.alloc(512);
-    KernargBuilder kb;
-    kb.put<uint64_t>(0, out);
-    dev.dispatch(co, name, {2, 1, 1}, {128, 1, 1}, kb.bytes, {});
-    return dev.read_vector<uint32_t>(out, 128);
+  // Thread t writes t at 4t and 4t + 512, reads its partner's two words (`read`), passes `sync`,
+  // then overwrites its own word.
+  auto read_side = [&](Gfx g, const std::string& name, const std::string& read, const std::string& sync) {
+    return run_two_waves(g, name, "  " + write2 + "\n  s_waitcnt lgkmcnt(0)\n  s_barrier\n  " + read + "\n" + sync +
+                                      "  ds_write_b32 v1, v1\n");
   };
   const std::string read1 = "ds_read_b32 v4, v2", read2 = "ds_read2_b32 v[4:5], v2 offset1:128";
   for (Gfx g : kTargets) {
@@ -199,8 +176,8 @@ TEST_CASE("strict: ds_read2 / ds_write2 outstanding at a barrier race like singl
     // Read side: the single read (as before) and ds_read2 both race without the wait.
     for (const std::string& read : {read1, read2}) {
       INFO(read);
-      REQUIRE_THROWS_WITH(read_side(g, "race_read_nowait", read, "  s_barrier"), Catch::Contains("lds_race"));
-      auto r = read_side(g, "race_read_fixed", read, "  s_waitcnt lgkmcnt(0)\n  s_barrier");
+      REQUIRE_THROWS_WITH(read_side(g, "race_read_nowait", read, "  s_barrier\n"), Catch::Contains("lds_race"));
+      auto r = read_side(g, "race_read_fixed", read, "  s_waitcnt lgkmcnt(0)\n  s_barrier\n");
       for (uint32_t t = 0; t < 128; ++t) CHECK(r[t] == (t ^ 64));
     }
   }
