@@ -463,11 +463,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   }
 
   // Modeled.
-  r.modeled = model_time(m, f, model_units(plan), r.reduce_entries, r.reduce_splits,
-                         int(bs.kv_lens.size()) * plan.row_groups);
-  r.modeled_at_peak_s = model_time(at_datasheet_peak(m), f, model_units(plan), r.reduce_entries, r.reduce_splits,
-                                   int(bs.kv_lens.size()) * plan.row_groups)
-                            .total_s;
+  auto price = [&](const Machine& at) {
+    return model_time(at, f, model_units(plan), r.reduce_entries, r.reduce_splits, int(bs.kv_lens.size()) * plan.row_groups);
+  };
+  r.modeled = price(m);
+  r.modeled_at_peak_s = price(at_datasheet_peak(m)).total_s;  // what-if (PlanSide::total_at_peak_s)
   r.modeled_tbps = minimum / r.modeled.total_s / 1e12;
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
