@@ -51,8 +51,8 @@ constexpr std::optional<Target> parse_target(std::string_view s) {
 inline constexpr int kQkDim = 576;
 inline constexpr int kVDim = 512;
 
-// One workgroup of the decode kernel: int32[8], in the work-unit buffer in launch order
-// (workgroup id x reads unit x). The kernel loads it into 8 SGPRs: field i is dword i.
+// One workgroup of the decode kernel: int32[8], in the work-unit table after its LaunchHeader in
+// launch order (workgroup id x reads unit x). The kernel loads it into 8 SGPRs: field i is dword i.
 struct WorkUnit {
   int32_t qo_row;     // first q row of the request (= qo_indptr[b]); the unit covers q rows qo_row .. qo_row+qseqlen-1
   int32_t page_base;  // kv_indptr[b]: token t of the request is in page kv_indices[page_base + t / page_size]
@@ -108,7 +108,8 @@ inline constexpr int rows = offsetof(PrefixUnit, rows) / 4, first_request = offs
 struct ReduceEntry {
   int32_t qo_row;          // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1
   int32_t first_partial;   // first partial slot
-  int32_t num_splits;      // >= 1 (1 only for a prefix-group member: its one partial normalised into o)
+  int32_t num_splits;      // >= 1 (1 only for a prefix-group member: its one partial normalised into o); 0: a
+                           // request with no KV (o = 0, lse = -inf)
   int32_t partial_stride;  // >= 1: slot distance between consecutive partials
   int32_t bf16_splits;     // 0 .. num_splits: the first bf16_splits partials are bf16
   int32_t reserved[3];     // 0
@@ -132,11 +133,30 @@ struct KernargField {
   uint32_t size;
 };
 
-// The decode kernel's arguments (the kernel reads them at these offsets).
+// The header of one launch's table in the workspace (issue #31): the grid is fixed by the plan's
+// capacity, so a kernel learns from this header, which the step's one upload writes, how many of
+// its workgroups have work. Workgroup x with x >= count exits at once; else its entry (a
+// WorkUnit, PrefixUnit or ReduceEntry, 32 bytes) is at header + entries_offset + x * 32. The
+// launch's `work` / `reduce_map` argument points at its header: the kernargs, and so a captured
+// graph, stay the same from step to step.
+struct LaunchHeader {
+  int32_t count;           // entries of this step (0: every workgroup exits)
+  int32_t entries_offset;  // bytes from this header to entry 0 (> 0, a multiple of 32)
+  int32_t reserved[6];     // 0
+};
+static_assert(sizeof(LaunchHeader) == 32, "LaunchHeader is int32[8]");
+namespace launch_header {
+inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset = offsetof(LaunchHeader, entries_offset) / 4;
+}  // namespace launch_header
+
+// The decode kernel's arguments (the kernel reads them at these offsets). q_scale and kv_scale
+// point at one f32 each, read on the device at every launch (as aiter's kernels read theirs):
+// a scale that changes on the device needs no new kernargs. The kernel's score scale is
+// sm_scale * q_scale * kv_scale (two f32 multiplies in that order), its output scale kv_scale.
 namespace decode_args {
 inline constexpr uint32_t q = 0x00, kv = 0x08, kv_indices = 0x10, work = 0x18, o = 0x20, lse = 0x28,
-                          partial_o = 0x30, partial_lse = 0x38, scale = 0x40, kv_scale = 0x44, logit_cap = 0x48,
-                          reserved = 0x4c, size = 0x50;
+                          partial_o = 0x30, partial_lse = 0x38, q_scale = 0x40, kv_scale = 0x48, sm_scale = 0x50,
+                          logit_cap = 0x54, size = 0x58;
 }
 inline constexpr KernargField kDecodeArgs[] = {
     {"q", true, "", decode_args::q, 8},
@@ -147,13 +167,14 @@ inline constexpr KernargField kDecodeArgs[] = {
     {"lse", true, "float*", decode_args::lse, 8},
     {"partial_o", true, "float*", decode_args::partial_o, 8},
     {"partial_lse", true, "float*", decode_args::partial_lse, 8},
-    {"scale", false, "float", decode_args::scale, 4},
-    {"kv_scale", false, "float", decode_args::kv_scale, 4},
+    {"q_scale", true, "const float*", decode_args::q_scale, 8},
+    {"kv_scale", true, "const float*", decode_args::kv_scale, 8},
+    {"sm_scale", false, "float", decode_args::sm_scale, 4},
     {"logit_cap", false, "float", decode_args::logit_cap, 4},
-    {"reserved", false, "uint32_t", decode_args::reserved, 4},
 };
 
-// The reduce kernel's arguments.
+// The reduce kernel's arguments (reduce_map points at a LaunchHeader). A ReduceEntry with
+// num_splits 0 is a request with no KV: the kernel writes o = 0 and lse = -inf for it.
 namespace reduce_args {
 inline constexpr uint32_t reduce_map = 0x00, partial_o = 0x08, partial_lse = 0x10, o = 0x18, lse = 0x20, size = 0x28;
 }

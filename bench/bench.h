@@ -47,6 +47,29 @@ std::vector<BenchShape> seed000_shapes();
 // "gfx950:fp8/fp8:h12:pg128:68435x16" or "...:32768,1000,77" (see mlabench --help).
 BenchShape parse_shape(const std::string& spec);
 
+// ---- Host costs (bench/host_costs.cpp, issue #31): measured wall-clock microseconds -------------
+
+struct HostCost {
+  std::string name;
+  int batch = 0;
+  int64_t total_tokens = 0;
+  double update_us = 0;            // mla_plan_update
+  double update_given_us = 0;      // mla_plan_update_shared, the caller's group (shapes with sharing)
+  double update_detected_us = 0;   // mla_plan_update_shared, groups detected in a host page table
+  bool cascade = false;            // the last shared update's plan cascades the group
+  double upload_us = 0;            // mla_plan_upload
+  size_t upload_bytes = 0;
+  double decode_host_us = 0;       // the runtime's host work per mla_decode (checks, kernarg packing)
+  int launches = 0;                // kernel launches per layer
+  unsigned decode_grid = 0;        // the decode launch's workgroups (the capacity)
+  double python_update_us = 0, python_decode_us = 0;  // bench/python_host_cost.py (0: not run)
+  nlohmann::json to_json() const;
+};
+// The measured shapes plus issue #31's batches of 64 and 256 requests of 8K tokens.
+std::vector<BenchShape> host_cost_shapes(const std::vector<BenchShape>& measured);
+std::vector<HostCost> measure_host_costs(const std::vector<BenchShape>& shapes, int steps);
+std::string host_costs_markdown(const std::vector<HostCost>& v);
+
 // The seed's own published "same total data" rows (us), as published.
 struct PublishedGroup {
   std::string members;

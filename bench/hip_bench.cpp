@@ -60,6 +60,7 @@ nlohmann::json hip_bench(const std::vector<BenchShape>& shapes, const HipOptions
     check(mla_plan_workspace_size(plan, &ws_bytes), "mla_plan_workspace_size");
     uint64_t ws = 0;
     check(mla_malloc(dev, ws_bytes, &ws), "mla_malloc workspace");
+    check(mla_plan_upload(ctx, plan, ws, ws_bytes, 1.0f, 1.0f, nullptr), "mla_plan_upload");
     // Inputs rotated over enough copies that the working set exceeds 2x the last-level cache
     // (256 MiB), so the caches do not flatter.
     const size_t kvb = bs.shape.kv_dtype == rt::DType::fp8 ? 1 : 2, qb = bs.shape.q_dtype == rt::DType::fp8 ? 1 : 2;

@@ -12,6 +12,43 @@
 
 using namespace mla::bench;
 
+namespace {
+
+// The C API's host costs (bench/host_costs.cpp) and the Python layer's (bench/python_host_cost.py,
+// once per target: the emulator target is per process), of the shapes and issue #31's batches.
+std::vector<HostCost> measure_host_costs_with_python(const std::vector<BenchShape>& shapes, int steps,
+                                                     const std::string& out_dir) {
+  fmt::print(stderr, "mlabench: host costs ({} timed calls each)\n", steps);
+  const auto hshapes = host_cost_shapes(shapes);
+  auto costs = measure_host_costs(hshapes, steps);
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& s : hshapes)
+    list.push_back({{"name", s.name}, {"target", mla::rt::name(s.shape.target)}, {"heads", s.shape.heads},
+                    {"q_dtype", mla::rt::name(s.shape.q_dtype)}, {"page_size", s.shape.page_size},
+                    {"kv_lens", s.kv_lens}, {"catalog", catalog_for(s.shape).dir()}});
+  const std::string list_path = out_dir + "/host_cost_shapes.json";
+  std::ofstream(list_path) << list.dump() << "\n";
+  for (const char* target : {"gfx942", "gfx950"}) {
+    const std::string res = out_dir + fmt::format("/host_cost_python_{}.json", target);
+    const mla::gen::ToolResult py = mla::gen::run_tool(
+        {"/usr/bin/env", "PYTHONPATH=" MLA_PYTHON_PACKAGE_DIR, "MLA_RUNTIME_LIB=" MLA_RUNTIME_SHARED_LIB, MLA_PYTHON3,
+         MLA_PYTHON_HOST_COST_SCRIPT, "--target", target, "--shapes", list_path, "--runs", std::to_string(steps),
+         "--json", res});
+    if (py.exit_code != 0)
+      throw std::runtime_error(
+          fmt::format("bench/python_host_cost.py --target {} failed (exit {}): {}", target, py.exit_code, py.err));
+    for (const auto& r : nlohmann::json::parse(std::ifstream(res)))
+      for (auto& c : costs)
+        if (c.name == r.at("name").get<std::string>()) {
+          c.python_update_us = r.at("update_us").get<double>();
+          c.python_decode_us = r.at("decode_python_us").get<double>();
+        }
+  }
+  return costs;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"mlabench: MLA decode performance evidence (docs/performance.md)"};
   std::string backend = "emulator", out_dir = "out/bench", set = "all", catalog_dir;
@@ -43,6 +80,14 @@ int main(int argc, char** argv) {
                  "an aiter checkout: run aiter's own code objects (hsa/<gfx>/mla) through the same counters and machine "
                  "model, side by side with ours and with seed 001's published aiter times (without it: 'not run')");
   app.add_option("--aiter-unit-tokens", ao.unit_tokens, "tokens per work item of aiter's scaled runs (multiple of 128)");
+  bool host_costs = true;
+  int host_cost_steps = 200;
+  app.add_flag("!--no-host-costs", host_costs,
+               "skip the host costs (plan update, upload, mla_decode's host work, Python; measured here)");
+  app.add_option("--host-cost-steps", host_cost_steps, "timed calls per host-cost figure (median)");
+  bool host_costs_only = false;
+  app.add_flag("--host-costs-only", host_costs_only,
+               "only the host costs of the shapes (no emulator runs, no modeled times): host_costs.md / .json");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<BenchShape> shapes;
@@ -63,6 +108,16 @@ int main(int argc, char** argv) {
       std::cout << table;
       return 0;
     }
+    if (host_costs_only) {
+      auto costs = measure_host_costs_with_python(shapes, host_cost_steps, out_dir);
+      const std::string md = host_costs_markdown(costs);
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& c : costs) j.push_back(c.to_json());
+      std::ofstream(out_dir + "/host_costs.md") << md;
+      std::ofstream(out_dir + "/host_costs.json") << j.dump(2) << "\n";
+      std::cout << md;
+      return 0;
+    }
     std::vector<ShapeResult> results;
     for (const auto& s : shapes) {
       fmt::print(stderr, "mlabench: {} ({}, {} requests, {} tokens)\n", s.name, s.shape.describe(), s.kv_lens.size(),
@@ -79,9 +134,15 @@ int main(int argc, char** argv) {
     }
     add_aiter_sides(results, ao);
     auto groups = same_bytes_groups(results);
-    const std::string md = markdown_report(results, groups);
+    std::string md = markdown_report(results, groups);
+    nlohmann::json report = json_report(results, groups);
+    if (host_costs) {
+      auto costs = measure_host_costs_with_python(shapes, host_cost_steps, out_dir);
+      md += "\n" + host_costs_markdown(costs);
+      for (const auto& c : costs) report["host_costs"].push_back(c.to_json());
+    }
     std::ofstream(out_dir + "/table.md") << md;
-    std::ofstream(out_dir + "/bench.json") << json_report(results, groups).dump(2) << "\n";
+    std::ofstream(out_dir + "/bench.json") << report.dump(2) << "\n";
     std::cout << md;
     fmt::print(stderr, "mlabench: wrote {0}/table.md, {0}/bench.json\n", out_dir);
     // The plot: matplotlib reading bench.json (bench/plot.py); a failure is an error, not a

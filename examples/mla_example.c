@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
   args.sm_scale = 0.0721687836f; /* 1/sqrt(192) */
   args.q_scale = args.kv_scale = 1.0f;
   CHECK(mla_context_set_option(ctx, MLA_OPTION_VALIDATE, 1)); /* check page ids (host read-back) */
+  /* Once per step, where an engine prepares its metadata: the step's tables into the workspace
+   * (one copy), with the host scales the kernels read when args give no device pointer. */
+  CHECK(mla_plan_upload(ctx, plan, d_ws, ws_bytes, args.q_scale, args.kv_scale, NULL));
+  /* Once per layer (capturable in a HIP graph): kernel launches only. */
   CHECK(mla_decode(ctx, plan, &args, d_ws, ws_bytes, NULL));
   CHECK(mla_stream_synchronize(dev, NULL));
   CHECK(mla_memcpy_d2h(dev, o, d_o, o_count * 2));

@@ -132,8 +132,8 @@ void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
     at = off;
     off += align_up(bytes);
   };
-  region(w.work, std::max<size_t>(1, w.max_units) * sizeof(WorkUnit));
-  region(w.reduce, std::max<size_t>(1, w.max_reduces) * sizeof(ReduceEntry));
+  w.tables_bytes = step_tables::bytes(w.max_units, w.max_reduces);
+  region(w.tables, w.tables_bytes);
   region(w.partial_o, w.max_partials * M * kVDim * 4);
   region(w.partial_lse, w.max_partials * M * 4);
   if (k.padded()) {
@@ -181,14 +181,52 @@ WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan,
 
 WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws) {
   WorkspaceAddrs a;
-  a.work = base + ws.work;
-  a.reduce = base + ws.reduce;
+  a.scales = base + ws.tables + step_tables::scales;
+  a.decode_header = base + ws.tables + step_tables::decode_header;
+  a.prefix_header = base + ws.tables + step_tables::prefix_header;
+  a.reduce_header = base + ws.tables + step_tables::reduce_header;
   a.partial_o = base + ws.partial_o;
   a.partial_lse = base + ws.partial_lse;
   a.q_pad = ws.q_pad_bytes ? base + ws.q_pad : 0;
   a.o_pad = ws.o_pad_bytes ? base + ws.o_pad : 0;
   a.lse_pad = ws.lse_pad_bytes ? base + ws.lse_pad : 0;
   return a;
+}
+
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset) {
+  abi::LaunchHeader h{};
+  h.count = int32_t(count);
+  h.entries_offset = int32_t(entries_offset);
+  std::memcpy(dst, &h, sizeof h);
+}
+
+size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, uint8_t* dst) {
+  namespace S = step_tables;
+  std::memset(dst, 0, S::entries);
+  std::memcpy(dst + S::scales, &q_scale, 4);
+  std::memcpy(dst + S::scales + 4, &kv_scale, 4);
+  const size_t nd = plan.units.size(), np = plan.prefix_units.size(), nr = plan.reduces.size();
+  const size_t decode_at = S::entries, prefix_at = decode_at + nd * 32, reduce_at = prefix_at + np * 32;
+  write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header);
+  write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header);
+  write_launch_header(dst + S::reduce_header, nr, reduce_at - S::reduce_header);
+  static_assert(sizeof(WorkUnit) == 32 && sizeof(abi::PrefixUnit) == 32 && sizeof(ReduceEntry) == 32);
+  if (nd) std::memcpy(dst + decode_at, plan.units.data(), nd * 32);
+  if (np) std::memcpy(dst + prefix_at, plan.prefix_units.data(), np * 32);
+  if (nr) std::memcpy(dst + reduce_at, plan.reduces.data(), nr * 32);
+  return reduce_at + nr * 32;
+}
+
+LaunchGrids launch_grids(const SelectedKernels& k, const WorkspaceLayout& ws) {
+  LaunchGrids g;
+  // Decode and prefix units share the capacity (max_units counts both), so either launch may
+  // need all of it.
+  const unsigned units = unsigned(std::max<size_t>(1, ws.max_units));
+  g.decode = {units, 1, 1};
+  g.prefix = {k.prefix ? units : 0u, 1, 1};
+  g.reduce = {unsigned(std::max<size_t>(1, ws.max_reduces)), unsigned(k.kheads * k.kqseqlen), 1};
+  g.launches = k.prefix ? 3 : 2;
+  return g;
 }
 
 PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,
@@ -258,34 +296,18 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   return in;
 }
 
-std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int batch, const DeviceTensors& t,
-                                 const WorkspaceAddrs& ws) {
+std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const WorkspaceLayout& ws, int batch, const DeviceTensors& t,
+                                 const WorkspaceAddrs& wa) {
   std::vector<DecodeOp> ops;
+  if (batch == 0) return ops;
   const size_t B = size_t(batch), q = size_t(k.qseqlen), kq = size_t(k.kqseqlen);
   const size_t H = size_t(k.heads), KH = size_t(k.kheads);
   const size_t eq = size_t(elem_bytes(k.q_dtype));
   const bool pad = k.padded();
-  auto upload = [&](uint64_t dst, const void* host, size_t bytes, const char* what) {
-    DecodeOp op;
-    op.kind = DecodeOp::H2D;
-    op.dst = dst;
-    op.host = host;
-    op.bytes = bytes;
-    op.what = what;
-    ops.push_back(op);
-  };
-  upload(ws.work, plan.units.data(), plan.units.size() * sizeof(WorkUnit), "upload work units");
-  // The prefix kernel's units follow the decode kernel's in the same table.
-  const uint64_t prefix_work = ws.work + plan.units.size() * sizeof(WorkUnit);
-  if (!plan.prefix_units.empty()) {
-    if (!k.prefix) throw RtError(MLA_ERROR_INTERNAL, "the plan has prefix units but the selection no prefix kernel");
-    upload(prefix_work, plan.prefix_units.data(), plan.prefix_units.size() * sizeof(abi::PrefixUnit),
-           "upload prefix units");
-  }
-  if (!plan.reduces.empty())
-    upload(ws.reduce, plan.reduces.data(), plan.reduces.size() * sizeof(ReduceEntry), "upload reduce map");
+  const LaunchGrids grids = launch_grids(k, ws);
   // Padded kernel: request b's row r goes to kernel row kq - q + r (the last q rows of the
-  // kernel's kq, whose causal limits are the caller's), heads 0..H-1 of KH.
+  // kernel's kq, whose causal limits are the caller's), heads 0..H-1 of KH. The padding rows and
+  // heads are never written here: the first upload into a workspace zeroes them.
   auto copy_rows = [&](uint64_t dst, uint64_t src, size_t elem_per_head, bool into_pad, const char* what) {
     for (size_t r = 0; r < q; ++r) {
       DecodeOp op;
@@ -304,52 +326,45 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int
   };
   uint64_t q_addr = t.q, o_addr = t.o, lse_addr = k.return_lse ? t.lse : 0;
   if (pad) {
-    DecodeOp z;
-    z.kind = DecodeOp::Memset;
-    z.dst = ws.q_pad;
-    z.bytes = B * kq * KH * kQkDim * eq;
-    z.what = "zero padded q";
-    ops.push_back(z);
-    copy_rows(ws.q_pad, t.q, kQkDim * eq, true, "copy q into padded q");
-    q_addr = ws.q_pad;
-    o_addr = ws.o_pad;
-    lse_addr = k.return_lse ? ws.lse_pad : 0;
+    copy_rows(wa.q_pad, t.q, kQkDim * eq, true, "copy q into padded q");
+    q_addr = wa.q_pad;
+    o_addr = wa.o_pad;
+    lse_addr = k.return_lse ? wa.lse_pad : 0;
   }
-  const uint64_t po = plan.num_partials ? ws.partial_o : 0, pl = plan.num_partials ? ws.partial_lse : 0;
+  const uint64_t po = ws.max_partials ? wa.partial_o : 0, pl = ws.max_partials ? wa.partial_lse : 0;
   // The decode kernel over the requests (and the unique parts of prefix-group members), then the
   // prefix kernel over the shared prefixes; both take the decode arguments.
-  auto attention = [&](const CatalogKernel& kernel, uint64_t work, size_t units, const char* what) {
-    if (units == 0) return;  // every member's tokens may all be in its group's prefix
+  auto attention = [&](const CatalogKernel& kernel, uint64_t header, Dim3 grid, const char* what) {
     KernargPacker dk(kernel);
-    dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", work).ptr("o", o_addr);
+    dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", header).ptr("o", o_addr);
     dk.ptr("lse", lse_addr).ptr("partial_o", po).ptr("partial_lse", pl);
-    dk.f32("scale", t.scale).f32("kv_scale", t.kv_scale).f32("logit_cap", t.logit_cap);
+    dk.ptr("q_scale", t.q_scale).ptr("kv_scale", t.kv_scale).f32("sm_scale", t.sm_scale).f32("logit_cap", t.logit_cap);
     DecodeOp op;
     op.kind = DecodeOp::Launch;
     op.kernel = &kernel;
-    op.grid = {unsigned(units), 1, 1};
+    op.grid = grid;
     op.block = {unsigned(kernel.launch.workgroup_size), 1, 1};
     op.kernarg = dk.finish();
     op.what = what;
     ops.push_back(std::move(op));
   };
-  attention(k.decode, ws.work, plan.units.size(), "decode");
-  if (!plan.prefix_units.empty()) attention(*k.prefix, prefix_work, plan.prefix_units.size(), "prefix");
-  if (!plan.reduces.empty()) {
+  attention(k.decode, wa.decode_header, grids.decode, "decode");
+  if (k.prefix) attention(*k.prefix, wa.prefix_header, grids.prefix, "prefix");
+  {
     KernargPacker rk(k.reduce);
-    rk.ptr("reduce_map", ws.reduce).ptr("partial_o", po).ptr("partial_lse", pl).ptr("o", o_addr).ptr("lse", lse_addr);
+    rk.ptr("reduce_map", wa.reduce_header).ptr("partial_o", po).ptr("partial_lse", pl).ptr("o", o_addr).ptr("lse", lse_addr);
     DecodeOp op;
     op.kind = DecodeOp::Launch;
     op.kernel = &k.reduce;
-    op.grid = {unsigned(plan.reduces.size()), unsigned(KH * kq), 1};
+    op.grid = grids.reduce;
     op.block = {64, 1, 1};
     op.kernarg = rk.finish();
     op.what = "reduce";
     ops.push_back(std::move(op));
   }
   if (pad) {
-    copy_rows(t.o, ws.o_pad, kVDim * 2, false, "copy o out of padded o");
-    if (k.return_lse) copy_rows(t.lse, ws.lse_pad, 4, false, "copy lse out of padded lse");
+    copy_rows(t.o, wa.o_pad, kVDim * 2, false, "copy o out of padded o");
+    if (k.return_lse) copy_rows(t.lse, wa.lse_pad, 4, false, "copy lse out of padded lse");
   }
   return ops;
 }

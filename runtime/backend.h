@@ -90,10 +90,12 @@ struct SelectedKernels {
 };
 SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller);
 
-// Workspace layout (offsets from the workspace base, 256-byte aligned) for a capacity.
+// Workspace layout (offsets from the workspace base, 256-byte aligned) for a capacity. The step
+// tables come first: what one upload per step writes (StepTables below), sized by the capacity.
 struct WorkspaceLayout {
   size_t max_units = 0, max_reduces = 0, max_partials = 0;
-  size_t work = 0, reduce = 0, partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
+  size_t tables = 0, tables_bytes = 0;
+  size_t partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
   size_t q_pad_bytes = 0, o_pad_bytes = 0, lse_pad_bytes = 0;
   size_t total = 0;
 };
@@ -107,30 +109,57 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
 // Exactly what one plan needs.
 WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch);
 
+// The step tables (issue #31): the host scales, one abi::LaunchHeader per launch, then the
+// decode units, the prefix units and the reduce entries of the step, packed. One upload of
+// StepTables::used_bytes() bytes from the plan's (pinned) copy per step; the kernels find their
+// entries through their headers, so the kernargs (and a captured graph) never change.
+namespace step_tables {
+inline constexpr size_t scales = 0;  // f32 q_scale, f32 kv_scale: the host values of the upload
+inline constexpr size_t decode_header = 32, prefix_header = 64, reduce_header = 96, entries = 128;
+// Bytes of the region for a capacity.
+inline constexpr size_t bytes(size_t max_units, size_t max_reduces) { return entries + 32 * (max_units + max_reduces); }
+}  // namespace step_tables
+// Writes the plan's tables (and the two scales) into `dst`, which holds at least
+// step_tables::bytes(...) for the plan's capacity; returns the bytes used (what the upload copies).
+size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, uint8_t* dst);
+// One launch header (abi::LaunchHeader) at `dst`.
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset);
+
 // PlanInputs for the kernel shape (padded rows included).
 PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,
                            int workgroups_per_cu);
 
 // Device addresses of the workspace regions (from a base + WorkspaceLayout, or separate
 // allocations as run_decode_on_emulator makes them so that the emulator's bounds checks see
-// each table on its own).
+// each table on its own). The launch headers say where their entries are.
 struct WorkspaceAddrs {
-  uint64_t work = 0, reduce = 0, partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
+  uint64_t scales = 0;  // two f32: the host q_scale and kv_scale (step_tables::scales)
+  uint64_t decode_header = 0, prefix_header = 0, reduce_header = 0;
+  uint64_t partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
 };
 WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws);
 
 struct DeviceTensors {
   uint64_t q = 0, kv = 0, kv_indices = 0, o = 0, lse = 0;
-  float scale = 1.0f;  // sm_scale * q_scale * kv_scale
-  float kv_scale = 1.0f, logit_cap = 0.0f;
+  uint64_t q_scale = 0, kv_scale = 0;  // device f32 each (the caller's, or the workspace's)
+  float sm_scale = 1.0f, logit_cap = 0.0f;
 };
 
-// The decode call for a plan, as stream operations: upload the plan's tables into the
-// workspace, (padded: zero and fill the padded q), decode, reduce when any request is split,
-// (padded: copy o / lse out). Kernargs are packed by name from the catalog's argument list
-// (KernargPacker), which load_checked_code has checked against the code objects.
-std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const Plan& plan, int batch, const DeviceTensors& t,
-                                 const WorkspaceAddrs& ws);
+// The grids of one decode call: fixed by the capacity (never by a step's lengths).
+struct LaunchGrids {
+  Dim3 decode, prefix, reduce;  // prefix.x = 0: the selection has no prefix kernel (no launch)
+  int launches = 0;
+};
+LaunchGrids launch_grids(const SelectedKernels& k, const WorkspaceLayout& ws);
+
+// The decode call as stream operations: decode, the prefix kernel (when the selection has one)
+// and the reduce, each on its capacity grid (launch_grids), whatever the step; with a padded
+// selection also the copies of q into the padded q and of o / lse out of it (per batch row). No
+// table is copied here: the tables reach the workspace by the step's upload. Kernargs are packed
+// by name from the catalog's argument list (KernargPacker), which load_checked_code has checked
+// against the code objects. A batch of 0 is no operation at all.
+std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const WorkspaceLayout& ws, int batch, const DeviceTensors& t,
+                                 const WorkspaceAddrs& wa);
 
 // merge_attn_states (abi::merge_args): one launch of the catalog's mla_merge kernel.
 struct MergeTensors {
@@ -161,6 +190,11 @@ class Backend {
   virtual void d2h(void* dst, uint64_t src, size_t n) = 0;        // synchronous
   virtual void memset(uint64_t dst, int value, size_t n) = 0;     // synchronous
   virtual void synchronize(void* stream) = 0;
+  // Host memory for buffers copied to the device asynchronously (the plan's step tables):
+  // page-locked on HIP (hipHostMalloc), so that an async copy from it is a DMA the stream
+  // orders; plain memory on the emulator.
+  virtual void* host_alloc(size_t bytes) = 0;
+  virtual void host_free(void* p) = 0;
 
   // Runs the ops in order on `stream`. Module loads go through the per-device cache.
   virtual void run(const std::vector<DecodeOp>& ops, void* stream) = 0;

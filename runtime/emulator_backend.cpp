@@ -237,31 +237,54 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   const size_t o_bytes = size_t(p.rows()) * p.heads * 512 * 2;
   t.o = be.alloc_named(o_bytes, "o", 0xff);  // poison: unwritten elements stay 0xFFFF
   t.lse = p.return_lse ? be.alloc_named(size_t(p.rows()) * p.heads * 4, "lse", 0xff) : 0;
-  t.scale = float(p.sm_scale * p.q_scale * p.kv_scale);
-  t.kv_scale = float(p.kv_scale);
+  t.sm_scale = float(p.sm_scale);
   t.logit_cap = float(p.logit_cap);
   const WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
+  // The step tables (pack_step_tables' layout), split so that each table has an allocation of
+  // its own: the scales, the decode and prefix headers with the units, the reduce header with
+  // the reduce map.
+  std::vector<uint8_t> tables(ws.tables_bytes);
+  const size_t used = pack_step_tables(plan, float(p.q_scale), float(p.kv_scale), tables.data());
+  namespace S = step_tables;
+  const size_t units_bytes = (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit);
+  const size_t reduce_bytes = plan.reduces.size() * sizeof(ReduceEntry);
+  if (used != S::entries + units_bytes + reduce_bytes) throw RtError(MLA_ERROR_INTERNAL, "step tables: size mismatch");
+  std::vector<uint8_t> work(64 + units_bytes), reduce(32 + reduce_bytes);
+  write_launch_header(work.data(), plan.units.size(), 64);
+  write_launch_header(work.data() + 32, plan.prefix_units.size(), 32 + plan.units.size() * sizeof(WorkUnit));
+  std::memcpy(work.data() + 64, tables.data() + S::entries, units_bytes);
+  write_launch_header(reduce.data(), plan.reduces.size(), 32);
+  std::memcpy(reduce.data() + 32, tables.data() + S::entries + units_bytes, reduce_bytes);
+  const uint64_t work_at = upload(work.data(), work.size(), "work"), reduce_at = upload(reduce.data(), reduce.size(), "reduce_map");
   WorkspaceAddrs wa;
-  wa.work = be.alloc_named(std::max<size_t>(1, plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit), "work",
-                           0xff);
-  wa.reduce = be.alloc_named(std::max<size_t>(1, plan.reduces.size()) * sizeof(ReduceEntry), "reduce_map", 0xff);
+  wa.scales = upload(tables.data() + S::scales, 8, "scales");
+  t.q_scale = wa.scales;
+  t.kv_scale = wa.scales + 4;
+  wa.decode_header = work_at;
+  wa.prefix_header = work_at + 32;
+  wa.reduce_header = reduce_at;
   if (plan.num_partials) {
     wa.partial_o = be.alloc_named(plan.partial_o_bytes(), "partial_o", 0xff);
     wa.partial_lse = be.alloc_named(plan.partial_lse_bytes(), "partial_lse", 0xff);
   }
   if (k.padded()) {
-    wa.q_pad = be.alloc_named(ws.q_pad_bytes, "q_pad", 0xff);
+    wa.q_pad = be.alloc_named(ws.q_pad_bytes, "q_pad", 0);  // padding rows and heads stay 0
     wa.o_pad = be.alloc_named(ws.o_pad_bytes, "o_pad", 0xff);
     if (ws.lse_pad_bytes) wa.lse_pad = be.alloc_named(ws.lse_pad_bytes, "lse_pad", 0xff);
   }
-  be.run(decode_ops(k, plan, p.batch(), t, wa), nullptr);
+  be.run(decode_ops(k, ws, p.batch(), t, wa), nullptr);
   r.traffic = needed_traffic(p, plan);
   for (auto& d : be.take_log()) {
     add_measured(r.traffic, d.counters);
-    if (d.kernel == sel.decode.name) r.decode = std::move(d.counters), r.ran_decode = true;
-    else if (sel.prefix && d.kernel == sel.prefix->name) r.prefix = std::move(d.counters), r.ran_prefix = true;
-    else if (d.kernel == sel.reduce.name) r.reduce = std::move(d.counters), r.ran_reduce = true;
+    if (d.kernel == sel.decode.name) r.decode = std::move(d.counters);
+    else if (sel.prefix && d.kernel == sel.prefix->name) r.prefix = std::move(d.counters);
+    else if (d.kernel == sel.reduce.name) r.reduce = std::move(d.counters);
   }
+  // Every launch runs on its capacity grid; a launch "ran" when its step had work for it (the
+  // others' workgroups only read their header and exit).
+  r.ran_decode = !plan.units.empty();
+  r.ran_prefix = !plan.prefix_units.empty();
+  r.ran_reduce = !plan.reduces.empty();
   r.o.resize(o_bytes / 2);
   be.d2h(r.o.data(), t.o, o_bytes);
   if (p.return_lse) {

@@ -2,6 +2,8 @@
 // kernarg bytes a GPU launch would send: plan on the host, pack kernargs from the catalog's
 // argument list (checked against the code object's own metadata), dispatch, read back.
 #pragma once
+#include <algorithm>
+#include <new>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +34,8 @@ class EmulatorBackend : public Backend {
   void d2h(void* dst, uint64_t src, size_t n) override;
   void memset(uint64_t dst, int value, size_t n) override;
   void synchronize(void*) override {}
+  void* host_alloc(size_t bytes) override { return ::operator new(std::max<size_t>(bytes, 1)); }
+  void host_free(void* p) override { ::operator delete(p); }
   void run(const std::vector<DecodeOp>& ops, void* stream) override;
   void ensure_module(const CatalogKernel& k) override;
 

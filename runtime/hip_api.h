@@ -46,6 +46,8 @@ struct Api {
   Error (*hipMemsetAsync)(void*, int, size_t, Stream);
   Error (*hipMemcpy2DAsync)(void*, size_t, const void*, size_t, size_t, size_t, MemcpyKind, Stream);
   Error (*hipStreamSynchronize)(Stream);
+  Error (*hipHostMalloc)(void**, size_t, unsigned);  // page-locked host memory (flags 0: hipHostMallocDefault)
+  Error (*hipHostFree)(void*);
   Error (*hipModuleLoadData)(Module*, const void*);
   Error (*hipModuleUnload)(Module);
   Error (*hipModuleGetFunction)(Function*, Module, const char*);

@@ -1,7 +1,7 @@
 // HIP backend: hipModuleLoadData / hipModuleGetFunction / hipModuleLaunchKernel on libamdhip64,
 // which is found at run time (as Triton's AMD driver does) rather than linked: the library already
-// loaded in the process first (a PyTorch or vLLM host has one), else libamdhip64.so on the loader
-// path, $ROCM_PATH/lib, /opt/rocm/lib, then the versioned sonames distributions ship. The entry
+// loaded in the process first (a PyTorch or vLLM host has one), else $ROCM_PATH/lib, libamdhip64.so
+// on the loader path, /opt/rocm/lib, then the versioned sonames distributions ship. The entry
 // points are resolved with dlsym (runtime/hip_api.h). Every HIP call is checked; a failure is an
 // RtError naming the call and HIP's error. Without a HIP runtime, opening a device fails with
 // MLA_ERROR_NO_DEVICE naming the paths tried.
@@ -56,8 +56,10 @@ struct LoadedApi {
 LoadedApi load_api() {
   std::vector<std::pair<std::string, int>> candidates;  // path, extra dlopen flags
   if (auto p = loaded_hip_library()) candidates.emplace_back(*p, RTLD_NOLOAD);
-  candidates.emplace_back("libamdhip64.so", 0);
+  // An explicit $ROCM_PATH before the loader path: a distribution's libamdhip64 on the loader
+  // path (Debian's ROCm 5.2) must not shadow the ROCm the user named.
   if (const char* r = std::getenv("ROCM_PATH"); r && *r) candidates.emplace_back(std::string(r) + "/lib/libamdhip64.so", 0);
+  candidates.emplace_back("libamdhip64.so", 0);
   candidates.emplace_back("/opt/rocm/lib/libamdhip64.so", 0);
   for (const char* soname : {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"}) candidates.emplace_back(soname, 0);
 
@@ -92,6 +94,8 @@ LoadedApi load_api() {
     resolve(a.hipMemsetAsync, "hipMemsetAsync");
     resolve(a.hipMemcpy2DAsync, "hipMemcpy2DAsync");
     resolve(a.hipStreamSynchronize, "hipStreamSynchronize");
+    resolve(a.hipHostMalloc, "hipHostMalloc");
+    resolve(a.hipHostFree, "hipHostFree");
     resolve(a.hipModuleLoadData, "hipModuleLoadData");
     resolve(a.hipModuleUnload, "hipModuleUnload");
     resolve(a.hipModuleGetFunction, "hipModuleGetFunction");
@@ -209,6 +213,18 @@ class HipBackend : public Backend {
   void synchronize(void* stream) override {
     select();
     HIP_CHECK(hipStreamSynchronize, stream);
+  }
+
+  void* host_alloc(size_t bytes) override {
+    select();
+    void* p = nullptr;
+    HIP_CHECK(hipHostMalloc, &p, bytes, 0u);
+    return p;
+  }
+  void host_free(void* p) override {
+    if (!p) return;
+    select();
+    HIP_CHECK(hipHostFree, p);
   }
 
   void ensure_module(const CatalogKernel& k) override { function(k); }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -37,12 +38,29 @@ struct mla_plan {
   int64_t max_tokens = 0;
   int num_cus = 0, wpc = 0;
   WorkspaceLayout ws;
-  Plan plan;
+  Plan plan, next;     // the batch's plan; the next update's, swapped in when it succeeds
+  PlanScratch scratch;  // the planner's working storage, kept across updates
+  PlanInputs inputs;    // the kernels' and the device's side, computed once (plan_inputs_for)
+  std::vector<PrefixGroup> groups;  // the update's caller-given or detected groups
   int batch = 0;
   int32_t bt_stride = 0;
-  std::vector<int> kv_lens;
+  std::vector<int> kv_lens, next_lens;  // the batch's; the next update's while it is checked
   int64_t table_entries = 0;  // page-table entries the plan reads: [0, table_entries)
   std::string json;           // mla_plan_describe_json's text of the current plan (lazily)
+  // The step tables as the next upload copies them (pack_step_tables), in memory the plan owns:
+  // page-locked on HIP. Written by each update; the upload writes its two scales into it.
+  Backend* be = nullptr;
+  uint8_t* tables = nullptr;
+  size_t tables_used = 0;
+  uint64_t updates = 0;           // mla_plan_update calls that succeeded
+  // The last upload: which update it copied, into which workspace, with which host scales.
+  uint64_t uploaded_update = 0;   // 0: none yet
+  uint64_t uploaded_ws = 0;
+  float uploaded_q_scale = 0, uploaded_kv_scale = 0;
+  uint64_t zeroed_ws = 0;         // padded selections: the workspace whose padding rows are zeroed
+  ~mla_plan() {
+    if (tables) be->host_free(tables);
+  }
 };
 
 static_assert(sizeof(mla_work_unit) == sizeof(WorkUnit), "mla_work_unit mirrors WorkUnit");
@@ -493,6 +511,9 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     check_selection(ks, s, *sel);
     auto p = std::make_unique<mla_plan>();
     p->k = selected_kernels(ks, s);
+    // A plan made with cascades off never has prefix units: it launches no prefix kernel (the
+    // launches of a plan are fixed at creation, for graph capture).
+    if (ctx->cascade == CascadePolicy::never) p->k.prefix.reset();
     // Load and check both code objects now (per-device cache): target, metadata vs catalog.
     ctx->dev->be->ensure_module(p->k.decode);
     ctx->dev->be->ensure_module(p->k.reduce);
@@ -506,6 +527,20 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace of {} bytes for max_batch {} max_total_tokens {}: too "
                                                     "large (give a token bound)",
                                                     p->ws.total, max_batch, max_total_tokens));
+    // The grids are 32-bit per dimension.
+    if (p->ws.max_units > (size_t(1) << 31))
+      throw RtError(MLA_ERROR_CAPACITY, fmt::format("{} work units for max_batch {} max_total_tokens {}: too many for "
+                                                    "one launch (give a token bound)",
+                                                    p->ws.max_units, max_batch, max_total_tokens));
+    p->be = ctx->dev->be.get();
+    p->tables = static_cast<uint8_t*>(p->be->host_alloc(p->ws.tables_bytes));
+    p->tables_used = pack_step_tables(Plan{}, 1.0f, 1.0f, p->tables);
+    p->kv_lens.reserve(size_t(max_batch));
+    p->next_lens.reserve(size_t(max_batch));
+    p->groups.reserve(size_t(max_batch / 2 + 1));
+    p->inputs = plan_inputs_for(p->k, {}, p->num_cus, p->wpc);
+    p->inputs.max_units = int64_t(p->ws.max_units);
+    p->inputs.max_partials = int64_t(p->ws.max_partials);
     *out = p.release();
   });
 }
@@ -525,26 +560,30 @@ namespace {
 // The host-side planning of mla_plan_update(_shared). `groups` (caller-given, or nullptr) wins
 // over `host_pages` (a host page table to detect groups in, or nullptr).
 void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int batch, int32_t stride,
-                 const int32_t* host_pages, const std::vector<PrefixGroup>* groups) {
+                 const int32_t* host_pages, const std::span<const PrefixGroup>* groups) {
   {
     need(ctx, "ctx");
     need(plan, "plan");
-    need(kv_lens, "kv_lens");
-    if (batch < 1 || batch > plan->max_batch) {
+    if (batch > 0) need(kv_lens, "kv_lens");
+    if (batch < 0 || batch > plan->max_batch) {
       if (batch > plan->max_batch)
         throw RtError(MLA_ERROR_CAPACITY, fmt::format("batch = {} exceeds the plan's max_batch = {}", batch, plan->max_batch));
-      bad(fmt::format("batch = {} (allowed: 1..max_batch = {})", batch, plan->max_batch));
+      bad(fmt::format("batch = {} (allowed: 0..max_batch = {})", batch, plan->max_batch));
     }
     if (stride < 0) bad(fmt::format("block_table_stride = {} (allowed: 0 = packed, or > 0)", stride));
     const SelectedKernels& k = plan->k;
     int64_t tokens = 0, entries = 0;
-    std::vector<int> lens(static_cast<size_t>(batch));
+    std::vector<int>& lens = plan->next_lens;  // reserved for max_batch at creation: no allocation
+    lens.clear();
     for (int b = 0; b < batch; ++b) {
       int64_t v = kv_lens[b];
-      if (v < k.qseqlen)
-        bad(fmt::format("kv_lens[{}] = {} (allowed: >= qseqlen = {}; a request holds its own query rows)", b, v,
-                        k.qseqlen));
-      if (v < k.kqseqlen)
+      // 0: a request with no KV (a padded graph batch, a context-parallel rank without its
+      // tokens): o = 0 and lse = -inf.
+      if (v < 0 || (v > 0 && v < k.qseqlen))
+        bad(fmt::format("kv_lens[{}] = {} (allowed: 0 for a request with no KV, or >= qseqlen = {}; a request holds "
+                        "its own query rows)",
+                        b, v, k.qseqlen));
+      if (v > 0 && v < k.kqseqlen)
         bad(fmt::format("kv_lens[{}] = {} < {} = the padded kernel's qseqlen (kernel {}): too short to pad", b, v,
                         k.kqseqlen, k.decode.name));
       if (v > (int64_t(1) << 30))
@@ -553,8 +592,8 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       if (stride > 0 && pages > stride)
         bad(fmt::format("kv_lens[{}] = {} needs {} pages > block_table_stride = {}", b, v, pages, stride));
       tokens += v;
-      entries = stride > 0 ? int64_t(b) * stride + pages : entries + pages;
-      lens[size_t(b)] = int(v);
+      entries = stride > 0 ? (pages ? int64_t(b) * stride + pages : entries) : entries + pages;
+      lens.push_back(int(v));
     }
     // The kernel addresses the page table with 32-bit byte offsets: entries * 4 < 2^32.
     if (entries >= (int64_t(1) << 30))
@@ -563,22 +602,20 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("the batch holds {} kv tokens, more than the plan's max_total_tokens "
                                                     "= {}",
                                                     tokens, plan->max_tokens));
-    PlanInputs in = plan_inputs_for(k, lens, plan->num_cus, plan->wpc);
+    PlanInputs& in = plan->inputs;
+    in.kv_lens = std::span<const int>(lens);
+    in.prefix_groups = {};
     if (groups) {
       in.prefix_groups = *groups;
     } else if (host_pages) {
-      std::vector<int64_t> base(static_cast<size_t>(batch));
-      for (int b = 0, at = 0; b < batch; ++b) {
-        base[size_t(b)] = stride > 0 ? int64_t(b) * stride : at;
-        at += (lens[size_t(b)] + k.page_size - 1) / k.page_size;
-      }
-      in.prefix_groups = detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens,
-                                              [&](int b, int i) { return host_pages[base[size_t(b)] + i]; });
+      detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens, PageTableView{host_pages, stride}, plan->groups);
+      in.prefix_groups = std::span<const PrefixGroup>(plan->groups);
     }
     in.cascade = ctx->cascade;
-    in.max_units = int64_t(plan->ws.max_units);
-    in.max_partials = int64_t(plan->ws.max_partials);
-    Plan p = plan_decode(in);
+    Plan& p = plan->next;
+    plan_decode(in, p, plan->scratch);
+    in.kv_lens = {};  // no view outlives the call
+    in.prefix_groups = {};
     if (stride > 0) {
       for (auto& u : p.units) u.page_base = u.batch * stride;
       for (auto& u : p.prefix_units) u.page_base = u.first_request * stride;
@@ -588,12 +625,14 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       throw RtError(MLA_ERROR_INTERNAL,
                     fmt::format("plan ({} units, {} partials) exceeds the workspace capacity ({} units, {} partials)",
                                 p.units.size(), p.num_partials, plan->ws.max_units, plan->ws.max_partials));
-    plan->plan = std::move(p);
+    std::swap(plan->plan, plan->next);
     plan->batch = batch;
     plan->bt_stride = stride;
-    plan->kv_lens = std::move(lens);
+    plan->kv_lens.swap(lens);
     plan->table_entries = entries;
     plan->json.clear();
+    plan->tables_used = pack_step_tables(plan->plan, 1.0f, 1.0f, plan->tables);
+    ++plan->updates;
   }
 }
 
@@ -610,8 +649,11 @@ mla_status mla_plan_update_shared(mla_context* ctx, mla_plan* plan, const int32_
       bad(fmt::format("num_groups = {} with groups {} (allowed: groups NULL and 0, or num_groups >= 0 entries)", num_groups,
                       groups ? "set" : "NULL"));
     if (groups) {
-      std::vector<PrefixGroup> g;
-      for (int i = 0; i < num_groups; ++i) g.push_back({groups[i].first, groups[i].count, groups[i].shared_tokens});
+      need(plan, "plan");
+      // Into the plan's reserved vector: no allocation at a steady group count.
+      plan->groups.clear();
+      for (int i = 0; i < num_groups; ++i) plan->groups.push_back({groups[i].first, groups[i].count, groups[i].shared_tokens});
+      const std::span<const PrefixGroup> g(plan->groups);
       update_plan(ctx, plan, kv_lens, batch, stride, nullptr, &g);
     } else {
       update_plan(ctx, plan, kv_lens, batch, stride, host_kv_indices, nullptr);
@@ -645,6 +687,13 @@ mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out) {
     out->num_cus = plan->num_cus;
     out->balance = plan->plan.balance;
     out->workspace_bytes = plan->ws.total;
+    const LaunchGrids g = launch_grids(plan->k, plan->ws);
+    out->num_launches = g.launches;
+    auto put = [](unsigned (&dst)[3], const Dim3& d) { dst[0] = d.x, dst[1] = d.y, dst[2] = d.z; };
+    put(out->decode_grid, g.decode);
+    put(out->prefix_grid, g.prefix);
+    put(out->reduce_grid, g.reduce);
+    out->upload_bytes = plan->tables_used;
   });
 }
 
@@ -670,6 +719,50 @@ mla_status mla_plan_get_prefix_units(const mla_plan* plan, const mla_prefix_unit
   });
 }
 
+mla_status mla_plan_upload(mla_context* ctx, mla_plan* plan, uint64_t workspace, size_t workspace_bytes,
+                           float q_scale, float kv_scale, void* stream) {
+  return guard([&] {
+    need(ctx, "ctx");
+    need(plan, "plan");
+    if (plan->updates == 0) bad("the plan has no batch yet: call mla_plan_update first");
+    if (!workspace) bad("workspace is a null device pointer");
+    if (workspace_bytes < plan->ws.total)
+      throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace_bytes = {} < {} (mla_plan_workspace_size)",
+                                                    workspace_bytes, plan->ws.total));
+    for (auto [v, field] : {std::pair{q_scale, "q_scale"}, {kv_scale, "kv_scale"}})
+      if (!std::isfinite(v) || !(v > 0))
+        bad(fmt::format("{} = {} (allowed: finite, > 0; the host value the kernels read when mla_decode_args gives "
+                        "no device pointer)",
+                        field, v));
+    std::memcpy(plan->tables + step_tables::scales, &q_scale, 4);
+    std::memcpy(plan->tables + step_tables::scales + 4, &kv_scale, 4);
+    std::vector<DecodeOp> ops;
+    if (plan->k.padded() && plan->zeroed_ws != workspace) {
+      // The padding rows and heads of q are never written by mla_decode's copies: zero them once
+      // per workspace (stream-ordered, before the first decode that reads them).
+      DecodeOp z;
+      z.kind = DecodeOp::Memset;
+      z.dst = workspace + plan->ws.q_pad;
+      z.bytes = plan->ws.q_pad_bytes;
+      z.what = "zero padded q (once per workspace)";
+      ops.push_back(z);
+    }
+    DecodeOp up;
+    up.kind = DecodeOp::H2D;
+    up.dst = workspace + plan->ws.tables;
+    up.host = plan->tables;
+    up.bytes = plan->tables_used;
+    up.what = "upload the step tables";
+    ops.push_back(up);
+    ctx->dev->be->run(ops, stream);
+    if (plan->k.padded()) plan->zeroed_ws = workspace;
+    plan->uploaded_update = plan->updates;
+    plan->uploaded_ws = workspace;
+    plan->uploaded_q_scale = q_scale;
+    plan->uploaded_kv_scale = kv_scale;
+  });
+}
+
 }  // extern "C"
 
 // ---- Decode ------------------------------------------------------------------------------------
@@ -691,7 +784,7 @@ void check_scale(float v, const char* field, bool positive) {
 // Checks the arguments; returns the tensors the kernels get.
 DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   const SelectedKernels& k = plan->k;
-  if (plan->batch == 0) bad("the plan has no batch yet: call mla_plan_update first");
+  if (plan->updates == 0) bad("the plan has no batch yet: call mla_plan_update first");
   if (!a->q) bad("args.q is a null device pointer");
   if (!a->kv) bad("args.kv is a null device pointer");
   if (!a->kv_indices) bad("args.kv_indices is a null device pointer");
@@ -709,8 +802,6 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
     bad(fmt::format("args.num_pages = {} x page_size {} tokens (allowed: < 2^32 tokens: 32-bit token rows)",
                     a->num_pages, P));
   check_scale(a->sm_scale, "sm_scale", true);
-  check_scale(a->q_scale, "q_scale", true);
-  check_scale(a->kv_scale, "kv_scale", true);
   if (k.logit_cap) check_scale(a->logit_cap, "logit_cap", true);
   DeviceTensors t;
   t.q = a->q;
@@ -718,10 +809,42 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   t.kv_indices = a->kv_indices;
   t.o = a->o;
   t.lse = k.return_lse ? a->lse : 0;
-  t.scale = float(double(a->sm_scale) * a->q_scale * a->kv_scale);
-  t.kv_scale = a->kv_scale;
+  t.q_scale = a->q_scale_ptr;
+  t.kv_scale = a->kv_scale_ptr;
+  t.sm_scale = a->sm_scale;
   t.logit_cap = k.logit_cap ? a->logit_cap : 0.0f;
   return t;
+}
+
+// The step's tables must be in the workspace before the kernels read them: uploaded by
+// mla_plan_upload after the plan's last update, into this workspace. A scale without a device
+// pointer is read from the workspace, where the upload wrote its host value: the two must agree.
+void check_uploaded(const mla_plan* plan, const mla_decode_args* a, uint64_t workspace) {
+  if (plan->uploaded_update != plan->updates)
+    bad(plan->uploaded_update == 0
+            ? "the plan's tables were never uploaded: call mla_plan_upload after mla_plan_update (once per step)"
+            : "the plan was updated after its last mla_plan_upload: upload the new step's tables first");
+  if (plan->uploaded_ws != workspace)
+    bad(fmt::format("workspace 0x{:x} is not the one the step's tables were uploaded to (0x{:x}): pass the same "
+                    "workspace to mla_plan_upload and mla_decode",
+                    workspace, plan->uploaded_ws));
+  auto host_scale = [&](uint64_t ptr, float v, float uploaded, const char* field, const char* ptr_field) {
+    if (ptr) return;
+    check_scale(v, field, true);
+    if (v != uploaded)
+      bad(fmt::format("args.{} = {} but the workspace holds {} from mla_plan_upload (args.{} is 0, so the kernels read "
+                      "the uploaded value): upload this value, or give a device pointer",
+                      field, v, uploaded, ptr_field));
+  };
+  host_scale(a->q_scale_ptr, a->q_scale, plan->uploaded_q_scale, "q_scale", "q_scale_ptr");
+  host_scale(a->kv_scale_ptr, a->kv_scale, plan->uploaded_kv_scale, "kv_scale", "kv_scale_ptr");
+}
+
+// The scales the kernels read: the caller's device pointers, else the workspace's uploaded values.
+void scales_of(DeviceTensors& t, uint64_t workspace, const WorkspaceLayout& ws) {
+  const uint64_t at = workspace + ws.tables + step_tables::scales;
+  if (!t.q_scale) t.q_scale = at;
+  if (!t.kv_scale) t.kv_scale = at + 4;
 }
 
 // Validation mode: every page id the plan will read must be in 0..num_pages-1. Only those ids
@@ -733,6 +856,7 @@ void validate_indices(mla_context* ctx, const mla_plan* plan, const mla_decode_a
   int64_t base = 0;
   for (int b = 0; b < plan->batch; ++b) {
     const int64_t pages = (plan->kv_lens[size_t(b)] + P - 1) / P;
+    if (pages == 0) continue;  // a request with no KV reads no page id
     if (plan->bt_stride > 0) base = int64_t(b) * plan->bt_stride;
     idx.resize(size_t(pages));
     ctx->dev->be->d2h(idx.data(), a->kv_indices + uint64_t(base) * sizeof(int32_t), idx.size() * sizeof(int32_t));
@@ -756,7 +880,8 @@ namespace mla::rt {
 std::vector<DecodeOp> decode_ops_of(mla_context*, const mla_plan* plan, const mla_decode_args* args,
                                     uint64_t workspace) {
   DeviceTensors t = check_args(plan, args);
-  return decode_ops(plan->k, plan->plan, plan->batch, t, workspace_addrs(workspace, plan->ws));
+  scales_of(t, workspace, plan->ws);
+  return decode_ops(plan->k, plan->ws, plan->batch, t, workspace_addrs(workspace, plan->ws));
 }
 
 }  // namespace mla::rt
@@ -772,9 +897,11 @@ extern "C" mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const m
     if (workspace_bytes < plan->ws.total)
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace_bytes = {} < {} (mla_plan_workspace_size)",
                                                     workspace_bytes, plan->ws.total));
+    check_uploaded(plan, args, workspace);
+    if (plan->batch == 0) return;  // nothing to launch
     if (ctx->validate) validate_indices(ctx, plan, args);
-    auto ops = decode_ops(plan->k, plan->plan, plan->batch, t, workspace_addrs(workspace, plan->ws));
-    ctx->dev->be->run(ops, stream);
+    scales_of(t, workspace, plan->ws);
+    ctx->dev->be->run(decode_ops(plan->k, plan->ws, plan->batch, t, workspace_addrs(workspace, plan->ws)), stream);
   });
 }
 

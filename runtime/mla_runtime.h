@@ -18,8 +18,11 @@
  *   mla_selection sel; mla_select(ctx, &shape, MLA_SELECT_EXACT, &sel);
  *   mla_plan* plan;   mla_plan_create(ctx, &sel, max_batch, max_total_tokens, &plan);
  *   size_t ws_bytes;  mla_plan_workspace_size(plan, &ws_bytes);     // allocate once
- *   mla_plan_update(ctx, plan, kv_lens, batch, 0);                  // every step, on the host
- *   mla_decode(ctx, plan, &args, workspace, ws_bytes, stream);      // decode (+ reduce)
+ *   // every step, where the engine prepares its metadata (outside a captured graph):
+ *   mla_plan_update(ctx, plan, kv_lens, batch, 0);                  // plan on the host (microseconds)
+ *   mla_plan_upload(ctx, plan, workspace, ws_bytes, 1.0f, 1.0f, stream);  // the step's tables: one copy
+ *   // every layer (capturable):
+ *   mla_decode(ctx, plan, &args, workspace, ws_bytes, stream);      // kernel launches only
  *
  * Errors: every function returns an mla_status; on failure mla_last_error() gives a message that
  * names the file, field or value at fault. The runtime never aborts the process, and invalid
@@ -36,17 +39,21 @@
  *     threads. Modules (code objects) are loaded once per device and cached there, shared by
  *     all contexts of that device; on the emulator, kernel execution is serialised per device.
  *   - mla_context: not thread-safe; use one per thread (they can share a device).
- *   - mla_plan: changed only by mla_plan_update; mla_decode reads it. Do not update or destroy a
- *     plan while another thread uses it, nor before the stream has passed the mla_decode that
- *     read it (mla_decode copies the plan's host tables on the stream, asynchronously on HIP).
+ *   - mla_plan: changed only by mla_plan_update (and mla_plan_upload's scales); mla_decode reads
+ *     it. Do not update or destroy a plan while another thread uses it, nor before the stream has
+ *     passed the mla_plan_upload that copied its tables (asynchronously on HIP, from the plan's
+ *     memory): an engine that reads its sampled tokens back every step has passed it.
  *   - mla_last_error() is per thread.
  *
- * Graph capture (HIP): mla_decode issues only stream-ordered work (async copies of the plan's
- * tables into the workspace, kernel launches, and for padded fallbacks async 2D copies and a
- * memset); it allocates nothing and never synchronises, so it can be captured with
- * hipStreamBeginCapture. A captured graph replays the grid of the plan it was captured with;
- * the workspace of a plan never moves, so after mla_plan_update the same workspace is reused,
- * but the unit count (the decode grid) may change: re-capture or update the kernel nodes then.
+ * Graph capture (HIP): mla_decode enqueues kernel launches only (for a padded selection also the
+ * stream-ordered copies of q, o and lse between the caller's tensors and the padded workspace);
+ * it allocates nothing, copies no table and never synchronises, so it can be captured with
+ * hipStreamBeginCapture. Every launch's grid and kernel arguments depend only on the plan's
+ * capacity, the device, the workspace and the caller's tensors (and, padded, the batch), never
+ * on the step's kv lengths: a graph captured once replays correctly after each step's
+ * mla_plan_update + mla_plan_upload, whose one copy (from memory the plan owns, page-locked on
+ * HIP) writes the step's tables into the workspace. Workgroups with no work in a step exit at
+ * once. mla_plan_get_info reports the grids.
  * Validation mode reads device memory synchronously: switch it off while capturing.
  */
 #ifndef MLA_RUNTIME_H
@@ -142,7 +149,11 @@ typedef enum mla_option {
   MLA_OPTION_RECORD_LAUNCHES = 3,    /* emulator: keep the kernarg bytes of every dispatch (tests) */
   MLA_OPTION_CASCADE = 4,            /* shared prefixes (mla_plan_update_shared): 0 (default) cascade a
                                         group when the planner models it cheaper, 1 every group the
-                                        kernels can cascade, 2 never; read at each plan update */
+                                        kernels can cascade, 2 never; read at each plan update. A plan
+                                        created while it is 2 has no prefix launch at all (its
+                                        mla_decode is decode + reduce); any other plan whose selection
+                                        has a prefix kernel launches it at every mla_decode, with no
+                                        work in a step without a cascading group */
   MLA_OPTION_MAX_ENUM = 0x7fffffff
 } mla_option;
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t value);
@@ -212,8 +223,10 @@ void mla_plan_destroy(mla_plan* plan); /* NULL is ignored */
  * reduce map, partial o / lse, padded q / o / lse for padded fallbacks). Constant per plan. */
 mla_status mla_plan_workspace_size(const mla_plan* plan, size_t* out_bytes);
 
-/* Plans one batch on the host from its kv lengths (tokens per request, each >= qseqlen):
- * work units, splits per request and the reduce map. `block_table_stride`: 0 = kv_indices is
+/* Plans one batch on the host from its kv lengths (tokens per request, each >= qseqlen, or 0 for a
+ * request with no KV, whose o is 0 and lse -inf): work units, splits per request and the reduce
+ * map, into buffers sized by the plan's capacity (no allocation). `batch` may be 0 (kv_lens may
+ * then be NULL): mla_decode launches nothing. `block_table_stride`: 0 = kv_indices is
  * packed (request b's page ids start at kv_indptr[b] = sum over earlier requests of
  * ceil(kv_len / page_size)); > 0 = kv_indices is a [batch, block_table_stride] table (vLLM's
  * block_tables), request b's page ids start at b * block_table_stride. */
@@ -246,11 +259,27 @@ typedef struct mla_plan_info {
   int num_cus;             /* CUs planned for */
   double balance;          /* predicted max / mean work per CU */
   size_t workspace_bytes;
+  /* What one mla_decode enqueues, fixed by the plan's capacity and the device (the same after
+   * every update: what a captured graph replays). */
+  int num_launches;           /* decode, prefix (when the selection has a prefix kernel), reduce */
+  unsigned decode_grid[3];    /* workgroups in x, y, z */
+  unsigned prefix_grid[3];    /* all 0 without a prefix kernel */
+  unsigned reduce_grid[3];
+  size_t upload_bytes;        /* bytes the next mla_plan_upload copies (header, scales, this step's tables) */
 } mla_plan_info;
 mla_status mla_plan_get_info(const mla_plan* plan, mla_plan_info* out);
 /* The plan as JSON text (units, splits, balance, prefix groups and the cost model's decision on
  * each), valid until the plan's next update or destruction; NULL on error (mla_last_error). */
 const char* mla_plan_describe_json(const mla_plan* plan);
+
+/* Writes the step's tables (the plan's work units, prefix units and reduce map, with their launch
+ * headers) and the host scales into `workspace` with one stream-ordered copy from memory the plan
+ * owns (page-locked on HIP), and, the first time a padded selection's plan meets a workspace,
+ * zeroes its padding rows. Call once per step after mla_plan_update, outside any captured region,
+ * before the step's mla_decode calls on the same workspace. q_scale / kv_scale: the values the
+ * kernels read when mla_decode_args gives no device pointer for them (1.0 for bf16). */
+mla_status mla_plan_upload(mla_context* ctx, mla_plan* plan, uint64_t workspace, size_t workspace_bytes,
+                           float q_scale, float kv_scale, void* stream);
 
 /* The binary tables the kernels read (layouts of runtime/planner.h / docs/planner.md). */
 typedef struct mla_work_unit {
@@ -292,13 +321,20 @@ typedef struct mla_decode_args {
   int64_t o_stride_row, o_stride_head;      /* default heads*512, 512 */
   uint64_t lse;             /* [batch*qseqlen, heads] f32, natural log; 0 unless shape.return_lse */
   float sm_scale;           /* softmax scale, e.g. 1/sqrt(192) */
-  float q_scale, kv_scale;  /* dequantisation scales (1.0 for bf16) */
+  float q_scale, kv_scale;  /* dequantisation scales (1.0 for bf16) as host values: used only when
+                               the pointer below is 0, and then they must be the values the step's
+                               mla_plan_upload wrote (the kernels read the workspace's copy) */
   float logit_cap;          /* soft-cap value when shape.logit_cap, else ignored */
+  uint64_t q_scale_ptr;     /* device f32 the kernels read at every launch (aiter's q_scale), or 0 */
+  uint64_t kv_scale_ptr;    /* device f32 (aiter's kv_scale), or 0 */
 } mla_decode_args;
 
-/* Launches decode (+ reduce when a request is split) for the plan's current batch on `stream`
- * (hipStream_t; NULL = null stream). `workspace` is device memory of at least
- * mla_plan_workspace_size bytes, not used by anything else until the stream has passed. */
+/* Launches decode, prefix (when the selection has a prefix kernel) and reduce for the plan's
+ * current batch on `stream` (hipStream_t; NULL = null stream), each on its capacity grid: only
+ * kernel launches (see "Graph capture" above). `workspace` is device memory of at least
+ * mla_plan_workspace_size bytes, the one the step's tables were uploaded to by mla_plan_upload
+ * (MLA_ERROR_INVALID_ARGUMENT otherwise), not used by anything else until the stream has passed.
+ * A batch of 0 launches nothing. */
 mla_status mla_decode(mla_context* ctx, const mla_plan* plan, const mla_decode_args* args, uint64_t workspace,
                       size_t workspace_bytes, void* stream);
 

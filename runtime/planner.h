@@ -13,6 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,8 +40,36 @@ using abi::WorkUnit;
 // every row it covers (the last split of a request has >= qseqlen tokens), so no partial row
 // is empty: partial lse is always finite.
 
+// A read-only view of the caller's array: a std::span<const T>. The planner's inputs borrow the
+// batch's arrays, so that a plan update copies nothing: assign a std::span (or pointer and count),
+// which must outlive the plan_decode call. Given a std::vector or a braced list instead (tools,
+// tests), it keeps a copy of its own (one allocation), so `in.kv_lens = kv_lens_of(problem)` and
+// `in.prefix_groups = detect_prefix_groups(...)` cannot dangle.
+template <class T>
+class InputSpan : public std::span<const T> {
+ public:
+  InputSpan() = default;
+  InputSpan(std::span<const T> s) : std::span<const T>(s) {}
+  InputSpan(std::span<T> s) : std::span<const T>(s) {}
+  InputSpan(const T* data, size_t count) : std::span<const T>(data, count) {}
+  InputSpan(const std::vector<T>& v) : InputSpan(std::vector<T>(v)) {}
+  InputSpan(std::vector<T>&& v) : keep_(std::make_shared<const std::vector<T>>(std::move(v))) {
+    std::span<const T>::operator=(std::span<const T>(*keep_));
+  }
+  InputSpan(std::initializer_list<T> l) : InputSpan(std::vector<T>(l)) {}
+  // Whether it holds its own copy (assigned from a vector or a list) rather than a view.
+  bool owns() const { return keep_ != nullptr; }
+  std::vector<T> to_vector() const { return std::vector<T>(this->begin(), this->end()); }
+
+ private:
+  std::shared_ptr<const std::vector<T>> keep_;
+};
+
 struct PlanInputs {
-  std::vector<int> kv_lens;  // tokens per request, each >= qseqlen
+  // Tokens per request: 0 (an empty request: no work units, splits 0, and a reduce entry with no
+  // splits, for which the reduce writes o = 0 and lse = -inf), or >= qseqlen. May be empty (no
+  // requests: an empty plan).
+  InputSpan<int> kv_lens;
   int qseqlen = 1;
   int heads = 16;
   int page_size = 1;             // for WorkUnit::page_base (= sum of ceil(kv_len / page_size) before b)
@@ -57,7 +88,7 @@ struct PlanInputs {
   // Requests sharing a prefix (detected from the page table, or given by the caller,
   // docs/shared-prefix.md), and the prefix kernel's row group size: 0 = the catalog has no
   // prefix kernel for this shape, then no group cascades.
-  std::vector<PrefixGroup> prefix_groups;
+  InputSpan<PrefixGroup> prefix_groups;
   int prefix_rows_per_group = 0;   // rows of a group's count*M per prefix unit (typically 48)
   int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU (its O fills the registers)
   // Bytes per element of the prefix kernel's partial o (its geometry's partial_o_bytes): 2 (bf16,
@@ -104,7 +135,9 @@ struct Plan {
   // Prefix kernel launch order (workgroup id = index), uploaded as is: abi::PrefixUnit is the
   // same int32[8] as WorkUnit. Empty when no group cascades.
   std::vector<abi::PrefixUnit> prefix_units;
-  std::vector<ReduceEntry> reduces;   // one per split request and per cascading member, in request order
+  // One per split request, per cascading member and per empty request (num_splits 0: the reduce
+  // writes o = 0, lse = -inf), in request order.
+  std::vector<ReduceEntry> reduces;
   int num_partials = 0;               // partial slots needed (a cascading group's unused slots included)
   int rows = 0;                       // M = heads * qseqlen
   int row_groups = 0;                 // ceil(M / rows_per_group)
@@ -113,7 +146,7 @@ struct Plan {
   int num_cus = 0;
   int prefix_rows_per_group = 0;      // the prefix kernel's (0: no prefix units)
   // Per request: partials its output merges (1 and not a cascading member = final output
-  // written directly); for a cascading member prefix splits + unique splits.
+  // written directly); for a cascading member prefix splits + unique splits; 0 for an empty request.
   std::vector<int> splits;
   std::vector<int64_t> cu_tokens;     // predicted KV tokens read per CU by the decode launch (round-robin model)
   std::vector<int> cu_units;          // predicted decode units per CU
@@ -141,8 +174,29 @@ struct Plan {
   nlohmann::json to_json() const;     // summary for stats.json (no per-unit list)
 };
 
-// Plans the split of every request over the GPU. Throws std::invalid_argument on bad inputs
-// (message names the field, value and what is allowed).
+// The planner's working storage, reused from one plan_decode call to the next: after a call
+// has sized it (and `out`) for a batch, later calls with as many requests and groups allocate
+// nothing (docs/planner.md "Host cost"). One per thread; not copyable.
+class PlanScratch {
+ public:
+  PlanScratch();
+  ~PlanScratch();
+  PlanScratch(PlanScratch&&) noexcept;
+  PlanScratch& operator=(PlanScratch&&) noexcept;
+  PlanScratch(const PlanScratch&) = delete;
+  PlanScratch& operator=(const PlanScratch&) = delete;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Plans the split of every request over the GPU into `out`, whose vectors are cleared and
+// refilled (their capacity kept). Throws std::invalid_argument on bad inputs (message names the
+// field, value and what is allowed) before it changes `out`.
+void plan_decode(const PlanInputs& in, Plan& out, PlanScratch& scratch);
+// The same into a new plan with its own scratch (tools and tests; allocates).
 Plan plan_decode(const PlanInputs& in);
 
 // The kv_len of every request of a problem (reference helper for PlanInputs::kv_lens).

@@ -3,33 +3,36 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <stdexcept>
 
 namespace mla::rt {
 
-std::vector<PrefixGroup> detect_prefix_groups(const std::vector<int>& kv_lens, int page_size, int qseqlen,
-                                              int tile_tokens, const PageIdOf& page_id) {
-  std::vector<PrefixGroup> out;
+namespace {
+
+// The groups of consecutive requests whose first pages agree, through `common(a, b, n)`: how many
+// of the first n pages of requests a and b are the same (stops at the first that differs).
+template <class Common>
+void detect(std::span<const int> kv_lens, int page_size, int qseqlen, int tile_tokens, Common&& common,
+            std::vector<PrefixGroup>& out) {
+  out.clear();
   const int batch = int(kv_lens.size());
-  // Whole pages request b holds, and the leading pages b and b+1 share.
-  auto full_pages = [&](int b) { return kv_lens[size_t(b)] / page_size; };
-  auto common = [&](int a, int b) {
-    const int n = std::min(full_pages(a), full_pages(b));
-    int i = 0;
-    while (i < n && page_id(a, i) == page_id(b, i)) ++i;
-    return i;
-  };
+  // Whole pages request b holds (an empty request none: it ends a run).
+  auto full_pages = [&](int b) { return std::max(0, kv_lens[size_t(b)] / page_size); };
   // The part every row of request b sees, in whole tiles.
   auto usable = [&](int b, int64_t tokens) {
-    tokens = std::min<int64_t>(tokens, kv_lens[size_t(b)] - qseqlen + 1);
+    tokens = std::min<int64_t>(tokens, int64_t(kv_lens[size_t(b)]) - qseqlen + 1);
     return int(tokens / tile_tokens * tile_tokens);
   };
   for (int b = 0; b < batch;) {
     // A maximal run of consecutive requests with a common leading page; the run's shared pages
-    // are the smallest adjacent common prefix (page equality is transitive).
+    // are the smallest adjacent common prefix (page equality is transitive), so a pair is
+    // compared no further than the run's shared pages so far.
     int e = b + 1, pages = 1 << 30;
     while (e < batch) {
-      const int c = common(e - 1, e);
+      const int n = std::min({full_pages(e - 1), full_pages(e), pages});
+      const int c = n > 0 ? common(e - 1, e, n) : 0;
       if (c == 0) break;
       pages = std::min(pages, c);
       ++e;
@@ -41,10 +44,54 @@ std::vector<PrefixGroup> detect_prefix_groups(const std::vector<int>& kv_lens, i
     }
     b = e;
   }
+}
+
+// How many of the first n ids of x and y agree: compared a block at a time, then within the
+// block that differs.
+int agreeing_prefix(const int32_t* x, const int32_t* y, int n) {
+  constexpr int kBlock = 256;
+  int i = 0;
+  while (i + kBlock <= n && std::memcmp(x + i, y + i, kBlock * sizeof(int32_t)) == 0) i += kBlock;
+  while (i < n && x[i] == y[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+void detect_prefix_groups(std::span<const int> kv_lens, int page_size, int qseqlen, int tile_tokens,
+                          PageTableView table, std::vector<PrefixGroup>& out) {
+  // Row offsets, found in increasing request order (the packed layout sums the pages before).
+  int next = 0;
+  int64_t at = 0;
+  auto row = [&](int b) -> const int32_t* {
+    if (table.stride > 0) return table.ids + int64_t(b) * table.stride;
+    for (; next < b; ++next) at += (std::max(0, kv_lens[size_t(next)]) + page_size - 1) / page_size;
+    return table.ids + at;
+  };
+  detect(
+      kv_lens, page_size, qseqlen, tile_tokens,
+      [&](int a, int b, int n) {
+        const int32_t* x = row(a);
+        return agreeing_prefix(x, row(b), n);
+      },
+      out);
+}
+
+std::vector<PrefixGroup> detect_prefix_groups(std::span<const int> kv_lens, int page_size, int qseqlen,
+                                              int tile_tokens, const PageIdOf& page_id) {
+  std::vector<PrefixGroup> out;
+  detect(
+      kv_lens, page_size, qseqlen, tile_tokens,
+      [&](int a, int b, int n) {
+        int i = 0;
+        while (i < n && page_id(a, i) == page_id(b, i)) ++i;
+        return i;
+      },
+      out);
   return out;
 }
 
-void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vector<int>& kv_lens, int page_size,
+void check_prefix_groups(std::span<const PrefixGroup> groups, std::span<const int> kv_lens, int page_size,
                          int qseqlen) {
   const int batch = int(kv_lens.size());
   int end = 0;
@@ -62,11 +109,16 @@ void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vect
     if (g.first < end) bad(fmt::format("overlaps the previous group, which ends before request {} (groups in batch order, disjoint)", end));
     if (g.shared_tokens < 1 || g.shared_tokens % page_size)
       bad(fmt::format("shared_tokens = {} (allowed: a positive multiple of page_size = {})", g.shared_tokens, page_size));
-    for (int b = g.first; b < g.first + g.count; ++b)
+    for (int b = g.first; b < g.first + g.count; ++b) {
+      if (kv_lens[size_t(b)] == 0)
+        bad(fmt::format("request {} is empty (kv_lens[{}] = 0): an empty request shares no prefix and is never a "
+                        "group member",
+                        b, b));
       if (g.shared_tokens > kv_lens[size_t(b)] - qseqlen + 1)
         bad(fmt::format("shared_tokens = {} > kv_lens[{}] - qseqlen + 1 = {} (every row of every member must see the "
                         "whole prefix)",
                         g.shared_tokens, b, kv_lens[size_t(b)] - qseqlen + 1));
+    }
     end = g.first + g.count;
   }
 }
@@ -88,6 +140,14 @@ std::string_view cascade_policy_name(CascadePolicy p) {
 
 CascadeDecision decide_cascade(const PrefixGroup& g, const CascadeInputs& in) {
   CascadeDecision d;
+  decide_cascade(g, in, d);
+  return d;
+}
+
+void decide_cascade(const PrefixGroup& g, const CascadeInputs& in, CascadeDecision& d) {
+  std::string reason = std::move(d.reason);  // its buffer, reused
+  reason.clear();
+  d = CascadeDecision{};
   d.group = g;
   const int64_t M = int64_t(in.heads) * in.qseqlen, R = g.count * M;
   d.row_groups = int((M + in.rows_per_group - 1) / in.rows_per_group);
@@ -98,19 +158,21 @@ CascadeDecision decide_cascade(const PrefixGroup& g, const CascadeInputs& in) {
   // Each row group reads the KV of its range once: members read the prefix count * G times,
   // prefix units Gp times.
   d.kv_bytes_saved = (int64_t(g.count) * d.row_groups - d.prefix_row_groups) * g.shared_tokens * in.kv_bytes_per_token;
+  auto out = std::back_inserter(reason);
   if (g.count < in.min_requests)
-    d.reason = fmt::format("{} requests share the prefix (fewer than {})", g.count, in.min_requests);
+    fmt::format_to(out, "{} requests share the prefix (fewer than {})", g.count, in.min_requests);
   else if (g.shared_tokens < in.min_shared_tokens)
-    d.reason = fmt::format("{} shared tokens (fewer than {})", g.shared_tokens, in.min_shared_tokens);
+    fmt::format_to(out, "{} shared tokens (fewer than {})", g.shared_tokens, in.min_shared_tokens);
   else if (!in.prefix_units_available)
-    d.reason = "the catalog has no prefix kernel for this shape: every request reads the prefix";
+    reason += "the catalog has no prefix kernel for this shape: every request reads the prefix";
   else if (d.kv_bytes_saved <= 0)
-    d.reason = fmt::format("the group's {} rows need {} prefix row groups, no fewer than the members' {} x {}: the "
-                           "prefix would be read as often (saves nothing)",
-                           R, d.prefix_row_groups, g.count, d.row_groups);
+    fmt::format_to(out,
+                   "the group's {} rows need {} prefix row groups, no fewer than the members' {} x {}: the "
+                   "prefix would be read as often (saves nothing)",
+                   R, d.prefix_row_groups, g.count, d.row_groups);
   else
-    d.cascade = true, d.reason = "may cascade: the prefix would be read once for the group";
-  return d;
+    d.cascade = true, reason += "may cascade: the prefix would be read once for the group";
+  d.reason = std::move(reason);
 }
 
 nlohmann::json CascadeDecision::to_json() const {

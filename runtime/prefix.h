@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -33,17 +34,36 @@ struct PrefixGroup {
 // The page id of page `i` of request `b` (only asked for pages the request has).
 using PageIdOf = std::function<int32_t(int b, int i)>;
 
+// A host copy of the page table (mla_plan_update_shared's host_kv_indices): request b's page i
+// is ids[row(b) + i], where row(b) = b * stride, or with stride 0 (packed) the pages of the
+// requests before b: the sum of their ceil(kv_len / page_size).
+struct PageTableView {
+  const int32_t* ids = nullptr;
+  int64_t stride = 0;
+};
+
 // Groups of consecutive requests sharing their leading pages. Only whole pages every member
 // holds count (a partially shared page belongs to the unique parts); the shared part is cut to
 // a multiple of `tile_tokens` and to what every row of every member sees (the causal limit:
-// kv_len - qseqlen + 1), and a group needs >= 2 members and >= one tile of sharing.
-std::vector<PrefixGroup> detect_prefix_groups(const std::vector<int>& kv_lens, int page_size, int qseqlen,
+// kv_len - qseqlen + 1), and a group needs >= 2 members and >= one tile of sharing. An empty
+// request (kv_len 0) holds no page: it is never a member (it ends a run).
+//
+// Page ids are compared, never tokens: each request of a run with its neighbour, up to their
+// first differing page and no further than the run's shared pages so far (the group shares the
+// smallest adjacent common prefix; page equality is transitive), so the work is at most the
+// members' shared pages. Writes the groups into `out` (cleared; its capacity kept, so nothing is
+// allocated once it has held the batch's groups).
+void detect_prefix_groups(std::span<const int> kv_lens, int page_size, int qseqlen, int tile_tokens,
+                          PageTableView table, std::vector<PrefixGroup>& out);
+// The same through a page-id callback, one call per page compared (tools and tests).
+std::vector<PrefixGroup> detect_prefix_groups(std::span<const int> kv_lens, int page_size, int qseqlen,
                                               int tile_tokens, const PageIdOf& page_id);
 
 // Caller-given groups, checked against the batch: throws std::invalid_argument naming the
 // group, the field, the value and what is allowed (members in the batch, no overlap, count >= 2,
-// 0 < shared_tokens <= every member's kv_len - qseqlen + 1, a multiple of page_size).
-void check_prefix_groups(const std::vector<PrefixGroup>& groups, const std::vector<int>& kv_lens, int page_size,
+// no empty member, 0 < shared_tokens <= every member's kv_len - qseqlen + 1, a multiple of
+// page_size). Allocates only to throw.
+void check_prefix_groups(std::span<const PrefixGroup> groups, std::span<const int> kv_lens, int page_size,
                          int qseqlen);
 
 // What the cost model says of one group. decide_cascade fills the first part (whether the group
@@ -78,5 +98,7 @@ struct CascadeInputs {
 // Whether the group may cascade: enough requests and tokens, fewer prefix row groups than the
 // members' (else the prefix is read as often), a prefix kernel. plan_decode then prices it.
 CascadeDecision decide_cascade(const PrefixGroup& g, const CascadeInputs& in);
+// The same into `d`, every field set; d.reason is rewritten in place (its capacity kept).
+void decide_cascade(const PrefixGroup& g, const CascadeInputs& in, CascadeDecision& d);
 
 }  // namespace mla::rt

@@ -36,17 +36,36 @@ void emit_kernel(Kernel& k) {
   Builder& b = k.b;
   auto& ra = b.regs();
   k.args = ra.sgpr(int(mla_decode_args::size / 4), "kernargs");
+  static_assert(mla_decode_args::size == 0x58, "kernargs: two x8, one x4 and one x2 load");
   b.s_load_dwordx8(k.args.sub(0, 8), b.kernarg_ptr(), 0);
   b.s_load_dwordx8(k.args.sub(8, 8), b.kernarg_ptr(), 32);
   b.s_load_dwordx4(k.args.sub(16, 4), b.kernarg_ptr(), 64);
+  b.s_load_dwordx2(k.args.sub(20, 2), b.kernarg_ptr(), 80);
+  // The launch's header (abi::LaunchHeader): the grid is the plan's capacity, and workgroups
+  // past this step's unit count exit at once (every wave alike, before any barrier).
+  SReg header = ra.sgpr(2, "launch_header", 2);
+  static_assert(abi::launch_header::count == 0 && abi::launch_header::entries_offset == 1, "one x2 load");
+  b.s_load_dwordx2(header, k.ptr(mla_decode_args::work), 0);
+  Label has_unit = b.new_label("has_unit");
+  b.s_cmp_lt_u32(b.workgroup_id(0), header[0]);
+  b.s_cbranch_scc1(has_unit);
+  b.s_endpgm();
+  b.bind(has_unit);
   SReg uaddr = ra.sgpr(2, "unit_addr");
   static_assert(abi::work_unit::dwords == 8, "one s_load_dwordx8 per work unit");
   b.s_lshl_b32(uaddr[0], b.workgroup_id(0), Imm(5));
+  b.s_add_u32(uaddr[0], header[1], uaddr[0]);
   b.s_add_u32(uaddr[0], k.ptr(mla_decode_args::work)[0], uaddr[0]);
   b.s_addc_u32(uaddr[1], k.ptr(mla_decode_args::work)[1], Imm(0));
+  ra.release(header);
   k.unit = ra.sgpr(8, "work_unit");
   b.s_load_dwordx8(k.unit, uaddr, 0);
   ra.release(uaddr);
+  // The scales, read on the device at every launch (abi kDecodeArgs).
+  k.q_scale = ra.sgpr(1, "q_scale");
+  k.kv_scale = ra.sgpr(1, "kv_scale");
+  b.s_load_dword(k.q_scale, k.ptr(mla_decode_args::q_scale), 0);
+  b.s_load_dword(k.kv_scale, k.ptr(mla_decode_args::kv_scale), 0);
   // n_tiles = ceil((kv_end - kv_start) / T)
   k.ntiles = ra.sgpr(1, "n_tiles");
   b.s_sub_u32(k.ntiles, k.kv_end(), k.kv_start());

@@ -104,7 +104,10 @@ void Consumer::limits_and_scales() {
   xscale2 = ra.vgpr(2, "c_x_scale", 2), xscale = xscale2.sub(0, 1);
   cap_out = k_.s.logit_cap ? ra.vgpr(1, "c_cap_out") : VReg{};
   b.v_mov_b32(xscale2[1], Imm(0));
-  b.v_mov_b32(xscale, k_.argf(mla_decode_args::scale));
+  // sm_scale * q_scale * kv_scale, multiplied in that order (abi kDecodeArgs).
+  b.v_mov_b32(xscale, k_.q_scale);
+  b.v_mul_f32(xscale, k_.argf(mla_decode_args::sm_scale), xscale);
+  b.v_mul_f32(xscale, k_.kv_scale, xscale);
   if (k_.s.logit_cap) {
     // tanh(s / cap) = 1 - 2 / (exp2(2 * log2e * s / cap) + 1); x = cap * log2e * tanh.
     b.v_rcp_f32(cap_out, k_.argf(mla_decode_args::logit_cap));

@@ -475,7 +475,7 @@ void Consumer::epilogue() {
 // O^T blocks times inv = kv_scale / l (0 for a row with no visible token in this unit).
 void Consumer::normalise_o(VReg l, VReg blocks) {
   b.v_rcp_f32(alpha[0], l);
-  b.v_mul_f32(alpha[0], k_.argf(mla_decode_args::kv_scale), alpha[0]);
+  b.v_mul_f32(alpha[0], k_.kv_scale, alpha[0]);
   b.v_cmp_gt_f32(vcc, l, Imm(0));
   b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
   for (int r = 0; r < blocks.count; r += 2) b.v_pk_mul_f32_bcast_lo(blocks.sub(r, 2), blocks.sub(r, 2), alpha);

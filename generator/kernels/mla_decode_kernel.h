@@ -51,6 +51,7 @@ struct Kernel {
   Builder b;
 
   SReg args, unit, ntiles, nslots, wave, iter;
+  SReg q_scale, kv_scale;  // the f32 values behind the q_scale / kv_scale arguments
   VReg lane;
   // SGPR constants (VOP3 operands take no literal on gfx9), requested where they are used with
   // K(). The kernel is emitted twice (build_mla_decode): the first emission only learns which

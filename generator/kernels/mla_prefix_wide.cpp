@@ -275,7 +275,10 @@ class Wide {
     b.v_mov_b32(alpha[1], Imm(0));
     xscale2 = ra.vgpr(2, "w_x_scale", 2);
     b.v_mov_b32(xscale2[1], Imm(0));
-    b.v_mov_b32(xscale2[0], k_.argf(mla_decode_args::scale));
+    // sm_scale * q_scale * kv_scale, multiplied in that order (abi kDecodeArgs).
+    b.v_mov_b32(xscale2[0], k_.q_scale);
+    b.v_mul_f32(xscale2[0], k_.argf(mla_decode_args::sm_scale), xscale2[0]);
+    b.v_mul_f32(xscale2[0], k_.kv_scale, xscale2[0]);
     b.v_mul_f32(xscale2[0], f32(kLog2e), xscale2[0]);
     neg_inf = ra.vgpr(1, "w_neg_inf"), mslack = ra.vgpr(1, "w_max_slack"), tsum = ra.vgpr(1, "w_tile_sum");
     moved = ra.vgpr(1, "w_max_moved");
@@ -655,7 +658,7 @@ class Wide {
     for (int rb = 0; rb < n; ++rb) {
       // inv = kv_scale / l (0 for a row without a visible token), lse = (m + log2 l) ln 2.
       b.v_rcp_f32(alpha[0], lrun[rb]);
-      b.v_mul_f32(alpha[0], k_.argf(mla_decode_args::kv_scale), alpha[0]);
+      b.v_mul_f32(alpha[0], k_.kv_scale, alpha[0]);
       b.v_cmp_gt_f32(vcc, lrun[rb], Imm(0));
       b.v_cndmask_b32(alpha[0], Imm(0), alpha[0], vcc);
       b.v_log_f32(lse, lrun[rb]);

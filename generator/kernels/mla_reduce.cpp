@@ -1,6 +1,7 @@
 // The MLA reduce kernel: merges the split partials of one request row into the final o.
 //
-// Grid (reduce entries, M rows), one wave per workgroup; lane l owns columns 8l .. 8l+7. An
+// Grid (the plan's reduce capacity, M rows), one wave per workgroup; workgroup x merges entry x of
+// the launch's table (abi::LaunchHeader) or exits when the step has fewer; lane l owns columns 8l .. 8l+7. An
 // entry's partials are slots first + k * stride (abi::ReduceEntry); the first bf16_splits of them
 // hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32. The splits are summed in
 // order k = 0, 1, ... either way, so entries without bf16 partials sum exactly as before.
@@ -37,10 +38,21 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_load_dwordx2(args.sub(8, 2), b.kernarg_ptr(), 32);
   auto ptr = [&](uint32_t off) { return args.sub(int(off / 4), 2); };
   static_assert(abi::reduce_entry::dwords == 8, "the reduce kernel loads a ReduceEntry as 8 dwords");
+  // The launch's header (abi::LaunchHeader): the grid's x is the plan's capacity; workgroups past
+  // this step's entry count exit at once.
+  SReg header = ra.sgpr(2, "launch_header", 2);
+  b.s_load_dwordx2(header, ptr(A::reduce_map), 0);
+  Label has_entry = b.new_label("has_entry");
+  b.s_cmp_lt_u32(b.workgroup_id(0), header[abi::launch_header::count]);
+  b.s_cbranch_scc1(has_entry);
+  b.s_endpgm();
+  b.bind(has_entry);
   SReg eaddr = ra.sgpr(2, "entry_addr"), entry = ra.sgpr(8, "entry", 4);
   b.s_lshl_b32(eaddr[0], b.workgroup_id(0), Imm(5));
+  b.s_add_u32(eaddr[0], header[abi::launch_header::entries_offset], eaddr[0]);
   b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
   b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
+  ra.release(header);
   b.s_load_dwordx8(entry, eaddr, 0);
   namespace E = abi::reduce_entry;
   SReg qo_row = entry[E::qo_row], first = entry[E::first_partial], splits = entry[E::num_splits],
@@ -62,7 +74,10 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   VReg vmax = ra.vgpr(1, "lse_max");
   b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
   b.s_mov_b32(k, Imm(0));
-  Label max_loop = b.new_label("max_loop");
+  // A request with no KV (num_splits 0) merges nothing: lse* stays -inf, the sums 0.
+  Label max_loop = b.new_label("max_loop"), max_done = b.new_label("max_done");
+  b.s_cmp_eq_u32(splits, Imm(0));
+  b.s_cbranch_scc1(max_done);
   b.bind(max_loop);
   lse_address();
   b.s_load_dword(lse_k, lse_ptr, 0);
@@ -70,6 +85,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_add_u32(k, k, Imm(1));
   b.s_cmp_lt_u32(k, splits);
   b.s_cbranch_scc1(max_loop);
+  b.bind(max_done);
 
   // Weighted sum of the partial rows.
   SReg rsrc = ra.sgpr(4, "rsrc"), base = ra.sgpr(2, "base");
@@ -121,6 +137,13 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
   VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
   b.v_rcp_f32(inv, wsum);
+  {  // No KV: o = 0 (not 0 * rcp(0) = NaN); lse = -inf + ln(0) = -inf.
+    Label nonempty = b.new_label("nonempty");
+    b.s_cmp_lg_u32(splits, Imm(0));
+    b.s_cbranch_scc1(nonempty);
+    b.v_mov_b32(inv, Imm(0));
+    b.bind(nonempty);
+  }
   for (int i = 0; i < 8; ++i) b.v_mul_f32(acc[i], acc[i], inv);
   SReg k7fff = ra.sgpr(1, "k_7fff"), kperm = ra.sgpr(1, "k_perm_hi16");
   b.s_mov_b32(k7fff, Imm(0x7fff));

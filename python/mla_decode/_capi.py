@@ -52,7 +52,9 @@ class mla_prefix_group(ctypes.Structure):
 class mla_plan_info(ctypes.Structure):
     _fields_ = [("batch", c_int), ("max_batch", c_int), ("max_total_tokens", c_int64), ("num_units", c_int),
                 ("num_prefix_units", c_int), ("num_reduce_entries", c_int), ("num_partials", c_int),
-                ("num_cus", c_int), ("balance", c_double), ("workspace_bytes", c_size_t)]
+                ("num_cus", c_int), ("balance", c_double), ("workspace_bytes", c_size_t),
+                ("num_launches", c_int), ("decode_grid", c_uint * 3), ("prefix_grid", c_uint * 3),
+                ("reduce_grid", c_uint * 3), ("upload_bytes", c_size_t)]
 
 
 class mla_decode_args(ctypes.Structure):
@@ -61,7 +63,7 @@ class mla_decode_args(ctypes.Structure):
                 ("num_pages", c_int64), ("kv_indices", c_uint64),
                 ("o", c_uint64), ("o_stride_row", c_int64), ("o_stride_head", c_int64),
                 ("lse", c_uint64), ("sm_scale", c_float), ("q_scale", c_float), ("kv_scale", c_float),
-                ("logit_cap", c_float)]
+                ("logit_cap", c_float), ("q_scale_ptr", c_uint64), ("kv_scale_ptr", c_uint64)]
 
 
 class mla_merge_args(ctypes.Structure):
@@ -112,6 +114,7 @@ def _declare(lib):
         "mla_plan_update_shared": (c_int, [c_void_p, c_void_p, P(c_int32), c_int, c_int32, P(c_int32),
                                            P(mla_prefix_group), c_int]),
         "mla_plan_get_info": (c_int, [c_void_p, P(mla_plan_info)]),
+        "mla_plan_upload": (c_int, [c_void_p, c_void_p, c_uint64, c_size_t, c_float, c_float, c_void_p]),
         "mla_plan_describe_json": (c_char_p, [c_void_p]),
         "mla_decode": (c_int, [c_void_p, c_void_p, P(mla_decode_args), c_uint64, c_size_t, c_void_p]),
         "mla_merge_attn_states": (c_int, [c_void_p, P(mla_merge_args), c_void_p]),

@@ -54,6 +54,13 @@ class Tensor:
             raise TypeError(f"{name}: expected a torch.Tensor or a numpy.ndarray, got {type(obj).__name__}")
 
     @property
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
     def on_cpu(self):
         return self.device == "cpu"
 
@@ -93,36 +100,6 @@ class Tensor:
         if self.kind == "numpy":
             return self.obj
         return self.obj.detach().cpu().numpy()
-
-
-# Host values of torch scale tensors: (device, data_ptr) -> (version counter, value). vLLM passes
-# the layer's q/k scales as GPU tensors on every call: reading one back is a synchronisation, and
-# is refused under graph capture, so it is read once and again only after an in-place change.
-_scale_cache = {}
-
-
-def host_scalar(value, name):
-    """A scale given as a Python number or a one-element tensor/array (aiter passes tensors)."""
-    if value is None:
-        return 1.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    torch = _torch()
-    is_torch = torch is not None and isinstance(value, torch.Tensor)
-    if is_torch or isinstance(value, np.ndarray):
-        n = value.numel() if is_torch else value.size
-        if n != 1:
-            raise ValueError(f"{name}: expected a number or a one-element tensor, got shape {list(value.shape)}")
-        if not is_torch:
-            return float(value.reshape(-1)[0])
-        key = (str(value.device), value.data_ptr())
-        version = value._version
-        cached = _scale_cache.get(key)
-        if cached is None or cached[0] != version:
-            cached = (version, float(value.reshape(-1)[0].item()))
-            _scale_cache[key] = cached
-        return cached[1]
-    raise TypeError(f"{name}: expected a float or a one-element tensor, got {type(value).__name__}")
 
 
 def empty_like_kind(like, shape, dtype_name):

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from . import _capi as C
-from ._tensors import BF16, FP8, FP8_FLAVOUR, Tensor, empty_like_kind, host_scalar
+from ._tensors import BF16, FP8, FP8_FLAVOUR, Tensor, empty_like_kind
 
 LATENT_DIM = 512  # v / o head dim (kv_lora_rank)
 QK_DIM = 576      # 512 latent + 64 rope
@@ -120,9 +120,10 @@ def _dtype_name(dtype, name):
 class MlaDecodeMetadata:
     """A plan and its workspace for one decode shape, made once per capacity (aiter's
     get_mla_metadata_info_v1 + buffers); update() plans each step on the host (aiter's
-    get_mla_metadata_v1); mla_decode_fwd(..., metadata=m) then allocates nothing and reads no
-    index tensor on the host, so the HIP launch can be captured in a graph (the graph replays
-    the grid of the plan it captured: re-capture when the plan's num_units changes).
+    get_mla_metadata_v1) and uploads the step's tables into the workspace with one copy;
+    mla_decode_fwd(..., metadata=m) then only launches kernels (it allocates nothing, copies no
+    table and reads no tensor on the host), so it can be captured in a HIP graph once and
+    replayed after every update(): the grids depend on the capacity only (plan_info()).
 
     max_total_tokens bounds the sum of kv lengths of a batch (0: no bound, a larger workspace).
     allow_padding: accept a kernel with more heads / query rows than the shape (MLA_SELECT_ALLOW_PADDING;
@@ -180,7 +181,10 @@ class MlaDecodeMetadata:
     def plan_info(self):
         info = C.mla_plan_info()
         C.check(C.lib().mla_plan_get_info(self._plan, ctypes.byref(info)), "mla_plan_get_info")
-        return {f: getattr(info, f) for f, _ in C.mla_plan_info._fields_}
+        out = {f: getattr(info, f) for f, _ in C.mla_plan_info._fields_}
+        for f in ("decode_grid", "prefix_grid", "reduce_grid"):
+            out[f] = tuple(out[f])
+        return out
 
     def describe_json(self):
         """The plan as JSON text (units, splits, prefix groups and the cost model's decision)."""
@@ -190,16 +194,29 @@ class MlaDecodeMetadata:
         return text.decode()
 
     def update(self, qo_indptr, kv_indptr, kv_last_page_lens, kv_indices=None, prefix_groups=None,
-               detect_shared_prefixes=False):
-        """Plans one batch on the host from aiter's index tensors (host copies are taken; a GPU
-        tensor synchronises). Shared prefixes: `prefix_groups`, a list of (first, count,
-        shared_tokens) for consecutive requests that share their first shared_tokens tokens
-        (the same page ids), or detect_shared_prefixes=True to find them in kv_indices."""
+               detect_shared_prefixes=False, q_scale=1.0, kv_scale=1.0):
+        """Plans one batch on the host from aiter's index tensors (host copies are taken: pass the
+        CPU copies the engine holds; a GPU tensor synchronises) and uploads the step's tables into
+        the workspace (one stream-ordered copy on the current stream). Shared prefixes:
+        `prefix_groups`, a list of (first, count, shared_tokens) for consecutive requests that
+        share their first shared_tokens tokens (the same page ids), or detect_shared_prefixes=True
+        to find them in kv_indices. q_scale / kv_scale (Python numbers): the host scales the
+        kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device."""
         kv_lens, _ = _kv_lens(Tensor(qo_indptr, "qo_indptr"), Tensor(kv_indptr, "kv_indptr"),
                               Tensor(kv_last_page_lens, "kv_last_page_lens"), self.qseqlen, self.page_size)
-        self._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes)
+        self._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, q_scale, kv_scale)
 
-    def _update(self, kv_lens, kv_indices, prefix_groups, detect_shared_prefixes):
+    def _upload(self, q_scale, kv_scale):
+        for v, name in ((q_scale, "q_scale"), (kv_scale, "kv_scale")):
+            if not isinstance(v, (int, float)):
+                raise TypeError(f"{name}: update() takes the host scale as a Python number, got "
+                                f"{type(v).__name__} (pass scale tensors to mla_decode_fwd)")
+        C.check(C.lib().mla_plan_upload(self.runtime.ctx, self._plan, self._workspace, self.workspace_bytes,
+                                        float(q_scale), float(kv_scale), _stream_of(self.runtime, self.device)),
+                "mla_plan_upload")
+        self.host_scales = (float(np.float32(q_scale)), float(np.float32(kv_scale)))
+
+    def _update(self, kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, q_scale=1.0, kv_scale=1.0):
         L = C.lib()
         batch = len(kv_lens)
         lens = np.ascontiguousarray(kv_lens, dtype=np.int32)
@@ -226,7 +243,8 @@ class MlaDecodeMetadata:
                              if host_indices is not None else None)
                 C.check(L.mla_plan_update_shared(self.runtime.ctx, self._plan, lens_p, batch, 0, indices_p,
                                                  groups_arr, num_groups), "mla_plan_update_shared")
-        self.batch = batch
+            self.batch = batch
+            self._upload(q_scale, kv_scale)
 
     def close(self):
         """Frees the workspace and the plan (also done when the object is collected)."""
@@ -253,8 +271,8 @@ def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
     """kv length per request from aiter's tensors, checking what the C API assumes: every request
     has max_seqlen_q query rows, kv_indptr counts pages from 0, last pages hold 1..page_size."""
     qo, kvp, last = qo_indptr.host_int32(), kv_indptr.host_int32(), kv_last_page_lens.host_int32()
-    if len(qo) < 2:
-        raise ValueError(f"qo_indptr: expected [batch + 1] entries (batch >= 1), got shape {list(qo.shape)}")
+    if len(qo) < 1:
+        raise ValueError(f"qo_indptr: expected [batch + 1] entries, got shape {list(qo.shape)}")
     batch = len(qo) - 1
     if len(kvp) != batch + 1:
         raise ValueError(f"kv_indptr: expected [batch + 1] = [{batch + 1}] entries like qo_indptr, got "
@@ -270,20 +288,46 @@ def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
     if kvp[0] != 0:
         raise ValueError(f"kv_indptr: must start at 0 (packed kv_indices), got kv_indptr[0] = {kvp[0]}")
     pages = np.diff(kvp.astype(np.int64))
-    if np.any(pages < 1):
-        b = int(np.nonzero(pages < 1)[0][0])
-        raise ValueError(f"kv_indptr: request {b} has {pages[b]} pages; every request needs >= 1")
-    if np.any(last < 1) or np.any(last > page_size):
-        b = int(np.nonzero((last < 1) | (last > page_size))[0][0])
+    if np.any(pages < 0):
+        b = int(np.nonzero(pages < 0)[0][0])
+        raise ValueError(f"kv_indptr: request {b} has {pages[b]} pages; allowed >= 0 (kv_indptr is non-decreasing)")
+    full = pages > 0  # a request with 0 pages has no KV (a padded graph batch): o = 0, lse = -inf
+    bad_last = full & ((last < 1) | (last > page_size))
+    if np.any(bad_last):
+        b = int(np.nonzero(bad_last)[0][0])
         raise ValueError(f"kv_last_page_lens: request {b} has {last[b]}; allowed 1..page_size = 1..{page_size}")
-    lens = (pages - 1) * page_size + last
-    if np.any(lens < qseqlen):
-        b = int(np.nonzero(lens < qseqlen)[0][0])
+    lens = np.where(full, (pages - 1) * page_size + last, 0)
+    if np.any(full & (lens < qseqlen)):
+        b = int(np.nonzero(full & (lens < qseqlen))[0][0])
         raise ValueError(f"kv lengths: request {b} has {lens[b]} tokens, fewer than max_seqlen_q = {qseqlen} "
-                         f"(the step's own rows are in the cache)")
+                         f"(the step's own rows are in the cache; 0 pages: a request with no KV)")
     if np.any(lens > 2**31 - 1):
         raise ValueError("kv lengths: a request exceeds 2^31 - 1 tokens")
     return lens.astype(np.int32), int(kvp[-1])
+
+
+def _stream_of(runtime, device):
+    """The stream an upload goes on: the current torch stream of a GPU device, else none."""
+    if runtime.is_emulator:
+        return None
+    torch = __import__("torch")
+    return ctypes.c_void_p(torch.cuda.current_stream(torch.device(device)).cuda_stream)
+
+
+def _scale_arg(value, name, device):
+    """(host value, None) for a Python number (or None: 1.0), (None, Tensor) for a one-element
+    float32 tensor on q's device, which the kernels read on the device: never read here."""
+    if value is None:
+        return 1.0, None
+    if isinstance(value, (int, float)):
+        return float(value), None
+    t = Tensor(value, name)
+    if t.numel != 1:
+        raise ValueError(f"{name}: expected a number or a one-element tensor, got shape {list(t.shape)}")
+    t.require_dtype("float32")
+    if t.device != device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {device} (the kernels read it on q's device)")
+    return None, t
 
 
 # Internal metadata of mla_decode_fwd calls without one: per (runtime, shape), grown on demand.
@@ -356,8 +400,10 @@ def mla_decode_fwd(
     having max_seqlen_q rows; kv_indptr [batch+1] page prefix sums from 0; kv_indices int32 packed
     page ids; kv_last_page_lens [batch] (1..page_size). sm_scale defaults to 1/sqrt(576) as aiter's
     (1/sqrt(qk_head_dim), qk_head_dim = kv_buffer.shape[-1]); DeepSeek-style models use
-    1/sqrt(192) and vLLM always passes it. q_scale / kv_scale: floats or one-element tensors
-    (a tensor is read on the host once, and again after an in-place change). logit_cap > 0 selects the soft-cap kernels (aiter asserts it is 0).
+    1/sqrt(192) and vLLM always passes it. q_scale / kv_scale: one-element float32 tensors on q's
+    device, which the kernels read on the device at every launch (as aiter's), or Python numbers
+    (the host values the step's upload wrote: without metadata, this call's; with metadata, those
+    given to metadata.update()). logit_cap > 0 selects the soft-cap kernels (aiter asserts it is 0).
     lse [tokens, heads] f32 is returned when return_lse (into `lse` if given), else None.
 
     aiter's split and persistent-scheduling arguments (num_kv_splits, num_kv_splits_indptr, the
@@ -484,8 +530,9 @@ def mla_decode_fwd(
     args = C.mla_decode_args()
     args.num_pages = num_pages
     args.sm_scale = scale
-    args.q_scale = host_scalar(q_scale, "q_scale")
-    args.kv_scale = host_scalar(kv_scale, "kv_scale")
+    scales = {"q_scale": _scale_arg(q_scale, "q_scale", device), "kv_scale": _scale_arg(kv_scale, "kv_scale", device)}
+    for name, (value, tensor) in scales.items():
+        setattr(args, name, value if tensor is None else 1.0)
     args.logit_cap = float(logit_cap)
     L = C.lib()
     # One lock over planning and launch: a cached plan is shared by every caller of its shape.
@@ -493,7 +540,7 @@ def mla_decode_fwd(
         if plan_meta is None:
             plan_meta = _cached_for(device, catalog_dir, shape_key, allow_padding, len(kv_lens),
                                     int(kv_lens.sum(dtype=np.int64)))
-            plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes)
+            plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, args.q_scale, args.kv_scale)
         if runtime.is_emulator:
             # The emulator has its own address space: copy the inputs in, the outputs back.
             staged = {}
@@ -505,11 +552,20 @@ def mla_decode_fwd(
                     C.check(L.mla_memcpy_h2d(runtime.dev, staged[role], t.address, t.nbytes), "mla_memcpy_h2d")
             args.q, args.kv, args.kv_indices, args.o = staged["q"], staged["kv"], staged["kv_indices"], staged["o"]
             args.lse = staged.get("lse", 0)
+            # Scale tensors: the emulator's memory is the host's, so their 4 bytes are staged.
+            for name, (_, tensor) in scales.items():
+                if tensor is not None:
+                    addr = runtime.staging(name, 4)
+                    C.check(L.mla_memcpy_h2d(runtime.dev, addr, tensor.address, 4), "mla_memcpy_h2d")
+                    setattr(args, name + "_ptr", addr)
             stream = None
         else:
             torch = __import__("torch")
             args.q, args.kv, args.kv_indices, args.o = qt.address, kvt.address, idx.address, ot.address
             args.lse = lt.address if lt is not None else 0
+            for name, (_, tensor) in scales.items():
+                if tensor is not None:
+                    setattr(args, name + "_ptr", tensor.address)
             stream = ctypes.c_void_p(torch.cuda.current_stream(qt.obj.device).cuda_stream)
         C.check(L.mla_decode(runtime.ctx, plan_meta._plan, ctypes.byref(args), plan_meta._workspace,
                              plan_meta.workspace_bytes, stream), f"mla_decode({plan_meta.decode_kernel})")

@@ -130,7 +130,7 @@ TEST_CASE("semantics: VOP3 v_add_i32 / v_sub_i32", "[semantics][aiter]") {
 // VGPR indices up to its whole allocation (LLVM commit 9bbd96fd lets such kernels allocate the
 // whole file to VGPRs; two of aiter's gfx950 prefill kernels use v128..v255 with accum_offset
 // 128 and no AGPRs). A VGPR that aliases an AGPR the kernel also uses is refused.
-TEST_CASE("loader: VGPRs beyond accum_offset without AGPRs; aliasing refused", "[semantics][aiter]") {
+TEST_CASE("loader: VGPRs beyond accum_offset without AGPRs / aliasing refused", "[semantics][aiter]") {
   for (Gfx g : kTargets) {
     INFO(gfx_name(g));
     KernelOpts o;

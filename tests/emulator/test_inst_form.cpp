@@ -41,7 +41,7 @@ TEST_CASE("inst_form: MFMA operands in AGPRs and an inline-constant SrcC are sep
   CHECK(f[3] == "v_mfma_f32_16x16x32_fp8_fp8 acc:b c:imm");
 }
 
-TEST_CASE("inst_form: buffer offen/idxen and global saddr are separate forms; offsets are not") {
+TEST_CASE("inst_form: buffer offen/idxen and global saddr are separate forms / offsets are not") {
   auto f = forms_of_body(R"(
     buffer_load_dword v1, v2, s[4:7], 0 offen offset:16
     buffer_load_dword v1, v2, s[4:7], 0 offen

@@ -6,6 +6,7 @@
 // Findings are crashes, sanitizer reports, and plans that break the tables' contract: a unit (or prefix unit)
 // outside its request, or a count that disagrees with mla_plan_get_info. Every error must be a
 // status with a message; the API never throws or aborts.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -120,10 +121,15 @@ void check_plan(const mla_plan* plan, const std::vector<int32_t>& lens) {
       contract_broken("prefix unit token range outside its first request");
     if (u.rows < 1 || u.partial < 0 || u.partial >= info.num_partials) contract_broken("prefix unit rows or slot");
   }
-  for (size_t i = 0; i < nr; ++i)
+  for (size_t i = 0; i < nr; ++i) {
+    if (reduces[i].num_splits == 0) {  // a request with no KV (o = 0, lse = -inf)
+      if (std::find(lens.begin(), lens.end(), 0) == lens.end()) contract_broken("an empty reduce entry without an empty request");
+      continue;
+    }
     if (reduces[i].num_splits < 2 || reduces[i].first_partial < 0 ||
         int64_t(reduces[i].first_partial) + int64_t(reduces[i].num_splits - 1) * reduces[i].partial_stride >= info.num_partials)
       contract_broken("reduce entry outside the partials");
+  }
   for (size_t i = 0; i < nr; ++i)
     if (reduces[i].bf16_splits < 0 || reduces[i].bf16_splits > reduces[i].num_splits || reduces[i].reserved[0] ||
         reduces[i].reserved[1] || reduces[i].reserved[2])

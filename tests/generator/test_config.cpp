@@ -95,7 +95,7 @@ TEST_CASE("unknown top-level key is named") {
   CHECK_THAT(e, Catch::Contains("kernel: unknown key"));
 }
 
-TEST_CASE("heads outside 1..128 are rejected with the allowed range; 7 heads build natively") {
+TEST_CASE("heads outside 1..128 are rejected with the allowed range / 7 heads build natively") {
   for (const char* h : {"0", "129", "-3"}) {
     std::string e = error_of(entry(fmt::format(R"("target": "gfx950", "heads": {}, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)", h)));
     CHECK_THAT(e, Catch::Contains("kernels[0].heads"));
@@ -106,7 +106,7 @@ TEST_CASE("heads outside 1..128 are rejected with the allowed range; 7 heads bui
   CHECK(c.kernels[3].name() == "mla_decode_fp8fp8_h96_qs8_pg1");
 }
 
-TEST_CASE("logit_cap is a switch in a config; a cap value is refused with where the value goes") {
+TEST_CASE("logit_cap is a switch in a config / a cap value is refused with where the value goes") {
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1, "logit_cap": 30.0)")),
              Catch::Contains("kernels[0].logit_cap: 30.0 is not a boolean (allowed: true, false: true builds the _softcap kernel"));
   Config c = parse_config(entry(R"("target": "gfx950", "heads": 16, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1, "logit_cap": true)"), "x.json");
@@ -149,7 +149,7 @@ TEST_CASE("qseqlen outside 1..4, wrong types, missing fields and bad JSON are na
 
 // Fuzzing found these (issue #15): a value that narrows to an allowed one, and a number that
 // overflows the parser, each named with file and field instead of a wrong kernel or an escape.
-TEST_CASE("integers out of range are rejected before narrowing; overflowing numbers name the file") {
+TEST_CASE("integers out of range are rejected before narrowing / overflowing numbers name the file") {
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": 4294967304, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),
              Catch::Contains("configs/bad.json: kernels[0].heads: 4294967304 is not supported (allowed: 1..128)"));
   CHECK_THAT(error_of(entry(R"("target": "gfx950", "heads": -4294967284, "q_dtype": "fp8", "kv_dtype": "fp8", "page_size": 1)")),

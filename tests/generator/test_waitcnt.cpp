@@ -84,7 +84,7 @@ TEST_CASE("waitcnt: SMEM returns out of order, so any SMEM result needs lgkmcnt(
   CHECK(before(f.run(), "s_mov_b32") == "s_waitcnt lgkmcnt(0)");
 }
 
-TEST_CASE("waitcnt: LDS reads return in order; younger SMEM does not widen the count") {
+TEST_CASE("waitcnt: an SMEM pending behind LDS reads makes their wait lgkmcnt(0) (out-of-order returns)") {
   Fixture f;
   auto& ra = f.b.regs();
   VReg addr = ra.vgpr(1, "addr"), a = ra.vgpr(1, "a"), c = ra.vgpr(1, "c"), d = ra.vgpr(1, "d");
@@ -92,7 +92,22 @@ TEST_CASE("waitcnt: LDS reads return in order; younger SMEM does not widen the c
   f.b.ds_read_b32(a, addr);
   f.b.ds_read_b32(c, addr, 4);
   f.b.s_load_dwordx2(s, f.b.kernarg_ptr(), 0);
-  f.b.v_mov_b32(d, a);  // only c (an LDS op) is guaranteed to stay behind a
+  f.b.v_mov_b32(d, a);  // the SMEM may return before a: only lgkmcnt(0) proves a landed
+  f.b.v_mov_b32(d, c);  // ... and c with it: no second wait
+  f.b.s_endpgm();
+  auto lines = f.run();
+  CHECK(before(lines, "v_mov_b32", 0) == "s_waitcnt lgkmcnt(0)");
+  CHECK(before(lines, "v_mov_b32", 1) == "v_mov_b32 v4, v2");
+  CHECK(count_waits(lines) == 1);
+}
+
+TEST_CASE("waitcnt: LDS reads return in order, so without SMEM pending the weakest lgkmcnt holds") {
+  Fixture f;
+  auto& ra = f.b.regs();
+  VReg addr = ra.vgpr(1, "addr"), a = ra.vgpr(1, "a"), c = ra.vgpr(1, "c"), d = ra.vgpr(1, "d");
+  f.b.ds_read_b32(a, addr);
+  f.b.ds_read_b32(c, addr, 4);
+  f.b.v_mov_b32(d, a);  // c (an LDS op) stays behind a
   f.b.v_mov_b32(d, c);
   f.b.s_endpgm();
   auto lines = f.run();

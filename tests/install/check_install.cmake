@@ -22,6 +22,13 @@ foreach(f include/mla/mla_runtime.h lib/libmla_runtime.so lib/libmla_runtime_emu
   endif()
 endforeach()
 
+# The HIP test device (tests/hip_test_device, a libamdhip64.so over the emulator) is a test
+# fixture: it must never be installed.
+file(GLOB_RECURSE hip_libs ${prefix}/*libamdhip64*)
+if(hip_libs)
+  message(FATAL_ERROR "cmake --install installed the HIP test device: ${hip_libs}")
+endif()
+
 # find_package(mla_runtime) -> mla::runtime
 run(${CMAKE_COMMAND} -S ${EXAMPLES_DIR} -B ${WORK_DIR}/examples -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${prefix}
     -DCMAKE_C_COMPILER=${CC} -DCMAKE_BUILD_TYPE=Release)

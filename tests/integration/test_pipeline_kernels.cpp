@@ -235,8 +235,9 @@ TEST_CASE("integration: the reduce merges f32 and bf16 partials by lse weights")
     Built k = build_kernel(gen::KernelKind::MlaReduce, arch, heads, qs, true);
     emu::Device dev(gfx_of(arch));
     // {qo_row, first_partial, num_splits, partial_stride, bf16_splits}
+    // The last entry is a request with no KV (num_splits 0): o = 0, lse = -inf.
     const std::vector<abi::ReduceEntry> entries = {
-        {0, 0, 3, 1, 0, {}}, {2, 3, 5, 3, 2, {}}, {4, 4, 4, 3, 4, {}}, {6, 5, 2, 3, 1, {}}};
+        {0, 0, 3, 1, 0, {}}, {2, 3, 5, 3, 2, {}}, {4, 4, 4, 3, 4, {}}, {6, 5, 2, 3, 1, {}}, {8, 0, 0, 1, 0, {}}};
     int slots = 0;
     for (const auto& e : entries) slots = std::max(slots, e.first_partial + (e.num_splits - 1) * e.partial_stride + 1);
     std::mt19937 rng(7 + int(arch));
@@ -261,24 +262,41 @@ TEST_CASE("integration: the reduce merges f32 and bf16 partials by lse weights")
             row[c] = float(bf16_value(out[c]));
           }
         }
-    const int requests = 8;
-    uint64_t d_map = dev.alloc(entries.size() * sizeof(abi::ReduceEntry), 256, "reduce_map");
+    const int requests = 12;  // q rows: entries cover 0..9, rows 10 and 11 stay unwritten
+    // The table as the step's upload writes it: its LaunchHeader, then the entries.
+    std::vector<uint8_t> table(32 + entries.size() * sizeof(abi::ReduceEntry), 0);
+    const abi::LaunchHeader header{int32_t(entries.size()), 32, {}};
+    std::memcpy(table.data(), &header, 32);
+    std::memcpy(table.data() + 32, entries.data(), entries.size() * sizeof(abi::ReduceEntry));
+    uint64_t d_map = dev.alloc(table.size(), 256, "reduce_map");
     uint64_t d_po = dev.alloc(image.size(), 256, "partial_o"), d_pl = dev.alloc(pl.size() * 4, 256, "partial_lse");
     uint64_t d_o = dev.alloc(size_t(requests) * heads * 512 * 2, 256, "o", 0xff);
     uint64_t d_l = dev.alloc(size_t(requests) * heads * 4, 256, "lse", 0xff);
-    dev.write(d_map, entries.data(), entries.size() * sizeof(abi::ReduceEntry));
+    dev.write(d_map, table.data(), table.size());
     dev.write(d_po, image.data(), image.size());
     dev.write(d_pl, pl.data(), pl.size() * 4);
     namespace A = abi::reduce_args;
     emu::KernargBuilder ka;
     ka.put<uint64_t>(A::reduce_map, d_map).put<uint64_t>(A::partial_o, d_po).put<uint64_t>(A::partial_lse, d_pl);
     ka.put<uint64_t>(A::o, d_o).put<uint64_t>(A::lse, d_l);
-    dev.dispatch(k.co, k.name, {uint32_t(entries.size()), uint32_t(M), 1}, {64, 1, 1}, ka.bytes);
+    // A grid of the capacity: the workgroups past the header's count exit without a write.
+    dev.dispatch(k.co, k.name, {uint32_t(entries.size() + 3), uint32_t(M), 1}, {64, 1, 1}, ka.bytes);
     auto o = dev.read_vector<uint16_t>(d_o, size_t(requests) * heads * 512);
     auto ol = dev.read_vector<float>(d_l, size_t(requests) * heads);
     double worst = 0;
+    for (int m = 0; m < M; ++m) {  // q rows 10 and 11: never written
+      const size_t row = size_t(10) * heads + size_t(m);
+      CHECK(o[row * 512] == 0xffff);
+      CHECK(std::isnan(ol[row]));
+    }
     for (const auto& e : entries)
       for (int m = 0; m < M; ++m) {
+        if (e.num_splits == 0) {
+          const size_t row = size_t(e.qo_row) * heads + size_t(m);
+          for (int c = 0; c < 512; ++c) CHECK(o[row * 512 + size_t(c)] == 0);
+          CHECK((std::isinf(ol[row]) && ol[row] < 0));
+          continue;
+        }
         double mx = -INFINITY;
         for (int kk = 0; kk < e.num_splits; ++kk) mx = std::max(mx, double(pl[size_t(e.first_partial + kk * e.partial_stride) * M + m]));
         double wsum = 0;

@@ -9,14 +9,42 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
+#include <new>
 #include <random>
 #include <set>
+#include <span>
+#include <string>
 #include <tuple>
 
 using namespace mla;
 using Catch::Matchers::Contains;
+
+// Allocation counting for "a second update allocates nothing": the executable's global operator
+// new counts its calls while this thread's window is open (AllocWindow), and is malloc otherwise.
+// (The default new[], nothrow and sized variants call these two.)
+namespace {
+thread_local bool t_counting = false;
+thread_local size_t t_allocations = 0;
+struct AllocWindow {
+  AllocWindow() { t_allocations = 0, t_counting = true; }
+  ~AllocWindow() { t_counting = false; }
+  size_t close() {
+    t_counting = false;
+    return t_allocations;
+  }
+};
+}  // namespace
+void* operator new(std::size_t n) {
+  if (t_counting) ++t_allocations;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -57,12 +85,17 @@ void check_plan(const rt::PlanInputs& in, const rt::Plan& p) {
       CHECK(it->second == u.partial);  // row groups of one split share its slot
     }
   }
-  // Every (request, row group, token) exactly once; the last split has >= qseqlen tokens.
+  // Every (request, row group, token) exactly once; the last split has >= qseqlen tokens. An
+  // empty request has no unit and no split.
   for (int b = 0; b < B; ++b)
     for (int g = 0; g < G; ++g) {
       auto r = ranges[{b, g}];
       std::sort(r.begin(), r.end());
       REQUIRE(int(r.size()) == p.splits[b]);
+      if (in.kv_lens[b] == 0) {
+        CHECK(r.empty());
+        continue;
+      }
       int at = 0;
       for (auto [s, e] : r) {
         CHECK(s == at);
@@ -81,6 +114,11 @@ void check_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     if (p.splits[b] == 1) continue;
     REQUIRE(e < p.reduces.size());
     const auto& r = p.reduces[e++];
+    if (in.kv_lens[b] == 0) {  // merges no partial: the reduce writes o = 0, lse = -inf
+      CHECK(r.qo_row == b * in.qseqlen);
+      CHECK((r.first_partial == 0 && r.num_splits == 0 && r.partial_stride == 1 && r.bf16_splits == 0));
+      continue;
+    }
     CHECK(r.partial_stride == 1);
     CHECK(r.qo_row == b * in.qseqlen);
     CHECK(r.num_splits == p.splits[b]);
@@ -130,7 +168,9 @@ TEST_CASE("planner: structural properties over many random shapes", "[planner]")
     in.min_tiles_per_split = pick({1, 2, 4});
     int batch = pick({1, 2, 5, 16, 64, 300});
     int maxlen = pick({8, 100, 5000, 70000});
-    for (int b = 0; b < batch; ++b) in.kv_lens.push_back(in.qseqlen + int(rng() % uint32_t(maxlen)));
+    std::vector<int> lens;
+    for (int b = 0; b < batch; ++b) lens.push_back(in.qseqlen + int(rng() % uint32_t(maxlen)));
+    in.kv_lens = lens;
     INFO("iter " << iter << " batch " << batch << " maxlen " << maxlen << " heads " << in.heads << " qs " << in.qseqlen << " T "
                  << in.tile_tokens << " rpg " << in.rows_per_group << " cus " << in.num_cus);
     rt::Plan p = rt::plan_decode(in);
@@ -255,11 +295,13 @@ TEST_CASE("planner: row groups each cover all tokens and share partial slots", "
 
 TEST_CASE("planner: bad inputs are rejected with the field and value", "[planner]") {
   rt::PlanInputs in = inputs({10, 2}, 16, 304, 3);
-  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens[1] = 2 < qseqlen = 3"));
-  in = inputs({}, 16, 304);
-  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens is empty"));
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens[1] = 2 < qseqlen = 3 (allowed: 0, an empty request, or kv_len >= qseqlen)"));
+  in = inputs({10, -1}, 16, 304);
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("kv_lens[1] = -1"));
   in = inputs({100}, 16, 0);
   CHECK_THROWS_WITH(rt::plan_decode(in), Contains("num_cus = 0"));
+  in = inputs({100}, 16, 70000);
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("num_cus = 70000 (allowed: 1..65536)"));
   in = inputs({100}, 16, 304);
   in.tile_tokens = 0;
   CHECK_THROWS_WITH(rt::plan_decode(in), Contains("tile_tokens = 0"));
@@ -335,7 +377,8 @@ TEST_CASE("contract: a decode kernel's argument list must be the contract's tabl
     FAIL("no error");
   } catch (const rt::RtError& e) {
     CHECK(e.status == MLA_ERROR_KERNARG_MISMATCH);
-    CHECK_THAT(e.what(), Catch::Contains("'kv_scale' at 72") && Catch::Contains("says 'kv_scale' at 68"));
+    CHECK_THAT(e.what(), Catch::Contains(fmt::format("'kv_scale' at {}", mla::abi::decode_args::kv_scale + 4)) &&
+                             Catch::Contains(fmt::format("says 'kv_scale' at {}", mla::abi::decode_args::kv_scale)));
   }
   k.args.pop_back();
   CHECK_THROWS_WITH(rt::check_contract_args(k), Catch::Contains("11 arguments, the contract (abi/mla_abi.h) 12"));
@@ -500,8 +543,10 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     for (int m = m0; m < m1; ++m) write(b, m, u.kv_start, u.kv_end, u.partial);
   }
   // The members' unique parts run in the prefix launch exactly when qseqlen is 1 and every
-  // request is a cascading member (docs/planner.md "Cascade plans": one attention launch).
-  const bool one_launch = Q == 1 && std::all_of(group_of.begin(), group_of.end(), [](int g) { return g >= 0; });
+  // request but the empty ones is a cascading member (docs/planner.md "Cascade plans": one
+  // attention launch).
+  bool one_launch = Q == 1 && !cascading.empty();
+  for (int b = 0; b < B; ++b) one_launch = one_launch && (group_of[b] >= 0 || in.kv_lens[b] == 0);
   if (one_launch) CHECK(p.units.empty());
   for (const auto& u : p.prefix_units) {
     REQUIRE(p.prefix_rows_per_group > 0);
@@ -544,6 +589,10 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
   // (a) every (request, row, token) once; (b) a row's slots are distinct.
   for (int b = 0; b < B; ++b)
     for (int m = 0; m < M; ++m) {
+      if (in.kv_lens[b] == 0) {  // an empty request: nothing reads it
+        CHECK(pieces[b][m].empty());
+        continue;
+      }
       auto v = pieces[b][m];
       std::sort(v.begin(), v.end(), [](const Piece& x, const Piece& y) { return x.start < y.start; });
       int at = 0;
@@ -576,6 +625,12 @@ void check_any_plan(const rt::PlanInputs& in, const rt::Plan& p) {
     REQUIRE(e < p.reduces.size());
     const auto& r = p.reduces[e++];
     CHECK(r.qo_row == b * Q);
+    if (in.kv_lens[b] == 0) {  // an empty request: an entry that merges no partial (o = 0, lse = -inf)
+      CHECK(group_of[b] < 0);
+      CHECK(p.splits[b] == 0);
+      CHECK((r.first_partial == 0 && r.num_splits == 0 && r.partial_stride == 1 && r.bf16_splits == 0));
+      continue;
+    }
     std::set<int> listed;
     for (int k = 0; k < r.num_splits; ++k) listed.insert(r.first_partial + k * r.partial_stride);
     CHECK(int(listed.size()) == r.num_splits);
@@ -704,7 +759,7 @@ TEST_CASE("planner cascade: K3-like c16 reads the shared prefix once", "[planner
   rt::PlanInputs no_kernel = in;
   no_kernel.prefix_rows_per_group = 0;
   rt::PlanInputs no_groups = in;
-  no_groups.prefix_groups.clear();
+  no_groups.prefix_groups = {};
   const rt::Plan q = rt::plan_decode(no_kernel);
   CHECK_FALSE(q.prefix_groups[0].cascade);
   CHECK_THAT(q.prefix_groups[0].reason, Contains("no prefix kernel"));
@@ -863,8 +918,8 @@ TEST_CASE("planner cascade: an issue-modeled prefix launch balances issue as wel
   CHECK(a.predicted_cost >= ta * (1 - 1e-9));
   // Decode launches never use the model: without a group the plan is the same, bit for bit.
   rt::PlanInputs lone = modeled, lone_plain = tokens_only;
-  lone.prefix_groups.clear();
-  lone_plain.prefix_groups.clear();
+  lone.prefix_groups = {};
+  lone_plain.prefix_groups = {};
   CHECK(golden::fingerprint(rt::plan_decode(lone)) == golden::fingerprint(rt::plan_decode(lone_plain)));
 }
 
@@ -884,11 +939,11 @@ TEST_CASE("planner cascade: 128 heads in 48-row groups save nothing", "[planner]
   CHECK_FALSE(p.prefix_groups[0].cascade);
   CHECK(p.prefix_groups[0].kv_bytes_saved == 0);
   CHECK_THAT(p.prefix_groups[0].reason, Contains("saves nothing"));
-  in.prefix_groups.clear();
+  in.prefix_groups = {};
   CHECK(golden::fingerprint(p) == golden::fingerprint(rt::plan_decode(in)));
 }
 
-TEST_CASE("planner cascade: a short shared prefix next to long lone requests; the choice follows the costs",
+TEST_CASE("planner cascade: a short shared prefix next to long lone requests / the choice follows the costs",
           "[planner][cascade]") {
   for (int cus : {256, 64})
     for (int heads : {16, 128}) {
@@ -1031,15 +1086,17 @@ TEST_CASE("planner cascade: random batches with groups keep every promise", "[pl
     const int batch = pick({2, 3, 8, 24});
     const int shared = pick({1, 4, 40, 500}) * 128;  // a multiple of every page size and tile
     const int first = int(rng() % uint32_t(batch - 1)), count = 2 + int(rng() % uint32_t(batch - first - 1));
+    std::vector<int> lens;
     for (int b = 0; b < batch; ++b) {
       const bool member = b >= first && b < first + count;
       const int extra = pick({0, 1, 5, 300, 20000});
       int len = (member ? shared : 0) + in.qseqlen + extra;
       if (member && in.qseqlen == 1 && extra == 0) len = shared;  // no unique token
-      in.kv_lens.push_back(len);
+      lens.push_back(len);
     }
+    in.kv_lens = lens;
     in.prefix_groups = {{first, count, shared}};
-    const nlohmann::json shape{{"lens", in.kv_lens}, {"qs", in.qseqlen}, {"heads", in.heads}, {"T", in.tile_tokens},
+    const nlohmann::json shape{{"lens", lens}, {"qs", in.qseqlen}, {"heads", in.heads}, {"T", in.tile_tokens},
                                {"rpg", in.rows_per_group}, {"prpg", in.prefix_rows_per_group}, {"cus", in.num_cus},
                                {"group", {first, count, shared}}};
     INFO("iter " << iter << " " << shape.dump());
@@ -1094,7 +1151,9 @@ TEST_CASE("planner cascade: a unique part's last split keeps a visible token for
   REQUIRE(p.prefix_groups[0].cascade);
   for (const auto& u : p.units) CHECK(u.kv_end - u.kv_start == 33);
   // A member whose unique part is shorter than qseqlen does not cascade (its row 0 would see none of it).
-  in.kv_lens[3] = 63872 + 3;
+  std::vector<int> lens = in.kv_lens.to_vector();
+  lens[3] = 63872 + 3;
+  in.kv_lens = lens;
   const rt::Plan q = rt::plan_decode(in);
   check_any_plan(in, q);
   CHECK_FALSE(q.prefix_groups[0].cascade);
@@ -1105,9 +1164,11 @@ TEST_CASE("planner cascade: groups are chosen one by one, each the cheaper of wi
           "[planner][cascade]") {
   // The K3-like group (pays) and two short requests sharing 256 tokens next to it.
   rt::PlanInputs in = k3_like();
-  in.kv_lens.push_back(300);
-  in.kv_lens.push_back(320);
-  in.prefix_groups.push_back({16, 2, 256});
+  std::vector<int> lens = in.kv_lens.to_vector();
+  lens.push_back(300);
+  lens.push_back(320);
+  in.kv_lens = lens;
+  in.prefix_groups = {{0, 16, 63872}, {16, 2, 256}};
   const rt::Plan p = rt::plan_decode(in);
   INFO(p.to_json().dump());
   check_any_plan(in, p);
@@ -1116,8 +1177,8 @@ TEST_CASE("planner cascade: groups are chosen one by one, each the cheaper of wi
   CHECK(p.prefix_groups[0].cascade);
   // No worse than the plans that cascade only the first group, or none.
   rt::PlanInputs only_first = in, none = in;
-  only_first.prefix_groups.pop_back();
-  none.prefix_groups.clear();
+  only_first.prefix_groups = {{0, 16, 63872}};
+  none.prefix_groups = {};
   CHECK(p.predicted_cost <= rt::plan_decode(only_first).predicted_cost);
   CHECK(p.predicted_cost <= rt::plan_decode(none).predicted_cost);
   // The decision's costs are the chosen plan with and without the group.
@@ -1137,4 +1198,275 @@ TEST_CASE("planner cascade: a caller-given prefix that ends inside a tile is cut
   CHECK_THAT(p.prefix_groups[0].reason, Contains("(shared_tokens 63888 cut to whole 32-token tiles)"));
   for (const auto& u : p.prefix_units) CHECK((u.kv_end <= 63872 || (u.rows == 12 && u.kv_start >= 63872)));
   for (const auto& u : p.units) CHECK(u.kv_start >= 63872);
+}
+
+// --- issue #31: plans in microseconds, into storage reused across updates ---------------------
+
+TEST_CASE("planner: mlaplanbench's shapes plan as before the host-cost rewrite, bit for bit", "[planner][cascade]") {
+  // {shape, predicted cost, golden::fingerprint_all, units, prefix units} of golden::bench_shapes()
+  // as the planner of commit 1e57409 (before it planned into reused storage, issue #31) planned
+  // them: the expected plans were computed by that planner, not by the one under test.
+  struct Expected {
+    const char* name;
+    double cost;
+    uint64_t fingerprint;
+    size_t units, prefix_units;
+  };
+  const std::vector<Expected> expected{
+    {"K3 c16 pg1", 0x1.16c5555555555p+12, 0x20b56eaa074424a9ull, 512, 0},  // 4460.333333
+    {"K3 c16 pg1 group given", 0x1.0b28d801b4352p+11, 0xddbd12e050237d00ull, 0, 256},  // 2137.276368
+    {"K3 c16 pg1 group detected", 0x1.0b28d801b4352p+11, 0xddbd12e050237d00ull, 0, 256},  // 2137.276368
+    {"K3 c24 pg1", 0x1.a228p+12, 0x5ed3c804fbd40922ull, 768, 0},  // 6690.500000
+    {"K3 c24 pg1 group given", 0x1.68e0d6909aed6p+11, 0x0761081161ae94c8ull, 0, 256},  // 2887.026192
+    {"K3 c24 pg1 group detected", 0x1.68e0d6909aed6p+11, 0x0761081161ae94c8ull, 0, 256},  // 2887.026192
+    {"K3 c16 pg128", 0x1.16c5555555555p+12, 0x099bc8294c070401ull, 512, 0},  // 4460.333333
+    {"K3 c16 pg128 group given", 0x1.150de97d06bbep+11, 0x40e0313b50605f30ull, 0, 256},  // 2216.434752
+    {"K3 c16 pg128 group detected", 0x1.150de97d06bbep+11, 0x40e0313b50605f30ull, 0, 256},  // 2216.434752
+    {"K3 c24 pg128", 0x1.a228p+12, 0x07083ad81c5b6c12ull, 768, 0},  // 6690.500000
+    {"K3 c24 pg128 group given", 0x1.763e7fb267c6ap+11, 0x687a053785131b8cull, 0, 256},  // 2993.953088
+    {"K3 c24 pg128 group detected", 0x1.763e7fb267c6ap+11, 0x687a053785131b8cull, 0, 256},  // 2993.953088
+    {"seed001 32K x1", 0x1.c42fe80bfa03p+7, 0x0d26df8e04824591ull, 304, 0},  // 226.093567
+    {"seed001 32K x2", 0x1.522fe80bfa03p+8, 0xa628e25402abd08dull, 304, 0},  // 338.187135
+    {"seed001 32K x4", 0x1.112fe80bfa03p+9, 0xfd169c7b64273848ull, 304, 0},  // 546.374269
+    {"seed001 32K x8", 0x1.e95fd017f406p+9, 0x79eafda85c13b083ull, 304, 0},  // 978.748538
+    {"seed001 32K x16", 0x1.ccdfd017f406p+10, 0x3b459b5452f1c370ull, 304, 0},  // 1843.497076
+    {"seed001 64K x1", 0x1.5217f405fd018p+8, 0x8c06cd3797d7c164ull, 304, 0},  // 338.093567
+    {"seed001 64K x2", 0x1.1117f405fd018p+9, 0xc20e767275128a05ull, 304, 0},  // 546.187135
+    {"seed001 64K x4", 0x1.e92fe80bfa03p+9, 0xb66db2fc1467a54cull, 304, 0},  // 978.374269
+    {"seed001 64K x8", 0x1.ccafe80bfa03p+10, 0xb5ac62058c704cf7ull, 304, 0},  // 1842.748538
+    {"seed001 64K x16", 0x1.be6fe80bfa03p+11, 0x267150711662c2dcull, 304, 0},  // 3571.497076
+    {"seed001 128K x1", 0x1.110bfa02fe80cp+9, 0x0a7aa5be14eb930full, 304, 0},  // 546.093567
+    {"seed001 128K x2", 0x1.e917f405fd018p+9, 0x338eaf37581bd4e5ull, 304, 0},  // 978.187135
+    {"seed001 128K x4", 0x1.cc97f405fd018p+10, 0x0e95b4e7d6e51220ull, 304, 0},  // 1842.374269
+    {"seed001 128K x8", 0x1.be57f405fd018p+11, 0x0afe393dabaee30bull, 304, 0},  // 3570.748538
+    {"seed001 128K x16", 0x1.b737f405fd018p+12, 0x647118dc01a66e1cull, 304, 0},  // 7027.497076
+    {"seed001 256K x1", 0x1.e90bfa02fe80cp+9, 0x79eb65f1c4517c41ull, 304, 0},  // 978.093567
+    {"seed001 256K x2", 0x1.cc8bfa02fe80cp+10, 0xc92b0cf42221d83dull, 304, 0},  // 1842.187135
+    {"seed001 256K x4", 0x1.be4bfa02fe80cp+11, 0x0e6929b227154ee4ull, 304, 0},  // 3570.374269
+    {"seed001 256K x8", 0x1.b72bfa02fe80cp+12, 0x1d77e3d9feedc4afull, 304, 0},  // 7026.748538
+    {"seed001 256K x16", 0x1.b31bfa02fe80cp+13, 0xe099091fd5f4d4f4ull, 304, 0},  // 13923.497076
+    {"seed001 8K x64", 0x1.ea7f405fd017fp+10, 0x6753b2af9bb05907ull, 608, 0},  // 1961.988304
+    {"K3 8K x64 pg128", 0x1.160aaaaaaaaabp+11, 0xef06359a315165a9ull, 512, 0},  // 2224.333333
+    {"seed001 8K x256", 0x1.d0ff405fd017fp+12, 0x6d14d9e62a549214ull, 1216, 0},  // 7439.953216
+    {"K3 8K x256 pg128", 0x1.0602aaaaaaaabp+13, 0xd4ea1663aea0adc9ull, 512, 0},  // 8384.333333
+  };
+  const auto shapes = golden::bench_shapes();
+  REQUIRE(shapes.size() == expected.size());
+  rt::PlanScratch scratch;
+  rt::Plan p;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    INFO(shapes[i].name);
+    REQUIRE(shapes[i].name == expected[i].name);
+    rt::plan_decode(shapes[i].in, p, scratch);
+    check_any_plan(shapes[i].in, p);
+    CHECK(p.predicted_cost == expected[i].cost);
+    CHECK(golden::fingerprint_all(p) == expected[i].fingerprint);
+    CHECK(p.units.size() == expected[i].units);
+    CHECK(p.prefix_units.size() == expected[i].prefix_units);
+  }
+}
+
+namespace {
+
+// A plan's whole content, for comparing two plans of the same inputs.
+std::string plan_image(const rt::Plan& p) {
+  return fmt::format("{:016x} {} {}", golden::fingerprint_all(p), p.predicted_cost, p.to_json().dump());
+}
+
+// Inputs of many kinds (the golden shapes, mlaplanbench's, random batches with groups, empty
+// requests and empty batches), each with its vectors kept alive by the caller.
+std::vector<rt::PlanInputs> varied_inputs() {
+  std::vector<rt::PlanInputs> v;
+  for (const auto& in : golden::shapes()) v.push_back(in);
+  for (const auto& s : golden::bench_shapes(3)) v.push_back(s.in);
+  std::mt19937 rng(31);
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  for (int iter = 0; iter < 60; ++iter) {
+    rt::PlanInputs in = golden::k3_inputs(pick({1, 128}));
+    in.num_cus = pick({256, 40, 7});
+    in.prefix_rows_per_group = pick({0, 48, 96});
+    in.cascade = rt::CascadePolicy(pick({0, 0, 1, 2}));
+    const int batch = pick({0, 1, 3, 8, 24});
+    std::vector<int> lens;
+    std::vector<rt::PrefixGroup> groups;
+    for (int b = 0; b < batch;) {
+      const int kind = pick({0, 0, 1, 2});  // a lone request, an empty one, a group
+      if (kind == 2 && b + 2 <= batch) {
+        const int count = 2 + int(rng() % uint32_t(std::min(4, batch - b - 1))), shared = pick({2, 40, 500}) * 128;
+        for (int i = 0; i < count; ++i) lens.push_back(shared + pick({0, 1, 700, 9000}));
+        groups.push_back({b, count, shared});
+        b += count;
+      } else {
+        lens.push_back(kind == 1 ? 0 : 1 + int(rng() % 70000));
+        ++b;
+      }
+    }
+    in.kv_lens = lens;
+    in.prefix_groups = groups;
+    v.push_back(in);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("planner: plans into reused storage equal fresh plans, whatever came before", "[planner][cascade]") {
+  // One scratch and one plan for every input in turn (batches growing, shrinking, with and
+  // without groups): each result is the plan a fresh call makes.
+  const auto all = varied_inputs();
+  rt::PlanScratch scratch;
+  rt::Plan p;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < all.size(); ++i) {
+      const size_t k = pass == 0 ? i : all.size() - 1 - i;  // and in the reverse order
+      INFO("input " << k << " pass " << pass);
+      rt::plan_decode(all[k], p, scratch);
+      const rt::Plan fresh = rt::plan_decode(all[k]);
+      CHECK(plan_image(p) == plan_image(fresh));
+      check_any_plan(all[k], p);
+    }
+  // A bad input throws before the plan changes.
+  rt::PlanInputs bad = all[0];
+  bad.tile_tokens = 0;
+  const std::string before = plan_image(p);
+  CHECK_THROWS_WITH(rt::plan_decode(bad, p, scratch), Contains("tile_tokens = 0"));
+  CHECK(plan_image(p) == before);
+}
+
+TEST_CASE("planner: a second update at the same capacity allocates nothing", "[planner][cascade]") {
+  // The counter sees allocations in its window.
+  {
+    AllocWindow w;
+    std::vector<int> v(10);
+    CHECK(w.close() == 1);
+  }
+  // Decode steps of mlaplanbench's kinds of batch, plus empty requests and two groups: the first
+  // update sizes the storage, the next ones (every request a token longer) allocate nothing, and
+  // still plan what a fresh call plans.
+  std::vector<std::pair<std::string, rt::PlanInputs>> cases;
+  for (const auto& s : golden::bench_shapes())
+    if (s.name == "K3 c16 pg128 group given" || s.name == "K3 c24 pg1" || s.name == "K3 c24 pg1 group detected" ||
+        s.name == "seed001 32K x16" || s.name == "seed001 8K x256" || s.name == "K3 8K x64 pg128")
+      cases.emplace_back(s.name, s.in);
+  rt::PlanInputs mixed = golden::k3_inputs(128);
+  mixed.kv_lens = std::vector<int>{0, 70000, 70100, 70200, 0, 9000, 9100, 5, 0};
+  mixed.prefix_groups = std::vector<rt::PrefixGroup>{{1, 3, 65536}, {5, 2, 8192}};
+  cases.emplace_back("empty requests and two groups", mixed);
+  rt::PlanInputs empty = golden::k3_inputs(1);
+  cases.emplace_back("no requests", empty);
+  for (auto& [name, base] : cases) {
+    INFO(name);
+    rt::PlanScratch scratch;
+    rt::Plan p;
+    std::vector<int> lens = base.kv_lens.to_vector();
+    const std::vector<rt::PrefixGroup> groups = base.prefix_groups.to_vector();
+    rt::PlanInputs in = base;
+    in.kv_lens = std::span<const int>(lens);  // views: the update copies nothing
+    in.prefix_groups = std::span<const rt::PrefixGroup>(groups);
+    rt::plan_decode(in, p, scratch);
+    for (int step = 1; step <= 4; ++step) {
+      for (int& len : lens) len += len > 0;
+      size_t allocations = 0;
+      {
+        AllocWindow w;
+        rt::plan_decode(in, p, scratch);
+        allocations = w.close();
+      }
+      INFO("step " << step);
+      CHECK(allocations == 0);
+      CHECK(plan_image(p) == plan_image(rt::plan_decode(in)));
+    }
+  }
+}
+
+TEST_CASE("planner: empty requests take no units and a reduce entry that merges nothing", "[planner][cascade]") {
+  // 0 = an empty request (no KV yet): no unit reads it, its split count is 0, and its reduce
+  // entry {b * qseqlen, 0, 0, 1, 0} (in request order) makes the reduce write o = 0, lse = -inf.
+  for (int qs : {1, 3}) {
+    rt::PlanInputs in = inputs({0, 50000, 0, 300, 3000, 0}, 16, 64, qs);
+    const rt::Plan p = rt::plan_decode(in);
+    INFO("qseqlen " << qs << " " << p.to_json().dump());
+    check_plan(in, p);
+    check_any_plan(in, p);
+    for (const auto& u : p.units) CHECK((u.batch != 0 && u.batch != 2 && u.batch != 5));
+    CHECK(p.splits[0] == 0);
+    CHECK(p.splits[2] == 0);
+    CHECK(p.splits[5] == 0);
+    std::vector<int> entry_rows;
+    for (const auto& r : p.reduces) entry_rows.push_back(r.qo_row);
+    CHECK(std::is_sorted(entry_rows.begin(), entry_rows.end()));  // request order
+    size_t empties = 0;
+    for (const auto& r : p.reduces)
+      if (r.num_splits == 0) {
+        ++empties;
+        CHECK((r.qo_row == 0 || r.qo_row == 2 * qs || r.qo_row == 5 * qs));
+        CHECK((r.first_partial == 0 && r.partial_stride == 1 && r.bf16_splits == 0));
+      }
+    CHECK(empties == 3);
+    // The other requests are planned as the batch without the empty ones: the same units (request
+    // indices and q rows shifted; page bases equal, an empty request holds no page), the same
+    // slots, and the cost plus the empty requests' final rows (3 x M x 1024 bytes over the CUs).
+    rt::PlanInputs dense = inputs({50000, 300, 3000}, 16, 64, qs);
+    const rt::Plan d = rt::plan_decode(dense);
+    const int index[] = {1, 3, 4};
+    REQUIRE(p.units.size() == d.units.size());
+    for (size_t i = 0; i < p.units.size(); ++i) {
+      rt::WorkUnit u = d.units[i];
+      u.batch = index[u.batch];
+      u.qo_row = u.batch * qs;
+      CHECK(std::memcmp(&u, &p.units[i], sizeof u) == 0);
+    }
+    CHECK(p.num_partials == d.num_partials);
+    CHECK(p.cu_tokens == d.cu_tokens);
+    CHECK(p.predicted_cost == Approx(d.predicted_cost + 3.0 * 16 * qs * 1024 / 576 / 64).epsilon(1e-12));
+  }
+  // Every request empty: no unit, one entry per request. No request at all: an empty plan.
+  rt::PlanInputs all_empty = inputs({0, 0, 0}, 16, 304);
+  rt::Plan p = rt::plan_decode(all_empty);
+  check_plan(all_empty, p);
+  CHECK(p.units.empty());
+  CHECK(p.prefix_units.empty());
+  CHECK(p.splits == std::vector<int>{0, 0, 0});
+  REQUIRE(p.reduces.size() == 3);
+  for (int b = 0; b < 3; ++b) {
+    const auto& r = p.reduces[size_t(b)];
+    CHECK((r.qo_row == b && r.first_partial == 0 && r.num_splits == 0 && r.partial_stride == 1 && r.bf16_splits == 0));
+  }
+  CHECK(p.num_partials == 0);
+  CHECK(p.cus_used == 0);
+  p = rt::plan_decode(inputs({}, 16, 304));
+  CHECK(p.units.empty());
+  CHECK(p.prefix_units.empty());
+  CHECK(p.reduces.empty());
+  CHECK(p.splits.empty());
+  CHECK(p.num_partials == 0);
+  CHECK(p.predicted_cost == 0.0);
+  CHECK(p.to_json()["reduce_entries"] == 0);
+}
+
+TEST_CASE("planner cascade: empty requests beside a group neither join it nor keep its one launch from it", "[planner][cascade]") {
+  // K3-like members with empty requests around them: the group still cascades in one attention
+  // launch at qseqlen 1 (every request with tokens is a member), the empty requests get their
+  // entries, and page bases skip them (0 pages).
+  rt::PlanInputs in = k3_like();
+  std::vector<int> lens{0};
+  for (int b = 0; b < 16; ++b) lens.push_back(68000);
+  lens.push_back(0);
+  in.kv_lens = lens;
+  in.prefix_groups = {{1, 16, 63872}};
+  const rt::Plan p = rt::plan_decode(in);
+  INFO(p.to_json().dump());
+  check_any_plan(in, p);
+  check_choice(p);
+  REQUIRE(p.prefix_groups.at(0).cascade);
+  CHECK(p.units.empty());  // one attention launch
+  CHECK(p.reduces.size() == 18);
+  CHECK(p.reduces.front().num_splits == 0);
+  CHECK(p.reduces.back().num_splits == 0);
+  CHECK(p.splits.front() == 0);
+  CHECK(p.splits.back() == 0);
+  for (const auto& u : p.prefix_units) CHECK(u.page_base == (u.first_request - 1) * (68000 / 128 + 1));
+  // A group that names an empty request is refused.
+  in.prefix_groups = {{0, 3, 128}};
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("request 0 is empty (kv_lens[0] = 0)"));
 }

@@ -33,20 +33,20 @@ TEST_CASE("prefix groups: consecutive requests with the same leading whole pages
   CHECK(g[1] == rt::PrefixGroup{4, 2, 4});
 }
 
-TEST_CASE("prefix groups: a partially held page is not shared; the tile, and the causal limit, cut", "[prefix]") {
+TEST_CASE("prefix groups: a partially held page is not shared / the tile, and the causal limit, cut", "[prefix]") {
   // page_size 16, tile 32. Requests 0 and 1 point at the same 3 pages, but request 1 holds only
   // 40 tokens: its third page is partial, so 2 whole pages (32 tokens) are shared.
   Table t{{{1, 2, 3, 4}, {1, 2, 3}}};
-  CHECK(rt::detect_prefix_groups({64, 40}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
+  CHECK(rt::detect_prefix_groups(std::vector<int>{64, 40}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
   // Three whole pages (48 tokens) shared, cut to one 32-token tile.
-  CHECK(rt::detect_prefix_groups({64, 48}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
+  CHECK(rt::detect_prefix_groups(std::vector<int>{64, 48}, 16, 1, 32, t.id()) == std::vector<rt::PrefixGroup>{{0, 2, 32}});
   // qseqlen 4 at 34 tokens: every row sees tokens < 34 - 4 + 1 = 31 only: less than a tile.
   Table u{{{1, 2, 3}, {1, 2, 3}}};
-  CHECK(rt::detect_prefix_groups({48, 34}, 16, 4, 16, u.id()) == std::vector<rt::PrefixGroup>{{0, 2, 16}});
-  CHECK(rt::detect_prefix_groups({48, 34}, 16, 4, 32, u.id()).empty());
+  CHECK(rt::detect_prefix_groups(std::vector<int>{48, 34}, 16, 4, 16, u.id()) == std::vector<rt::PrefixGroup>{{0, 2, 16}});
+  CHECK(rt::detect_prefix_groups(std::vector<int>{48, 34}, 16, 4, 32, u.id()).empty());
   // Different first pages: no group.
   Table v{{{1, 2}, {2, 1}}};
-  CHECK(rt::detect_prefix_groups({32, 32}, 16, 1, 16, v.id()).empty());
+  CHECK(rt::detect_prefix_groups(std::vector<int>{32, 32}, 16, 1, 16, v.id()).empty());
 }
 
 TEST_CASE("prefix groups: a generated problem's shared pages are found", "[prefix]") {
@@ -65,17 +65,17 @@ TEST_CASE("prefix groups: a generated problem's shared pages are found", "[prefi
 
 TEST_CASE("prefix groups: caller-given groups are checked against the batch", "[prefix]") {
   const std::vector<int> lens{100, 200, 300, 64};
-  CHECK_NOTHROW(rt::check_prefix_groups({{0, 3, 96}}, lens, 16, 1));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 3, 32}}, lens, 16, 1), Contains("count = 3 (allowed: 2..batch - first = 2)"));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 1, 32}}, lens, 16, 1), Contains("count = 1"));
+  CHECK_NOTHROW(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{0, 3, 96}}, lens, 16, 1));
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{2, 3, 32}}, lens, 16, 1), Contains("count = 3 (allowed: 2..batch - first = 2)"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{0, 1, 32}}, lens, 16, 1), Contains("count = 1"));
   // Fuzzing found it (issue #15): first + count overflowed int (the fuzzer's first 2, count
   // INT32_MAX, through mla_plan_update_shared); now an error naming the count.
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, INT32_MAX, 32}}, lens, 16, 1),
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{2, INT32_MAX, 32}}, lens, 16, 1),
                     Contains("count = 2147483647 (allowed: 2..batch - first = 2)"));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{3, INT32_MAX - 2, 16}}, lens, 16, 1), Contains("count = 2147483645"));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 40}}, lens, 16, 1), Contains("multiple of page_size = 16"));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{0, 2, 32}, {1, 2, 32}}, lens, 16, 1), Contains("overlaps the previous group"));
-  CHECK_THROWS_WITH(rt::check_prefix_groups({{2, 2, 64}}, lens, 16, 2),
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{3, INT32_MAX - 2, 16}}, lens, 16, 1), Contains("count = 2147483645"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{0, 2, 40}}, lens, 16, 1), Contains("multiple of page_size = 16"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{0, 2, 32}, {1, 2, 32}}, lens, 16, 1), Contains("overlaps the previous group"));
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{2, 2, 64}}, lens, 16, 2),
                     Contains("shared_tokens = 64 > kv_lens[3] - qseqlen + 1 = 63"));
   // The planner checks them up front.
   rt::PlanInputs in;
