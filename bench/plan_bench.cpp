@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -25,6 +27,43 @@
 #include "runtime/mla_runtime.h"
 #include "runtime/planner.h"
 #include "runtime/prefix.h"
+
+// Heap allocations made by the timed updates (steady state: 0), counted by the executable's
+// operator new while `g_counting` is set.
+namespace {
+bool g_counting = false;
+size_t g_allocations = 0;
+}  // namespace
+// Every non-aligned variant, so that none comes from elsewhere (a sanitizer runtime's) and meets
+// a delete of another family.
+static void* counted_malloc(std::size_t n) noexcept {
+  if (g_counting) ++g_allocations;
+  return std::malloc(n ? n : 1);
+}
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+// (GCC sees free() of operator new's pointer once these are inlined: that is the point here.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 
@@ -140,8 +179,8 @@ int main(int argc, char** argv) {
     std::map<rt::Target, std::unique_ptr<Api>> apis;
     nlohmann::json results = nlohmann::json::array();
     bool over = false;
-    fmt::print("{:<28} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>14} {:>8}\n", "shape", "batch", "target",
-               "capi med", "capi p90", "plan med", "plan p90", "x target", "predicted cost", "cascade");
+    fmt::print("{:<28} {:>5} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>14} {:>7} {:>11}\n", "shape (us)", "batch", "target",
+               "capi med", "capi p90", "plan med", "plan p90", "x target", "predicted cost", "cascade", "allocs a/p");
     const auto all_shapes = shapes();
     const bool exact = std::any_of(all_shapes.begin(), all_shapes.end(), [&](const Shape& s) { return s.name == filter; });
     for (const Shape& s : all_shapes) {
@@ -172,6 +211,7 @@ int main(int argc, char** argv) {
 
       // The C API, as a serving engine calls it.
       std::vector<double> t_api;
+      size_t api_allocations = 0;
       nlohmann::json described = nlohmann::json::object();
       if (!planner_only) {
         auto& api = apis[s.target];
@@ -196,11 +236,17 @@ int main(int argc, char** argv) {
                                                        nullptr, 0);
           check(st, "mla_plan_update");
         };
+        t_api.reserve(size_t(steps));
         for (int step = 0; step < warmup + steps; ++step) {
           set_step(step);
+          g_allocations = 0;
+          g_counting = step >= warmup;
           const auto t0 = Clock::now();
           update();
-          if (step >= warmup) t_api.push_back(us_since(t0));
+          const double us = us_since(t0);
+          g_counting = false;
+          api_allocations += g_allocations;
+          if (step >= warmup) t_api.push_back(us);
         }
         set_step(0);
         update();
@@ -227,11 +273,18 @@ int main(int argc, char** argv) {
         rt::plan_decode(in, out, scratch);
       };
       std::vector<double> t_plan;
+      t_plan.reserve(size_t(steps));
+      size_t plan_allocations = 0;
       for (int step = 0; step < warmup + steps; ++step) {
         set_step(step);
+        g_allocations = 0;
+        g_counting = step >= warmup;
         const auto t0 = Clock::now();
         plan_step();
-        if (step >= warmup) t_plan.push_back(us_since(t0));
+        const double us = us_since(t0);
+        g_counting = false;
+        plan_allocations += g_allocations;
+        if (step >= warmup) t_plan.push_back(us);
       }
       set_step(0);
       plan_step();
@@ -240,9 +293,9 @@ int main(int argc, char** argv) {
       const bool cascade = !out.prefix_groups.empty() && out.prefix_groups[0].cascade;
       const double factor = a.median / s.target_us;
       over = over || (max_factor > 0 && factor > max_factor);
-      fmt::print("{:<28} {:>6} {:>6.0f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.2f} {:>14.3f} {:>8}\n", s.name, B,
+      fmt::print("{:<28} {:>5} {:>6.0f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.2f} {:>14.3f} {:>7} {:>5}/{:<5}\n", s.name, B,
                  s.target_us, a.median, a.p90, p.median, p.p90, factor, out.predicted_cost,
-                 out.prefix_groups.empty() ? "-" : cascade ? "yes" : "no");
+                 out.prefix_groups.empty() ? "-" : cascade ? "yes" : "no", api_allocations, plan_allocations);
       std::fflush(stdout);
       results.push_back({{"name", s.name},
                          {"target", rt::name(s.target)},
@@ -257,7 +310,9 @@ int main(int argc, char** argv) {
                          {"capi_p90_us", a.p90},
                          {"planner_median_us", p.median},
                          {"planner_p90_us", p.p90},
-                         {"steps", a.n},
+                         {"steps", std::max(a.n, p.n)},
+                         {"capi_allocations", api_allocations},
+                         {"planner_allocations", plan_allocations},
                          {"predicted_cost", out.predicted_cost},
                          {"capi_predicted_cost", described.value("predicted_cost_tokens", 0.0)},
                          {"units", out.units.size()},

@@ -879,15 +879,16 @@ double lower_bound(const Launch& L, std::span<const int> splits, const BuildScra
 // in another order than build() sums: 1e-12 covers the rounding.
 bool cannot_win(double bound, double best) { return bound * (1 - 1e-12) >= best * (1.0 - 1e-9); }
 
-// Capacity that bounds the units of any candidate search() builds (see there): apportion stays
-// within k * C units for k <= max(k_lo, 4, one-split units / C + 1) + max_rounds, or at the
-// jobs' caps.
+// Capacity that bounds the units of any candidate search() evaluates: apportion stays within
+// k * C units for k <= max(k_lo, 4, one-split units / C + 1) + max_rounds (or at the one-split
+// units). It depends on the batch and the launch's row groups only, not on the lengths, so
+// storage reserved with it serves every later step of a batch.
 size_t units_bound(const Launch& L) {
   const int64_t C = L.in().num_cus;
-  int64_t ones = 0, caps = 0;
-  for (const Job& j : L.jobs) ones += j.G, caps += int64_t(j.cap) * j.G;
+  int64_t ones = 0;
+  for (const Job& j : L.jobs) ones += j.G;
   const int64_t k_hi = std::max<int64_t>({1, ones / C, 4, ones / C + 1}) + L.in().max_rounds;
-  return size_t(std::min(std::max(ones, k_hi * C), std::max(ones, caps)));
+  return size_t(std::max(ones, k_hi * C));
 }
 
 // The cheapest candidate of a launch: k units per CU for k = floor(units at one split / C) (no
@@ -1100,6 +1101,7 @@ std::pair<int, int> place_row_groups_by_xcd(const Launch& L, Candidate& c, Build
   bs.n_tmp.assign(size_t(C) + 2, 0);
   for (int r = 0; r < C; ++r) ++bs.n_tmp[size_t(C - (bs.comp_start[size_t(r) + 1] - bs.comp_start[size_t(r)])) + 1];
   for (int k = 0; k <= C; ++k) bs.n_tmp[size_t(k) + 1] += bs.n_tmp[size_t(k)];
+  bs.comps.reserve(size_t(C));
   bs.comps.resize(size_t(C) - size_t(bs.n_tmp[size_t(C) + 1] - bs.n_tmp[size_t(C)]));  // components (size >= 1)
   for (int r = 0; r < C; ++r) {
     const int size = bs.comp_start[size_t(r) + 1] - bs.comp_start[size_t(r)];
@@ -1231,6 +1233,7 @@ void number_slots(const PlanInputs& in, PricedSet& ps, PlanScratch::Impl& sc, Pl
   if (out) {
     out->splits.assign(size_t(batch), 1);
     out->reduces.clear();
+    out->reduces.reserve(size_t(batch));  // at most one entry per request
   }
   sc.group_at.assign(size_t(batch), -1);
   for (size_t gi = 0; gi < ps.cascading.size(); ++gi) sc.group_at[size_t(ps.cascading[gi].first)] = int(gi);

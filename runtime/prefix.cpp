@@ -46,12 +46,12 @@ void detect(std::span<const int> kv_lens, int page_size, int qseqlen, int tile_t
   }
 }
 
-// How many of the first n ids of x and y agree: compared a block at a time, then within the
-// block that differs.
+// How many of the first n ids of x and y agree: compared 256 ids at a time, then 16, then within
+// the 16 that differ.
 int agreeing_prefix(const int32_t* x, const int32_t* y, int n) {
-  constexpr int kBlock = 256;
   int i = 0;
-  while (i + kBlock <= n && std::memcmp(x + i, y + i, kBlock * sizeof(int32_t)) == 0) i += kBlock;
+  while (i + 256 <= n && std::memcmp(x + i, y + i, 256 * sizeof(int32_t)) == 0) i += 256;
+  while (i + 16 <= n && std::memcmp(x + i, y + i, 16 * sizeof(int32_t)) == 0) i += 16;
   while (i < n && x[i] == y[i]) ++i;
   return i;
 }

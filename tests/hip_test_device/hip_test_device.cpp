@@ -3,10 +3,9 @@
 // libamdhip64) executes end to end. It is a test fixture: never installed, and its device name
 // says what it is ("MLA HIP test device (emulator gfx942)").
 //
-//   LD_LIBRARY_PATH=<build>/hip_test_device/lib  found first on the loader path (the tests' way), or
-//   ROCM_PATH=<build>/hip_test_device            ($ROCM_PATH/lib/libamdhip64.so: only where no
-//                                                other libamdhip64.so is on the loader path, which
-//                                                the runtime tries first; Debian's -dev has one)
+//   ROCM_PATH=<build>/hip_test_device            ($ROCM_PATH/lib/libamdhip64.so, which the runtime
+//                                                tries before the loader path), or
+//   LD_LIBRARY_PATH=<build>/hip_test_device/lib  found first on the loader path
 //   MLA_HIP_TEST_DEVICE_TARGET=gfx942|gfx950     the emulated GPU (default gfx942)
 //   MLA_HIP_TRACE=FILE                           append one line per HIP call to FILE
 //

@@ -1,6 +1,8 @@
 // Shapes and a fingerprint that pin the per-request plan (no cascading group) bit for bit: the
 // expected fingerprints in test_planner.cpp were computed with the planner before cascade plans
-// existed (commit dbee26c), so any change to the per-request path shows up here.
+// existed (commit dbee26c), so any change to the per-request path shows up here. And
+// mlaplanbench's shapes (bench_shapes) with a fingerprint of both launches, whose expected values
+// the planner before issue #31's rewrite (commit 1e57409) computed.
 #pragma once
 #include "runtime/planner.h"
 

@@ -92,9 +92,9 @@ std::vector<Step> schedule() {
 
 // The random problem of the step's non-empty requests (consecutive problem requests; the shared
 // group is requests 1..3 of the batch, which are never empty in the schedule).
-rt::Problem problem_of(const Step& st, uint64_t seed, std::vector<int>& batch_to_problem) {
+rt::Problem problem_of(const Step& st, uint64_t seed, std::vector<int>& batch_to_problem, int heads = kHeads) {
   rt::ProblemParams pp;
-  pp.heads = kHeads;
+  pp.heads = heads;
   pp.page_size = kPage;
   pp.return_lse = true;
   pp.seed = seed;
@@ -428,6 +428,81 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
   const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
   INFO(cmp.summary());
   CHECK(cmp.passes(3e-3, 0.05, 0.1));  // fp8: the lse is the log of the fp8-rounded P's sum (docs/mla-decode.md)
+  mla_plan_destroy(plan);
+  mla_context_destroy(ctx);
+  mla_device_close(dev);
+}
+
+// Empty requests on a padded selection (12 heads on the 16-head kernel): the padded copies move
+// every row, and the empty requests' rows come back as o = 0, lse = -inf.
+TEST_CASE("graph replay: requests with no KV on a padded selection", "[runtime][graph]") {
+  constexpr int H = 12;
+  mla_device* dev = nullptr;
+  mla_context* ctx = nullptr;
+  mla_plan* plan = nullptr;
+  OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+  OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
+  OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));
+  mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, H, 1, kPage, 1, 0};
+  mla_selection sel;
+  OK(mla_select(ctx, &shape, MLA_SELECT_ALLOW_PADDING, &sel));
+  REQUIRE(sel.fallback == MLA_FALLBACK_PADDED);
+  OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
+  size_t ws_bytes = 0;
+  OK(mla_plan_workspace_size(plan, &ws_bytes));
+  uint64_t ws = 0;
+  OK(mla_malloc(dev, ws_bytes, &ws));
+  for (const std::vector<int>& step : {std::vector<int>{0, 130, 0, 47}, std::vector<int>{200, 0, 0, 0, 33, 0}}) {
+    Step st;
+    st.lens = step;
+    std::vector<int> to_problem;
+    const rt::Problem prob = problem_of(st, 99 + step.size(), to_problem, H);
+    const size_t rows = step.size();
+    std::vector<uint8_t> q(rows * H * 576, 0x7f);
+    for (size_t r = 0; r < rows; ++r)
+      if (to_problem[r] >= 0)
+        std::memcpy(q.data() + r * H * 576, prob.q.bytes.data() + size_t(to_problem[r]) * H * 576, H * 576);
+    auto upload = [&](const void* p, size_t n) {
+      uint64_t a = 0;
+      OK(mla_malloc(dev, n, &a));
+      OK(mla_memcpy_h2d(dev, a, p, n));
+      return a;
+    };
+    mla_decode_args a{};
+    a.q = upload(q.data(), q.size());
+    a.kv = upload(prob.kv.bytes.data(), prob.kv.bytes.size());
+    a.num_pages = prob.num_pages();
+    a.kv_indices = upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
+    OK(mla_malloc(dev, rows * H * 512 * 2, &a.o));
+    OK(mla_malloc(dev, rows * H * 4, &a.lse));
+    OK(mla_memset(dev, a.o, 0xff, rows * H * 512 * 2));
+    OK(mla_memset(dev, a.lse, 0xff, rows * H * 4));
+    a.sm_scale = 0.07216878364870322f;
+    a.q_scale = a.kv_scale = 1.0f;
+    std::vector<int32_t> lens(step.begin(), step.end());
+    OK(mla_plan_update(ctx, plan, lens.data(), int(lens.size()), 0));
+    OK(mla_plan_upload(ctx, plan, ws, ws_bytes, 1.0f, 1.0f, nullptr));
+    OK(mla_decode(ctx, plan, &a, ws, ws_bytes, nullptr));
+    OK(mla_stream_synchronize(dev, nullptr));
+    std::vector<uint16_t> o(rows * H * 512);
+    std::vector<float> lse(rows * H);
+    OK(mla_memcpy_d2h(dev, o.data(), a.o, o.size() * 2));
+    OK(mla_memcpy_d2h(dev, lse.data(), a.lse, lse.size() * 4));
+    std::vector<uint16_t> o_prob;
+    std::vector<float> lse_prob;
+    for (size_t r = 0; r < rows; ++r) {
+      if (to_problem[r] < 0) {
+        for (size_t i = 0; i < size_t(H) * 512; ++i) CHECK(o[r * H * 512 + i] == 0);
+        for (int h = 0; h < H; ++h) CHECK((std::isinf(lse[r * H + size_t(h)]) && lse[r * H + size_t(h)] < 0));
+        continue;
+      }
+      o_prob.insert(o_prob.end(), o.begin() + long(r * H * 512), o.begin() + long((r + 1) * H * 512));
+      lse_prob.insert(lse_prob.end(), lse.begin() + long(r * H), lse.begin() + long((r + 1) * H));
+    }
+    const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
+    INFO(cmp.summary());
+    CHECK(cmp.passes(3e-3, 0.05, 0.1));
+  }
   mla_plan_destroy(plan);
   mla_context_destroy(ctx);
   mla_device_close(dev);

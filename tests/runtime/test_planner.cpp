@@ -25,7 +25,6 @@ using Catch::Matchers::Contains;
 
 // Allocation counting for "a second update allocates nothing": the executable's global operator
 // new counts its calls while this thread's window is open (AllocWindow), and is malloc otherwise.
-// (The default new[], nothrow and sized variants call these two.)
 namespace {
 thread_local bool t_counting = false;
 thread_local size_t t_allocations = 0;
@@ -38,13 +37,36 @@ struct AllocWindow {
   }
 };
 }  // namespace
-void* operator new(std::size_t n) {
+// Every non-aligned variant, so that none comes from elsewhere (a sanitizer runtime's) and meets
+// a delete of another family.
+static void* counted_malloc(std::size_t n) noexcept {
   if (t_counting) ++t_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+void* operator new(std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+// (GCC sees free() of operator new's pointer once these are inlined: that is the point here.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 
@@ -1341,8 +1363,8 @@ TEST_CASE("planner: a second update at the same capacity allocates nothing", "[p
     CHECK(w.close() == 1);
   }
   // Decode steps of mlaplanbench's kinds of batch, plus empty requests and two groups: the first
-  // update sizes the storage, the next ones (every request a token longer) allocate nothing, and
-  // still plan what a fresh call plans.
+  // update sizes the storage, the next ones (every request a token longer, then 131 tokens)
+  // allocate nothing, and still plan what a fresh call plans.
   std::vector<std::pair<std::string, rt::PlanInputs>> cases;
   for (const auto& s : golden::bench_shapes())
     if (s.name == "K3 c16 pg128 group given" || s.name == "K3 c24 pg1" || s.name == "K3 c24 pg1 group detected" ||
@@ -1364,8 +1386,8 @@ TEST_CASE("planner: a second update at the same capacity allocates nothing", "[p
     in.kv_lens = std::span<const int>(lens);  // views: the update copies nothing
     in.prefix_groups = std::span<const rt::PrefixGroup>(groups);
     rt::plan_decode(in, p, scratch);
-    for (int step = 1; step <= 4; ++step) {
-      for (int& len : lens) len += len > 0;
+    for (int step = 1; step <= 8; ++step) {
+      for (int& len : lens) len += len > 0 ? (step <= 4 ? 1 : 131) : 0;
       size_t allocations = 0;
       {
         AllocWindow w;
@@ -1469,4 +1491,25 @@ TEST_CASE("planner cascade: empty requests beside a group neither join it nor ke
   // A group that names an empty request is refused.
   in.prefix_groups = {{0, 3, 128}};
   CHECK_THROWS_WITH(rt::plan_decode(in), Contains("request 0 is empty (kv_lens[0] = 0)"));
+}
+
+TEST_CASE("prefix groups: detection into a reused vector and the groups' check allocate nothing", "[prefix]") {
+  const int batch = 24, page = 1, stride = 70000;
+  std::vector<int> lens;
+  for (int b = 0; b < batch; ++b) lens.push_back(68430 + b % 5);
+  std::vector<int32_t> table(size_t(batch) * size_t(stride));
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < stride; ++i) table[size_t(b) * size_t(stride) + size_t(i)] = i < 63911 ? i : 63911 + b * stride + i;
+  std::vector<rt::PrefixGroup> groups;
+  rt::detect_prefix_groups(lens, page, 1, 32, rt::PageTableView{table.data(), stride}, groups);
+  REQUIRE(groups == std::vector<rt::PrefixGroup>{{0, batch, 63904}});
+  size_t allocations = 0;
+  {
+    AllocWindow w;
+    rt::detect_prefix_groups(lens, page, 1, 32, rt::PageTableView{table.data(), stride}, groups);
+    rt::check_prefix_groups(groups, lens, page, 1);
+    allocations = w.close();
+  }
+  CHECK(allocations == 0);
+  CHECK(groups == std::vector<rt::PrefixGroup>{{0, batch, 63904}});
 }

@@ -138,3 +138,111 @@ TEST_CASE("prefix groups: reported by the plan, which is otherwise unchanged", "
   CHECK(j["prefix_groups"][0]["cascade"] == false);
   CHECK(plain.to_json()["prefix_groups"].empty());
 }
+
+namespace {
+
+// The page table of `t` packed (request b's pages after those of the requests before it, each
+// ceil(kv_len / page) long) and as a [batch, stride] table (the unused tail of a row -1).
+std::vector<int32_t> packed(const Table& t, const std::vector<int>& lens, int page) {
+  std::vector<int32_t> v;
+  for (size_t b = 0; b < lens.size(); ++b)
+    for (int i = 0; i < (lens[b] + page - 1) / page; ++i) v.push_back(t.pages[b][size_t(i)]);
+  return v;
+}
+std::vector<int32_t> strided(const Table& t, const std::vector<int>& lens, int page, int stride) {
+  std::vector<int32_t> v(lens.size() * size_t(stride), -1);
+  for (size_t b = 0; b < lens.size(); ++b)
+    for (int i = 0; i < (lens[b] + page - 1) / page; ++i) v[b * size_t(stride) + size_t(i)] = t.pages[b][size_t(i)];
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("prefix groups: a host page table, packed or strided, gives the groups the page ids give", "[prefix]") {
+  // The first test's table (page 4, tile 4), with an empty request (no page) in the middle of a
+  // run: it ends the run, so requests 0-2 and 4-5 group and 3 (after the empty one) stays alone.
+  Table t{{{7, 8, 1}, {7, 8, 9, 2}, {7, 8, 9, 4}, {}, {7, 8, 5}, {3, 10}, {3, 11, 12}}};
+  const std::vector<int> lens{12, 16, 15, 0, 12, 8, 9};
+  const auto expected = std::vector<rt::PrefixGroup>{{0, 3, 8}, {5, 2, 4}};
+  CHECK(rt::detect_prefix_groups(lens, 4, 1, 4, t.id()) == expected);
+  std::vector<rt::PrefixGroup> out{{9, 9, 9}};  // cleared first
+  const auto p = packed(t, lens, 4);
+  rt::detect_prefix_groups(lens, 4, 1, 4, rt::PageTableView{p.data(), 0}, out);
+  CHECK(out == expected);
+  const auto s = strided(t, lens, 4, 5);
+  rt::detect_prefix_groups(lens, 4, 1, 4, rt::PageTableView{s.data(), 5}, out);
+  CHECK(out == expected);
+  // Without the empty request, 4 joins 0-2 (7, 8 lead its pages too).
+  Table u{{{7, 8, 1}, {7, 8, 9, 2}, {7, 8, 9, 4}, {7, 8, 5}, {3, 10}, {3, 11, 12}}};
+  const std::vector<int> ulens{12, 16, 15, 12, 8, 9};
+  const auto up = packed(u, ulens, 4);
+  rt::detect_prefix_groups(ulens, 4, 1, 4, rt::PageTableView{up.data(), 0}, out);
+  CHECK(out == std::vector<rt::PrefixGroup>{{0, 4, 8}, {4, 2, 4}});
+  // Empty requests never group, even next to each other; nor does one before a group.
+  Table e{{{}, {}, {5, 6}, {5, 6}}};
+  const std::vector<int> elens{0, 0, 8, 8};
+  const auto ep = packed(e, elens, 4);
+  rt::detect_prefix_groups(elens, 4, 1, 4, rt::PageTableView{ep.data(), 0}, out);
+  CHECK(out == std::vector<rt::PrefixGroup>{{2, 2, 8}});
+}
+
+TEST_CASE("prefix groups: detection reads page ids up to the first that differs, and no further than the run shares",
+          "[prefix]") {
+  // Every page id detection asks for, through the callback (the table version runs the same
+  // search over the table's rows).
+  std::vector<std::pair<int, int>> asked;
+  auto recorder = [&](const Table& t) -> rt::PageIdOf {
+    return [&asked, &t](int b, int i) {
+      asked.emplace_back(b, i);
+      return t.pages[size_t(b)][size_t(i)];
+    };
+  };
+  // Requests 0 and 1 hold 10 pages each and agree on the first 3: pages 0..3 of each are read
+  // (page 3 differs), never pages 4..9.
+  Table a{{{1, 2, 3, 40, 41, 42, 43, 44, 45, 46}, {1, 2, 3, 50, 51, 52, 53, 54, 55, 56}}};
+  CHECK(rt::detect_prefix_groups(std::vector<int>{10, 10}, 1, 1, 1, recorder(a)) ==
+        std::vector<rt::PrefixGroup>{{0, 2, 3}});
+  for (const auto& [b, i] : asked) CHECK(i <= 3);
+  CHECK(asked.size() == 8);
+  // A run of three: 0 and 1 share 2 pages, so 1 and 2 (which share 6) are compared on their
+  // first 2 pages only: the group shares the smallest adjacent prefix.
+  asked.clear();
+  Table r{{{1, 2, 9, 9, 9, 9, 9}, {1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 5, 6, 8}}};
+  CHECK(rt::detect_prefix_groups(std::vector<int>{7, 7, 7}, 1, 1, 1, recorder(r)) ==
+        std::vector<rt::PrefixGroup>{{0, 3, 2}});
+  for (const auto& [b, i] : asked) CHECK(i <= 2);
+  size_t pair12 = 0;
+  for (const auto& [b, i] : asked) pair12 += b == 2;
+  CHECK(pair12 == 2);
+}
+
+TEST_CASE("prefix groups: mlaplanbench's page table gives the groups its planner inputs use", "[prefix]") {
+  // K3 c16: every row shares 63,911 page ids at page 1 (499 whole pages of 128 at page 128); the
+  // rest of each row its own. Detection cuts to 32-token tiles: 63,904 / 63,872 shared tokens
+  // (golden::bench_shapes' detected groups).
+  for (int page : {1, 128}) {
+    const int batch = 16, stride = (68434 + page - 1) / page, shared_pages = 63911 / page;
+    std::vector<int> lens;
+    for (int b = 0; b < batch; ++b) lens.push_back(68430 + b % 5);
+    std::vector<int32_t> table(size_t(batch) * size_t(stride));
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < stride; ++i)
+        table[size_t(b) * size_t(stride) + size_t(i)] = i < shared_pages ? i : shared_pages + b * stride + i;
+    std::vector<rt::PrefixGroup> out;
+    rt::detect_prefix_groups(lens, page, 1, 32, rt::PageTableView{table.data(), stride}, out);
+    CHECK(out == std::vector<rt::PrefixGroup>{{0, batch, page == 1 ? 63904 : 63872}});
+  }
+}
+
+TEST_CASE("prefix groups: a caller's group with an empty request is refused", "[prefix]") {
+  const std::vector<int> lens{100, 0, 300};
+  CHECK_THROWS_WITH(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{{0, 2, 16}}, lens, 16, 1),
+                    Contains("request 1 is empty (kv_lens[1] = 0): an empty request shares no prefix and is never a "
+                             "group member"));
+  CHECK_NOTHROW(rt::check_prefix_groups(std::vector<rt::PrefixGroup>{}, lens, 16, 1));
+  rt::PlanInputs in;
+  in.kv_lens = lens;
+  in.page_size = 16;
+  in.prefix_groups = {{1, 2, 16}};
+  CHECK_THROWS_WITH(rt::plan_decode(in), Contains("plan_decode: prefix group 0") && Contains("request 1 is empty"));
+}
