@@ -58,6 +58,7 @@ struct mla_plan {
   uint64_t uploaded_ws = 0;
   float uploaded_q_scale = 0, uploaded_kv_scale = 0;
   uint64_t zeroed_ws = 0;         // padded selections: the workspace whose padding rows are zeroed
+  std::vector<DecodeOp> upload_ops;  // mla_plan_upload's operations (storage kept across steps)
   ~mla_plan() {
     if (tables) be->host_free(tables);
   }
@@ -736,24 +737,27 @@ mla_status mla_plan_upload(mla_context* ctx, mla_plan* plan, uint64_t workspace,
                         field, v));
     std::memcpy(plan->tables + step_tables::scales, &q_scale, 4);
     std::memcpy(plan->tables + step_tables::scales + 4, &kv_scale, 4);
-    std::vector<DecodeOp> ops;
-    if (plan->k.padded() && plan->zeroed_ws != workspace) {
+    // Into the plan's reused operations (assigned in place: nothing is allocated after the
+    // first upload into a workspace).
+    std::vector<DecodeOp>& ops = plan->upload_ops;
+    const bool zero = plan->k.padded() && plan->zeroed_ws != workspace;
+    ops.resize(zero ? 2 : 1);
+    if (zero) {
       // The padding rows and heads of q are never written by mla_decode's copies: zero them once
       // per workspace (stream-ordered, before the first decode that reads them).
-      DecodeOp z;
+      DecodeOp& z = ops[0];
       z.kind = DecodeOp::Memset;
       z.dst = workspace + plan->ws.q_pad;
       z.bytes = plan->ws.q_pad_bytes;
+      z.value = 0;
       z.what = "zero padded q (once per workspace)";
-      ops.push_back(z);
     }
-    DecodeOp up;
+    DecodeOp& up = ops.back();
     up.kind = DecodeOp::H2D;
     up.dst = workspace + plan->ws.tables;
     up.host = plan->tables;
     up.bytes = plan->tables_used;
     up.what = "upload the step tables";
-    ops.push_back(up);
     ctx->dev->be->run(ops, stream);
     if (plan->k.padded()) plan->zeroed_ws = workspace;
     plan->uploaded_update = plan->updates;
