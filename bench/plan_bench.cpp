@@ -28,42 +28,8 @@
 #include "runtime/planner.h"
 #include "runtime/prefix.h"
 
-// Heap allocations made by the timed updates (steady state: 0), counted by the executable's
-// operator new while `g_counting` is set.
-namespace {
-bool g_counting = false;
-size_t g_allocations = 0;
-}  // namespace
-// Every non-aligned variant, so that none comes from elsewhere (a sanitizer runtime's) and meets
-// a delete of another family.
-static void* counted_malloc(std::size_t n) noexcept {
-  if (g_counting) ++g_allocations;
-  return std::malloc(n ? n : 1);
-}
-void* operator new(std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-// (GCC sees free() of operator new's pointer once these are inlined: that is the point here.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+// Heap allocations made by the timed updates (steady state: 0), counted while a window is open.
+#include "tests/alloc_count.h"
 
 namespace {
 
@@ -239,13 +205,13 @@ int main(int argc, char** argv) {
         t_api.reserve(size_t(steps));
         for (int step = 0; step < warmup + steps; ++step) {
           set_step(step);
-          g_allocations = 0;
-          g_counting = step >= warmup;
+          mla::alloc_count::allocations = 0;
+          mla::alloc_count::counting = step >= warmup;
           const auto t0 = Clock::now();
           update();
           const double us = us_since(t0);
-          g_counting = false;
-          api_allocations += g_allocations;
+          mla::alloc_count::counting = false;
+          api_allocations += mla::alloc_count::allocations;
           if (step >= warmup) t_api.push_back(us);
         }
         set_step(0);
@@ -277,13 +243,13 @@ int main(int argc, char** argv) {
       size_t plan_allocations = 0;
       for (int step = 0; step < warmup + steps; ++step) {
         set_step(step);
-        g_allocations = 0;
-        g_counting = step >= warmup;
+        mla::alloc_count::allocations = 0;
+        mla::alloc_count::counting = step >= warmup;
         const auto t0 = Clock::now();
         plan_step();
         const double us = us_since(t0);
-        g_counting = false;
-        plan_allocations += g_allocations;
+        mla::alloc_count::counting = false;
+        plan_allocations += mla::alloc_count::allocations;
         if (step >= warmup) t_plan.push_back(us);
       }
       set_step(0);

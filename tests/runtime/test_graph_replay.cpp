@@ -29,6 +29,7 @@
 #include "runtime/backend.h"
 #include "runtime/emulator_backend.h"
 #include "runtime/mla_runtime.h"
+#include "tests/runtime/capi_check.h"
 #include "runtime/mla_runtime_internal.h"
 #include "runtime/problem.h"
 
@@ -36,13 +37,6 @@ using namespace mla;
 namespace fs = std::filesystem;
 
 namespace {
-
-#define OK(call)                                                                                   \
-  do {                                                                                             \
-    mla_status s_ = (call);                                                                        \
-    INFO(#call << ": " << mla_status_name(s_) << ": " << mla_last_error());                        \
-    REQUIRE(s_ == MLA_SUCCESS);                                                                    \
-  } while (0)
 
 constexpr int kHeads = 16, kPage = 16, kMaxBatch = 6, kMaxPages = 256;
 
@@ -142,33 +136,95 @@ struct HipGraphApi {
   }
 };
 
-}  // namespace
-
-TEST_CASE("graph replay: one captured mla_decode serves every step after update + upload", "[runtime][graph]") {
+// A device (the emulator, or MLA_BACKEND_HIP on the HIP test device), a context on the lse
+// catalog planning for 16 CUs, a selection, a plan and its workspace.
+struct Session {
   mla_device* dev = nullptr;
   mla_context* ctx = nullptr;
   mla_plan* plan = nullptr;
-  OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
-  mla_device_info di;
-  OK(mla_device_get_info(dev, &di));
-  REQUIRE(std::string(di.target) == "gfx942");
-  OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
-  OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));  // small grids keep the emulator fast
-  OK(mla_context_set_option(ctx, MLA_OPTION_CASCADE, 1));   // every detected group cascades
-  mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, kHeads, 1, kPage, 1, 0};
-  mla_selection sel;
-  OK(mla_select(ctx, &shape, MLA_SELECT_EXACT, &sel));
-  REQUIRE(sel.prefix_kernel[0] != 0);
-  OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
-  size_t ws_bytes = 0;
-  OK(mla_plan_workspace_size(plan, &ws_bytes));
+  mla_selection sel{};
   uint64_t ws = 0;
-  OK(mla_malloc(dev, ws_bytes, &ws));
+  size_t ws_bytes = 0;
+  Session(int heads, unsigned flags, bool cascade_always = false) {
+    OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
+    mla_device_info di;
+    OK(mla_device_get_info(dev, &di));
+    REQUIRE(std::string(di.target) == "gfx942");
+    OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
+    OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));  // small grids keep the emulator fast
+    if (cascade_always) OK(mla_context_set_option(ctx, MLA_OPTION_CASCADE, 1));  // every detected group cascades
+    mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, heads, 1, kPage, 1, 0};
+    OK(mla_select(ctx, &shape, flags, &sel));
+    OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
+    OK(mla_plan_workspace_size(plan, &ws_bytes));
+    OK(mla_malloc(dev, ws_bytes, &ws));
+  }
+  ~Session() {
+    mla_plan_destroy(plan);
+    mla_context_destroy(ctx);
+    mla_device_close(dev);
+  }
+  uint64_t upload(const void* p, size_t n) {
+    uint64_t a = 0;
+    OK(mla_malloc(dev, n, &a));
+    OK(mla_memcpy_h2d(dev, a, p, n));
+    return a;
+  }
+};
+
+// The batch's q rows (`rows` of them): the problem's for the non-empty requests; an empty
+// request's row holds bytes no kernel may read as data.
+std::vector<uint8_t> batch_q(const Step& st, const rt::Problem& prob, const std::vector<int>& to_problem, int heads,
+                             size_t rows) {
+  std::vector<uint8_t> q(rows * size_t(heads) * 576, 0x7f);
+  for (size_t b = 0; b < st.lens.size(); ++b)
+    if (to_problem[b] >= 0)
+      std::memcpy(q.data() + b * size_t(heads) * 576, prob.q.bytes.data() + size_t(to_problem[b]) * heads * 576,
+                  size_t(heads) * 576);
+  return q;
+}
+
+// The batch's o and lse against the expectation: the empty requests' rows o = +0 and lse = -inf
+// exactly; the others, gathered in the problem's order, against the fp64 reference.
+void check_rows(const Step& st, const rt::Problem& prob, const std::vector<int>& to_problem, int heads,
+                const std::vector<uint16_t>& o, const std::vector<float>& lse) {
+  const size_t H = size_t(heads);
+  std::vector<uint16_t> o_prob;
+  std::vector<float> lse_prob;
+  size_t empty_o_nonzero = 0, empty_lse_wrong = 0;
+  for (size_t b = 0; b < st.lens.size(); ++b) {
+    const uint16_t* ob = o.data() + b * H * 512;
+    const float* lb = lse.data() + b * H;
+    if (to_problem[b] < 0) {
+      empty_o_nonzero += size_t(std::count_if(ob, ob + H * 512, [](uint16_t v) { return v != 0; }));
+      empty_lse_wrong += size_t(std::count_if(lb, lb + H, [](float v) { return !(std::isinf(v) && v < 0); }));
+      continue;
+    }
+    o_prob.insert(o_prob.end(), ob, ob + H * 512);
+    lse_prob.insert(lse_prob.end(), lb, lb + H);
+  }
+  CHECK(empty_o_nonzero == 0);
+  CHECK(empty_lse_wrong == 0);
+  if (o_prob.empty()) return;
+  const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
+  INFO(cmp.summary());
+  CHECK(cmp.passes(3e-3, 0.05, 0.1));  // fp8: the lse is the log of the fp8-rounded P's sum (docs/mla-decode.md)
+}
+
+}  // namespace
+
+TEST_CASE("graph replay: one captured mla_decode serves every step after update + upload", "[runtime][graph]") {
+  Session se(kHeads, MLA_SELECT_EXACT, true);
+  REQUIRE(se.sel.prefix_kernel[0] != 0);
+  mla_device* dev = se.dev;
+  mla_context* ctx = se.ctx;
+  mla_plan* plan = se.plan;
+  const uint64_t ws = se.ws;
+  const size_t ws_bytes = se.ws_bytes;
   // Fixed tensors, as an engine's are: a graph holds their addresses.
-  const size_t rows = kMaxBatch, q_bytes = rows * kHeads * 576, o_bytes = rows * kHeads * 512 * 2,
-               lse_bytes = rows * kHeads * 4;
+  const size_t rows = kMaxBatch, o_bytes = rows * kHeads * 512 * 2, lse_bytes = rows * kHeads * 4;
   Buffers replayed, fresh;
-  OK(mla_malloc(dev, q_bytes, &replayed.q));
+  OK(mla_malloc(dev, rows * kHeads * 576, &replayed.q));
   OK(mla_malloc(dev, size_t(kMaxPages) * kPage * 576, &replayed.kv));
   OK(mla_malloc(dev, size_t(kMaxPages) * 4, &replayed.idx));
   for (Buffers* b : {&replayed, &fresh}) {
@@ -209,12 +265,7 @@ TEST_CASE("graph replay: one captured mla_decode serves every step after update 
     std::vector<int> to_problem;
     const rt::Problem prob = problem_of(st, 1000 + s, to_problem);
     REQUIRE(size_t(prob.num_pages()) <= size_t(kMaxPages));
-    // q rows in batch order; an empty request's row holds bytes no kernel may read as data.
-    std::vector<uint8_t> q(q_bytes, 0x7f);
-    for (size_t b = 0; b < st.lens.size(); ++b)
-      if (to_problem[b] >= 0)
-        std::memcpy(q.data() + b * kHeads * 576, prob.q.bytes.data() + size_t(to_problem[b]) * kHeads * 576,
-                    kHeads * 576);
+    const std::vector<uint8_t> q = batch_q(st, prob, to_problem, kHeads, rows);
     OK(mla_memcpy_h2d(dev, replayed.q, q.data(), q.size()));
     OK(mla_memcpy_h2d(dev, replayed.kv, prob.kv.bytes.data(), prob.kv.bytes.size()));
     // Packed page ids: an empty request has none, so the problem's table is the batch's.
@@ -249,15 +300,15 @@ TEST_CASE("graph replay: one captured mla_decode serves every step after update 
     steps_with_prefix += info.num_prefix_units > 0;
     prefix_toggles += (info.num_prefix_units > 0) != last_had_prefix;
     last_had_prefix = info.num_prefix_units > 0;
-    const bool has_empty = std::count(st.lens.begin(), st.lens.end(), 0) > 0;
-    steps_with_empty += has_empty;
-    steps_with_splits += info.num_reduce_entries > int(std::count(st.lens.begin(), st.lens.end(), 0));
+    const int empties = int(std::count(st.lens.begin(), st.lens.end(), 0));
+    steps_with_empty += empties > 0;
+    steps_with_splits += info.num_reduce_entries > empties;
 
     // Replay the capture, then a fresh call into other outputs.
-    OK(mla_memset(dev, replayed.o, 0xff, o_bytes));
-    OK(mla_memset(dev, replayed.lse, 0xff, lse_bytes));
-    OK(mla_memset(dev, fresh.o, 0xff, o_bytes));
-    OK(mla_memset(dev, fresh.lse, 0xff, lse_bytes));
+    for (const Buffers* b : {&replayed, &fresh}) {
+      OK(mla_memset(dev, b->o, 0xff, o_bytes));
+      OK(mla_memset(dev, b->lse, 0xff, lse_bytes));
+    }
     if (hip) {
       REQUIRE(hip->launch(graph_exec, stream) == 0);
     } else {
@@ -278,39 +329,13 @@ TEST_CASE("graph replay: one captured mla_decode serves every step after update 
     const size_t live_o = st.lens.size() * kHeads * 512, live_lse = st.lens.size() * kHeads;
     CHECK(std::equal(o_replay.begin(), o_replay.begin() + long(live_o), o_fresh.begin()));
     CHECK(std::memcmp(lse_replay.data(), lse_fresh.data(), live_lse * 4) == 0);
-
-    // Against the reference: the non-empty requests' rows; the empty ones o = +0, lse = -inf.
-    std::vector<uint16_t> o_prob(size_t(prob.rows()) * kHeads * 512);
-    std::vector<float> lse_prob(size_t(prob.rows()) * kHeads);
-    size_t empty_o_nonzero = 0, empty_lse_wrong = 0;
-    for (size_t b = 0; b < st.lens.size(); ++b) {
-      const uint16_t* ob = o_replay.data() + b * kHeads * 512;
-      const float* lb = lse_replay.data() + b * kHeads;
-      if (to_problem[b] < 0) {
-        empty_o_nonzero += size_t(std::count_if(ob, ob + kHeads * 512, [](uint16_t v) { return v != 0; }));
-        empty_lse_wrong +=
-            size_t(std::count_if(lb, lb + kHeads, [](float v) { return !(std::isinf(v) && v < 0); }));
-        continue;
-      }
-      std::copy(ob, ob + kHeads * 512, o_prob.begin() + long(size_t(to_problem[b]) * kHeads * 512));
-      std::copy(lb, lb + kHeads, lse_prob.begin() + long(size_t(to_problem[b]) * kHeads));
-    }
-    CHECK(empty_o_nonzero == 0);
-    CHECK(empty_lse_wrong == 0);
-    if (std::any_of(to_problem.begin(), to_problem.end(), [](int i) { return i >= 0; })) {
-      const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
-      INFO(cmp.summary());
-      CHECK(cmp.passes(3e-3, 0.05, 0.1));  // fp8: the lse is the log of the fp8-rounded P's sum (docs/mla-decode.md)
-    }
+    check_rows(st, prob, to_problem, kHeads, o_replay, lse_replay);
   }
   // The schedule exercised what it claims.
   CHECK(steps_with_prefix >= 8);
   CHECK(prefix_toggles >= 6);
   CHECK(steps_with_empty >= 6);
   CHECK(steps_with_splits >= 10);
-  mla_plan_destroy(plan);
-  mla_context_destroy(ctx);
-  mla_device_close(dev);
 }
 
 // Issue #31's "done when": one step of a 24-layer model is one table upload and, in each of the 24
@@ -319,43 +344,22 @@ TEST_CASE("graph replay: one captured mla_decode serves every step after update 
 // backend from the dispatch log.
 TEST_CASE("graph replay: one step of 24 layers is one upload and launches only", "[runtime][graph]") {
   constexpr int kLayers = 24;
-  mla_device* dev = nullptr;
-  mla_context* ctx = nullptr;
-  mla_plan* plan = nullptr;
-  OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
-  OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
-  OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));
-  mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, kHeads, 1, kPage, 1, 0};
-  mla_selection sel;
-  OK(mla_select(ctx, &shape, MLA_SELECT_EXACT, &sel));
-  OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
-  size_t ws_bytes = 0;
-  OK(mla_plan_workspace_size(plan, &ws_bytes));
-  uint64_t ws = 0;
-  OK(mla_malloc(dev, ws_bytes, &ws));
+  Session se(kHeads, MLA_SELECT_EXACT);
   Step st;
   st.lens = {300, 70, 0, 150};
   std::vector<int> to_problem;
   const rt::Problem prob = problem_of(st, 77, to_problem);
+  const size_t rows = st.lens.size();
+  const std::vector<uint8_t> q = batch_q(st, prob, to_problem, kHeads, rows);
   Buffers b;
-  std::vector<uint8_t> q(st.lens.size() * kHeads * 576, 0x7f);
-  for (size_t r = 0; r < st.lens.size(); ++r)
-    if (to_problem[r] >= 0)
-      std::memcpy(q.data() + r * kHeads * 576, prob.q.bytes.data() + size_t(to_problem[r]) * kHeads * 576, kHeads * 576);
-  auto upload = [&](const void* p, size_t n) {
-    uint64_t a = 0;
-    OK(mla_malloc(dev, n, &a));
-    OK(mla_memcpy_h2d(dev, a, p, n));
-    return a;
-  };
-  b.q = upload(q.data(), q.size());
-  b.kv = upload(prob.kv.bytes.data(), prob.kv.bytes.size());
-  b.idx = upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
+  b.q = se.upload(q.data(), q.size());
+  b.kv = se.upload(prob.kv.bytes.data(), prob.kv.bytes.size());
+  b.idx = se.upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
   // One output per layer, as a model's layers have.
   std::vector<uint64_t> outs(kLayers), lses(kLayers);
   for (int l = 0; l < kLayers; ++l) {
-    OK(mla_malloc(dev, q.size() / 576 * 512 * 2, &outs[size_t(l)]));
-    OK(mla_malloc(dev, q.size() / 576 * 4, &lses[size_t(l)]));
+    OK(mla_malloc(se.dev, rows * kHeads * 512 * 2, &outs[size_t(l)]));
+    OK(mla_malloc(se.dev, rows * kHeads * 4, &lses[size_t(l)]));
   }
   const char* trace = std::getenv("MLA_HIP_TRACE");
   if (on_hip()) REQUIRE(trace);
@@ -364,15 +368,15 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     std::ifstream f(trace, std::ios::ate);
     trace_start = f ? std::streamoff(f.tellg()) : 0;
   } else {
-    OK(mla_context_set_option(ctx, MLA_OPTION_RECORD_LAUNCHES, 1));
-    rt::emulator_of(dev)->take_log();
+    OK(mla_context_set_option(se.ctx, MLA_OPTION_RECORD_LAUNCHES, 1));
+    rt::emulator_of(se.dev)->take_log();
   }
   // The step.
   std::vector<int32_t> lens(st.lens.begin(), st.lens.end());
-  OK(mla_plan_update(ctx, plan, lens.data(), int(lens.size()), 0));
-  OK(mla_plan_upload(ctx, plan, ws, ws_bytes, 1.0f, 1.0f, nullptr));
+  OK(mla_plan_update(se.ctx, se.plan, lens.data(), int(lens.size()), 0));
+  OK(mla_plan_upload(se.ctx, se.plan, se.ws, se.ws_bytes, 1.0f, 1.0f, nullptr));
   mla_plan_info info;
-  OK(mla_plan_get_info(plan, &info));
+  OK(mla_plan_get_info(se.plan, &info));
   for (int l = 0; l < kLayers; ++l) {
     mla_decode_args a{};
     a.q = b.q;
@@ -383,9 +387,9 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     a.lse = lses[size_t(l)];
     a.sm_scale = 0.07216878364870322f;
     a.q_scale = a.kv_scale = 1.0f;
-    OK(mla_decode(ctx, plan, &a, ws, ws_bytes, nullptr));
+    OK(mla_decode(se.ctx, se.plan, &a, se.ws, se.ws_bytes, nullptr));
   }
-  OK(mla_stream_synchronize(dev, nullptr));
+  OK(mla_stream_synchronize(se.dev, nullptr));
   if (on_hip()) {
     std::ifstream f(trace);
     f.seekg(trace_start);
@@ -409,101 +413,51 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     CHECK(launches == kLayers * info.num_launches);
     CHECK(failed == 0);
   } else {
-    const auto log = rt::emulator_of(dev)->take_log();
+    const auto log = rt::emulator_of(se.dev)->take_log();
     CHECK(int(log.size()) == kLayers * info.num_launches);
   }
   CHECK(info.num_launches == 3);  // decode, prefix, reduce
-  // Every layer's output is the step's (the last layer's against the reference).
-  std::vector<uint16_t> o(q.size() / 576 * 512);
-  std::vector<float> lse(q.size() / 576);
-  OK(mla_memcpy_d2h(dev, o.data(), outs.back(), o.size() * 2));
-  OK(mla_memcpy_d2h(dev, lse.data(), lses.back(), lse.size() * 4));
-  std::vector<uint16_t> o_prob;
-  std::vector<float> lse_prob;
-  for (size_t r = 0; r < st.lens.size(); ++r)
-    if (to_problem[r] >= 0) {
-      o_prob.insert(o_prob.end(), o.begin() + long(r * kHeads * 512), o.begin() + long((r + 1) * kHeads * 512));
-      lse_prob.insert(lse_prob.end(), lse.begin() + long(r * kHeads), lse.begin() + long((r + 1) * kHeads));
-    }
-  const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
-  INFO(cmp.summary());
-  CHECK(cmp.passes(3e-3, 0.05, 0.1));  // fp8: the lse is the log of the fp8-rounded P's sum (docs/mla-decode.md)
-  mla_plan_destroy(plan);
-  mla_context_destroy(ctx);
-  mla_device_close(dev);
+  // The last layer's output against the reference.
+  std::vector<uint16_t> o(rows * kHeads * 512);
+  std::vector<float> lse(rows * kHeads);
+  OK(mla_memcpy_d2h(se.dev, o.data(), outs.back(), o.size() * 2));
+  OK(mla_memcpy_d2h(se.dev, lse.data(), lses.back(), lse.size() * 4));
+  check_rows(st, prob, to_problem, kHeads, o, lse);
 }
 
 // Empty requests on a padded selection (12 heads on the 16-head kernel): the padded copies move
 // every row, and the empty requests' rows come back as o = 0, lse = -inf.
 TEST_CASE("graph replay: requests with no KV on a padded selection", "[runtime][graph]") {
   constexpr int H = 12;
-  mla_device* dev = nullptr;
-  mla_context* ctx = nullptr;
-  mla_plan* plan = nullptr;
-  OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
-  OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
-  OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));
-  mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, H, 1, kPage, 1, 0};
-  mla_selection sel;
-  OK(mla_select(ctx, &shape, MLA_SELECT_ALLOW_PADDING, &sel));
-  REQUIRE(sel.fallback == MLA_FALLBACK_PADDED);
-  OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
-  size_t ws_bytes = 0;
-  OK(mla_plan_workspace_size(plan, &ws_bytes));
-  uint64_t ws = 0;
-  OK(mla_malloc(dev, ws_bytes, &ws));
+  Session se(H, MLA_SELECT_ALLOW_PADDING);
+  REQUIRE(se.sel.fallback == MLA_FALLBACK_PADDED);
   for (const std::vector<int>& step : {std::vector<int>{0, 130, 0, 47}, std::vector<int>{200, 0, 0, 0, 33, 0}}) {
     Step st;
     st.lens = step;
     std::vector<int> to_problem;
     const rt::Problem prob = problem_of(st, 99 + step.size(), to_problem, H);
     const size_t rows = step.size();
-    std::vector<uint8_t> q(rows * H * 576, 0x7f);
-    for (size_t r = 0; r < rows; ++r)
-      if (to_problem[r] >= 0)
-        std::memcpy(q.data() + r * H * 576, prob.q.bytes.data() + size_t(to_problem[r]) * H * 576, H * 576);
-    auto upload = [&](const void* p, size_t n) {
-      uint64_t a = 0;
-      OK(mla_malloc(dev, n, &a));
-      OK(mla_memcpy_h2d(dev, a, p, n));
-      return a;
-    };
+    const std::vector<uint8_t> q = batch_q(st, prob, to_problem, H, rows);
     mla_decode_args a{};
-    a.q = upload(q.data(), q.size());
-    a.kv = upload(prob.kv.bytes.data(), prob.kv.bytes.size());
+    a.q = se.upload(q.data(), q.size());
+    a.kv = se.upload(prob.kv.bytes.data(), prob.kv.bytes.size());
     a.num_pages = prob.num_pages();
-    a.kv_indices = upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
-    OK(mla_malloc(dev, rows * H * 512 * 2, &a.o));
-    OK(mla_malloc(dev, rows * H * 4, &a.lse));
-    OK(mla_memset(dev, a.o, 0xff, rows * H * 512 * 2));
-    OK(mla_memset(dev, a.lse, 0xff, rows * H * 4));
+    a.kv_indices = se.upload(prob.kv_indices.data(), prob.kv_indices.size() * 4);
+    OK(mla_malloc(se.dev, rows * H * 512 * 2, &a.o));
+    OK(mla_malloc(se.dev, rows * H * 4, &a.lse));
+    OK(mla_memset(se.dev, a.o, 0xff, rows * H * 512 * 2));
+    OK(mla_memset(se.dev, a.lse, 0xff, rows * H * 4));
     a.sm_scale = 0.07216878364870322f;
     a.q_scale = a.kv_scale = 1.0f;
     std::vector<int32_t> lens(step.begin(), step.end());
-    OK(mla_plan_update(ctx, plan, lens.data(), int(lens.size()), 0));
-    OK(mla_plan_upload(ctx, plan, ws, ws_bytes, 1.0f, 1.0f, nullptr));
-    OK(mla_decode(ctx, plan, &a, ws, ws_bytes, nullptr));
-    OK(mla_stream_synchronize(dev, nullptr));
+    OK(mla_plan_update(se.ctx, se.plan, lens.data(), int(lens.size()), 0));
+    OK(mla_plan_upload(se.ctx, se.plan, se.ws, se.ws_bytes, 1.0f, 1.0f, nullptr));
+    OK(mla_decode(se.ctx, se.plan, &a, se.ws, se.ws_bytes, nullptr));
+    OK(mla_stream_synchronize(se.dev, nullptr));
     std::vector<uint16_t> o(rows * H * 512);
     std::vector<float> lse(rows * H);
-    OK(mla_memcpy_d2h(dev, o.data(), a.o, o.size() * 2));
-    OK(mla_memcpy_d2h(dev, lse.data(), a.lse, lse.size() * 4));
-    std::vector<uint16_t> o_prob;
-    std::vector<float> lse_prob;
-    for (size_t r = 0; r < rows; ++r) {
-      if (to_problem[r] < 0) {
-        for (size_t i = 0; i < size_t(H) * 512; ++i) CHECK(o[r * H * 512 + i] == 0);
-        for (int h = 0; h < H; ++h) CHECK((std::isinf(lse[r * H + size_t(h)]) && lse[r * H + size_t(h)] < 0));
-        continue;
-      }
-      o_prob.insert(o_prob.end(), o.begin() + long(r * H * 512), o.begin() + long((r + 1) * H * 512));
-      lse_prob.insert(lse_prob.end(), lse.begin() + long(r * H), lse.begin() + long((r + 1) * H));
-    }
-    const ref::Compare cmp = ref::compare(ref::run_reference(prob), o_prob, &lse_prob);
-    INFO(cmp.summary());
-    CHECK(cmp.passes(3e-3, 0.05, 0.1));
+    OK(mla_memcpy_d2h(se.dev, o.data(), a.o, o.size() * 2));
+    OK(mla_memcpy_d2h(se.dev, lse.data(), a.lse, lse.size() * 4));
+    check_rows(st, prob, to_problem, H, o, lse);
   }
-  mla_plan_destroy(plan);
-  mla_context_destroy(ctx);
-  mla_device_close(dev);
 }

@@ -29,6 +29,7 @@
 #include "runtime/code_object_info.h"
 #include "runtime/emulator_backend.h"
 #include "runtime/mla_runtime.h"
+#include "tests/runtime/capi_check.h"
 #include "runtime/mla_runtime_internal.h"
 #include "runtime/problem.h"
 #include "tests/reference/mla_reference.h"
@@ -74,23 +75,6 @@ std::string decode_co(const std::string& dir) {
   FAIL("no decode .co in " << dir);
   return {};
 }
-
-#define OK(call)                                                                                   \
-  do {                                                                                             \
-    mla_status s_ = (call);                                                                        \
-    INFO(#call << ": " << mla_status_name(s_) << ": " << mla_last_error());                        \
-    REQUIRE(s_ == MLA_SUCCESS);                                                                    \
-  } while (0)
-
-// Expects `call` to fail with `status` and a message containing `text`.
-#define FAILS(call, status, text)                                                                  \
-  do {                                                                                             \
-    mla_status s_ = (call);                                                                        \
-    std::string m_ = mla_last_error();                                                             \
-    INFO(#call << " -> " << mla_status_name(s_) << ": " << m_);                                    \
-    CHECK(s_ == (status));                                                                         \
-    CHECK_THAT(m_, Contains(text));                                                                \
-  } while (0)
 
 // The backend the C API cases run on: the emulator; or, with MLA_TEST_BACKEND=hip, the runtime's
 // HIP backend on the HIP test device (tests/hip_test_device, registered there a second time).

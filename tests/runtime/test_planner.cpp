@@ -23,50 +23,8 @@
 using namespace mla;
 using Catch::Matchers::Contains;
 
-// Allocation counting for "a second update allocates nothing": the executable's global operator
-// new counts its calls while this thread's window is open (AllocWindow), and is malloc otherwise.
-namespace {
-thread_local bool t_counting = false;
-thread_local size_t t_allocations = 0;
-struct AllocWindow {
-  AllocWindow() { t_allocations = 0, t_counting = true; }
-  ~AllocWindow() { t_counting = false; }
-  size_t close() {
-    t_counting = false;
-    return t_allocations;
-  }
-};
-}  // namespace
-// Every non-aligned variant, so that none comes from elsewhere (a sanitizer runtime's) and meets
-// a delete of another family.
-static void* counted_malloc(std::size_t n) noexcept {
-  if (t_counting) ++t_allocations;
-  return std::malloc(n ? n : 1);
-}
-void* operator new(std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
-// (GCC sees free() of operator new's pointer once these are inlined: that is the point here.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+// Allocation counting for "a second update allocates nothing" (AllocWindow).
+#include "tests/alloc_count.h"
 
 namespace {
 
