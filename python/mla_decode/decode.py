@@ -227,6 +227,9 @@ class MlaDecodeMetadata:
     max_total_tokens bounds the sum of kv lengths of a batch (0: no bound, a larger workspace).
     allow_padding: accept a kernel with more heads / query rows than the shape (MLA_SELECT_ALLOW_PADDING;
     `note` says what was chosen); otherwise a shape without an exact kernel is an MlaInputError.
+    emulator_target: for CPU tensors, 'gfx942' or 'gfx950' (default $MLA_EMULATOR_TARGET, else gfx950).
+    .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
+    get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
