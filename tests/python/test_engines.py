@@ -367,6 +367,42 @@ class TestFp8Flavour(Case):
                            emulator_target="gfx950")
 
 
+# ---- the engines' shapes of the default catalog, end to end -------------------------------------
+
+def expand(entry):
+    """The kernels of one configs/*.json entry (lists are alternatives, as mlagen expands them)."""
+    def as_list(v):
+        return v if isinstance(v, list) else [v]
+    keys = ("target", "heads", "q_dtype", "kv_dtype", "qseqlen", "page_size", "return_lse")
+    out = [{}]
+    for k in keys:
+        out = [dict(o, **{k: v}) for o in out for v in as_list(entry.get(k, False if k == "return_lse" else None))]
+    return out
+
+
+class TestEngineShapes(Case):
+    def test_every_kernel_of_engine_shapes_json(self):
+        # configs/engine_shapes.json (part of the default catalog) is also built into this test's
+        # catalog; each of its kernels runs a small problem on its target against the float64
+        # reference in that target's fp8 flavour.
+        path = os.path.join(os.environ["MLA_SOURCE_DIR"], "configs", "engine_shapes.json")
+        with open(path) as f:
+            entries = json.load(f)["kernels"]
+        shapes = [k for e in entries for k in expand(e)]
+        self.assertGreaterEqual(len(shapes), 10)
+        for i, k in enumerate(shapes):
+            with self.subTest(**k):
+                page = k["page_size"]
+                lens = [page + 5, k["qseqlen"] + 3] if page > 1 else [40, k["qseqlen"] + 3]
+                p = make_problem(np.random.default_rng(200 + i), k["q_dtype"], k["kv_dtype"], k["heads"], lens,
+                                 qseqlen=k["qseqlen"], page_size=page)
+                o, lse = run(p, sm_scale=SCALE, return_lse=k["return_lse"], emulator_target=k["target"])
+                with reference_target(k["target"]):
+                    self.assertClose(o, p, k["kv_dtype"] == "fp8", lse)
+                if not k["return_lse"]:
+                    self.assertIsNone(lse)
+
+
 # ---- the catalog cannot be taken for aiter's ----------------------------------------------------
 
 class TestCatalogCsv(unittest.TestCase):
