@@ -57,6 +57,12 @@ def merge64(o_p, l_p, o_s, l_s):
 
 # ---- merge_attn_states with vLLM's contract ----------------------------------------------------
 
+
+def merge_inputs(rng, T, H):
+    """Two bf16 partial outputs [T, H, 512] and their lse [H, T] (vLLM's layout), drawn fresh."""
+    o_p, o_s = random_bits(rng, "bf16", (T, H, 512)), random_bits(rng, "bf16", (T, H, 512))
+    return o_p, o_s, rng.uniform(-2, 2, (H, T)).astype(np.float32), rng.uniform(-2, 2, (H, T)).astype(np.float32)
+
 class TestVllmMerge(Case):
     def assertMerged(self, out_bits, out_lse, o_p, l_p, o_s, l_s):
         want_o, want_lse = merge64(bf16_to_f64(o_p), np.asarray(l_p), bf16_to_f64(o_s), np.asarray(l_s))
@@ -116,9 +122,7 @@ class TestVllmMerge(Case):
     def test_plus_inf_counts_as_empty(self):
         rng = np.random.default_rng(103)
         T, H = 4, 2
-        o_p, o_s = random_bits(rng, "bf16", (T, H, 512)), random_bits(rng, "bf16", (T, H, 512))
-        l_p = rng.uniform(-2, 2, (H, T)).astype(np.float32)
-        l_s = rng.uniform(-2, 2, (H, T)).astype(np.float32)
+        o_p, o_s, l_p, l_s = merge_inputs(rng, T, H)
         l_p[0, 1] = np.inf            # FlashAttention-2's empty prefix: the suffix comes through
         l_p[1, 2] = l_s[1, 2] = np.inf  # both empty: o = 0, lse = -inf
         l_s[0, 3] = -np.inf           # FlashAttention-3's empty suffix
@@ -172,9 +176,7 @@ class TestVllmMerge(Case):
         # vLLM: tokens at index >= prefill_tokens_with_context take the suffix as it is.
         rng = np.random.default_rng(105)
         T, H = 5, 3
-        o_p, o_s = random_bits(rng, "bf16", (T, H, 512)), random_bits(rng, "bf16", (T, H, 512))
-        l_p = rng.uniform(-2, 2, (H, T)).astype(np.float32)
-        l_s = rng.uniform(-2, 2, (H, T)).astype(np.float32)
+        o_p, o_s, l_p, l_s = merge_inputs(rng, T, H)
         l_s[1, 4] = np.inf  # copied raw past the merged tokens, as vLLM's kernel stores it
         out = np.full((T, H, 512), 0xFFFF, np.uint16)
         out_lse = np.full((H, T), np.nan, np.float32)
