@@ -219,7 +219,10 @@ double issue_cycles_of(const std::string& inst_line, rt::Target t);  // gen::iss
 
 // ---- Measurement ------------------------------------------------------------------------------
 
+// The shape's catalog: built once per process in a temporary directory (the generator, in
+// process), unless use_catalog gave one (mlacheck: the catalog it checks).
 const rt::Catalog& catalog_for(const rt::DecodeShape& s);
+void use_catalog(const rt::DecodeShape& s, const std::string& dir);
 std::string decode_asm_for(const rt::DecodeShape& s);
 std::string prefix_asm_for(const rt::DecodeShape& s);  // the shape's prefix kernel (mla_prefix_*)
 

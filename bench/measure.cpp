@@ -33,8 +33,19 @@ std::string config_text(const rt::DecodeShape& s) {
 }
 }  // namespace
 
-const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+namespace {
+std::map<std::string, std::unique_ptr<rt::Catalog>>& catalog_cache() {
   static std::map<std::string, std::unique_ptr<rt::Catalog>> cache;
+  return cache;
+}
+}  // namespace
+
+void use_catalog(const rt::DecodeShape& s, const std::string& dir) {
+  catalog_cache()[s.describe()] = std::make_unique<rt::Catalog>(rt::Catalog::open(dir));
+}
+
+const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+  auto& cache = catalog_cache();
   std::string key = s.describe();
   if (auto it = cache.find(key); it != cache.end()) return *it->second;
   std::string dir =
