@@ -271,6 +271,8 @@ struct FitN {
   double residual = 0;
 };
 FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
+// How many of the samples' features a fit can separate (the rank of x, fit_linear's tolerance).
+int feature_rank(const std::vector<std::vector<double>>& x);
 
 // One plan of a shape with sharing, extrapolated like ShapeResult (measured counters, exact
 // plan, modeled time).

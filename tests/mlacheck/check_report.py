@@ -22,15 +22,48 @@ def fail(msg):
     sys.exit(1)
 
 
+def tamper(a, args):
+    import shutil
+    cat = os.path.join(a.out, "catalog")
+    shutil.rmtree(cat, ignore_errors=True)
+    shutil.copytree(a.tamper_catalog, cat)
+    changed = []
+    for gfx in os.listdir(os.path.join(cat, "hsa")):
+        cj = os.path.join(cat, "hsa", gfx, "mla", "catalog.json")
+        j = json.load(open(cj))
+        for k in j["kernels"]:
+            if k["name"].startswith("mla_decode_"):
+                k["co_sha256"] = "0" * 64
+                changed.append(k["name"])
+        json.dump(j, open(cj, "w"))
+    cmd = [a.mlacheck, "--backend", a.backend, "--out", a.out, "--catalog", cat] + args
+    print("check_report: running", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 1:
+        fail(f"mlacheck on a catalog whose recorded sha256 is wrong exited {r.returncode}, expected 1: {r.stderr[-2000:]}")
+    rep = json.load(open(os.path.join(a.out, "report.json")))
+    k = rep["kernels"][0]
+    f = [f for f in k["files"] if f["name"] == k["name"]][0]
+    if k["pass"] or f["matches_catalog"] or f["catalog_sha256"] != "0" * 64:
+        fail(f"the tampered sha256 was not reported: {f}, pass {k['pass']}")
+    if rep["summary"]["failed"] != 1:
+        fail(f"summary {rep['summary']}")
+    print(f"check_report: the wrong recorded sha256 of {k['name']} fails the check, as it must")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mlacheck", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", required=True, choices=["emulator", "hip"])
     ap.add_argument("--expect-kernels", type=int, default=1)
+    ap.add_argument("--tamper-catalog", help="copy this catalog, change the decode kernel's recorded sha256, and "
+                    "check that mlacheck fails naming the mismatch")
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     args = [x for x in a.rest if x != "--"]
+    if a.tamper_catalog:
+        return tamper(a, args)
     for name in ("report.json", "report.md"):  # stale files from an earlier run must not pass
         p = os.path.join(a.out, name)
         if os.path.exists(p):
