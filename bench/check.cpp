@@ -648,7 +648,8 @@ nlohmann::json run_check(const CheckOptions& opt) {
       problems.push_back(make_check_problem("lengths at page and tile edges, 2 empty requests", s, lens,
                                             {0, int(lens.size() / 2)}, {}, seed + 1));
       if (rsel.prefix) {
-        const int shared = std::max(P, (o.max_len / 2) / P * P);  // whole pages
+        // Whole pages and at least two tiles (a prefix under a tile is read per request: nothing to cascade).
+        const int shared = (std::max(2 * T, o.max_len / 2) + P - 1) / P * P;
         std::mt19937_64 rng(seed + 2);
         std::vector<int> sl;
         for (int i = 0; i < 3; ++i) sl.push_back(shared + std::uniform_int_distribution<int>(s.qseqlen, std::max(s.qseqlen, o.max_len / 4))(rng));
@@ -662,20 +663,26 @@ nlohmann::json run_check(const CheckOptions& opt) {
         bool pass = false;
         json pj{{"label", c.label}, {"kv_lens", c.api_lens}};
         pj["reference"] = compare_with_reference(s, c, r, pass);
+        std::vector<std::string> why;
+        if (!pass) why.push_back("outside the reference's tolerance, or an empty request's o / lse not 0 / -inf");
         pj["units"] = {{"decode", r.info.num_units}, {"prefix", r.info.num_prefix_units}, {"reduce", r.info.num_reduce_entries}};
         if (!c.groups.empty()) {
           pj["cascaded"] = r.info.num_prefix_units > 0;
-          if (r.info.num_prefix_units == 0) pass = false;  // the prefix kernel was to be checked
+          if (r.info.num_prefix_units == 0) why.push_back("the plan did not cascade the group (no prefix units): the prefix kernel was not checked");
         }
         if (emu) {
           const RunOutput e = run_on(*emu, sel, s, c);
           pj["vs_emulator"] = compare_outputs(r, e);
-          if (pj["vs_emulator"]["o_elements_differing"].get<size_t>() != 0) pass = false;
+          if (pj["vs_emulator"]["o_elements_differing"].get<size_t>() != 0)
+            why.push_back(fmt::format("{} o elements differ from the emulator's", pj["vs_emulator"]["o_elements_differing"].get<size_t>()));
         } else {
           pj["vs_emulator"] = "the run is the emulator's";
         }
+        pass = why.empty();
         pj["pass"] = pass;
-        fmt::print(stderr, "    {}: {}\n", pass ? "pass" : "FAIL", pj["reference"]["summary"].get<std::string>());
+        if (!pass) pj["failures"] = why;
+        fmt::print(stderr, "    {}: {}{}\n", pass ? "pass" : "FAIL", pj["reference"]["summary"].get<std::string>(),
+                   why.empty() ? "" : fmt::format(" ({})", fmt::join(why, "; ")));
         kernel_pass = kernel_pass && pass;
         kj["problems"].push_back(pj);
       }

@@ -22,7 +22,7 @@ struct CheckOptions {
   std::string out_dir = "mlacheck-report";
   std::vector<std::string> kernels;  // substrings of kernel names to keep (empty: all)
   int max_kernels = 0;             // 0: no limit
-  int max_len = 8192;              // longest request of the check problems
+  int max_len = 2048;              // longest request of the check problems (the emulator cross-check runs them on the CPU)
   std::vector<int> time_lens;      // the timed batch (empty: hip 8192 x 16, emulator max_len x 2)
   int runs = -1;                   // -1: hip 100, emulator 3
   int warmup = -1;                 // -1: hip 10, emulator 1

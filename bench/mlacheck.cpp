@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", o.kernels, "keep kernels whose name contains one of these (repeatable or comma-separated)")
       ->delimiter(',');
   app.add_option("--max-kernels", o.max_kernels, "check at most this many kernels (by name; 0: all)");
-  app.add_option("--max-len", o.max_len, "longest request of the check problems");
+  app.add_option("--max-len", o.max_len, "longest request of the check problems (default 2048: on HIP they also run on the CPU emulator)");
   app.add_option("--time-lens", time_lens, "the timed batch: LENxCOUNT or LEN,LEN,... (default: hip 8192x16, emulator MAXLENx2)");
   app.add_option("--runs", o.runs, "timed runs (default: hip 100, emulator 3)");
   app.add_option("--warmup", o.warmup, "warm-up runs (default: hip 10, emulator 1)");
