@@ -62,8 +62,10 @@ TEST_CASE("bench: 96 and 128 heads (2 and 3 row groups) fit without a singular m
   // Issue #34: the four scaled runs split 96 and 128 heads' row groups alike (or not at all), so
   // the reduce's entries and splits (and units vs Q blocks) did not vary; the fit now adds runs of
   // one request over more CUs until every feature the full plan needs varies. The shapes are the
-  // issue's (52 requests at 96 heads, one request at 128 heads), shortened to emulate at full scale.
-  for (const char* spec : {"gfx950:fp8/fp8:h96:pg1:300x52", "gfx950:fp8/fp8:h128:pg1:2333"}) {
+  // issue's (52 requests at 96 heads, one request at 128 heads), shortened to emulate at full scale
+  // and cut to whole 32-token tiles: the fit prices MACs per token of whole-tile units, and a
+  // request's partial last tile (computed whole) is 1/10 of a 300-token request's MACs.
+  for (const char* spec : {"gfx950:fp8/fp8:h96:pg1:320x52", "gfx950:fp8/fp8:h128:pg1:2336"}) {
     BenchShape s = parse_shape(spec);
     MeasureOptions full = quick();
     full.full_scale_max_tokens = 1 << 30;
