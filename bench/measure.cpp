@@ -321,7 +321,12 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // Scaled runs: units of the full plan's mean length (u tiles), on scaled_cus CUs.
   const int Cs = o.scaled_cus;
   const double mean_unit_tokens = double(plan.total_tokens()) / double(plan.units.size());
-  const int u = o.unit_tiles > 0 ? o.unit_tiles : std::max(2, int(std::lround(mean_unit_tokens / T)));
+  // The counters are linear in tokens (the test of the extrapolation at 2 and 5 tiles), so a unit
+  // need not be as long as the full plan's: its row groups x tokens are capped at 8192 (no seed
+  // shape reaches it; 128 heads x 8 rows, 22 row groups, of unsplit 16K requests would run
+  // 64K-token requests on each of them otherwise).
+  const int u_cap = std::max(2, 8192 / (T * std::max(1, plan.row_groups)));
+  const int u = o.unit_tiles > 0 ? o.unit_tiles : std::clamp(int(std::lround(mean_unit_tokens / T)), 2, std::max(2, u_cap));
   const int L = u * T;
   std::vector<std::vector<int>> runs;
   if (o.full_scale_max_tokens > 0 && bs.total_tokens() <= o.full_scale_max_tokens) {
