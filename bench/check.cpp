@@ -172,6 +172,7 @@ struct RunOutput {
   std::vector<uint16_t> o;  // [api rows, heads, 512] bf16 bits
   std::vector<float> lse;   // [api rows, heads] (return_lse)
   mla_plan_info info{};
+  json prefix_groups;       // the planner's decision on each group (mla_plan_describe_json)
 };
 
 // One decode of the problem on a device through the C API: outputs poisoned first (o 0xFFFF,
@@ -224,6 +225,8 @@ RunOutput run_on(Device& d, const mla_selection& sel, const rt::DecodeShape& s, 
     check_call(mla_memcpy_d2h(d.dev, r.lse.data(), lse.ptr, lse.bytes), "copy lse back");
   }
   check_call(mla_plan_get_info(plan.plan, &r.info), "mla_plan_get_info");
+  if (!c.groups.empty())
+    if (const char* js = mla_plan_describe_json(plan.plan)) r.prefix_groups = json::parse(js).value("prefix_groups", json::array());
   return r;
 }
 
@@ -653,7 +656,7 @@ nlohmann::json run_check(const CheckOptions& opt) {
         std::mt19937_64 rng(seed + 2);
         std::vector<int> sl;
         for (int i = 0; i < 3; ++i) sl.push_back(shared + std::uniform_int_distribution<int>(s.qseqlen, std::max(s.qseqlen, o.max_len / 4))(rng));
-        problems.push_back(make_check_problem(fmt::format("3 requests sharing {} tokens (cascade)", shared), s, sl, {3}, {{0, 3, shared}},
+        problems.push_back(make_check_problem(fmt::format("3 requests sharing {} tokens (cascade policy always)", shared), s, sl, {3}, {{0, 3, shared}},
                                               seed + 3));
       }
       kj["problems"] = json::array();
@@ -668,7 +671,20 @@ nlohmann::json run_check(const CheckOptions& opt) {
         pj["units"] = {{"decode", r.info.num_units}, {"prefix", r.info.num_prefix_units}, {"reduce", r.info.num_reduce_entries}};
         if (!c.groups.empty()) {
           pj["cascaded"] = r.info.num_prefix_units > 0;
-          if (r.info.num_prefix_units == 0) why.push_back("the plan did not cascade the group (no prefix units): the prefix kernel was not checked");
+          pj["planner_decision"] = r.prefix_groups;
+          if (r.info.num_prefix_units == 0) {
+            // The planner may decline even under policy `always` where a cascade cannot save a
+            // read (e.g. 96 heads x 3 rows: the group's rows need as many prefix row groups as
+            // its members' own); then the prefix kernel has no work for this shape, which is
+            // reported, not failed. A group it decided to cascade must have prefix units.
+            std::string reason;
+            bool decided = false;
+            for (const auto& g : r.prefix_groups) reason += g.value("reason", ""), decided = decided || g.value("cascade", false);
+            if (decided || r.prefix_groups.empty())
+              why.push_back(fmt::format("the planner cascades the group but the plan has no prefix units ({})", reason));
+            else
+              pj["cascade_not_applicable"] = "the planner does not cascade this shape's group: " + reason;
+          }
         }
         if (emu) {
           const RunOutput e = run_on(*emu, sel, s, c);
@@ -784,6 +800,11 @@ std::string check_markdown(const nlohmann::json& r) {
                         p.at("units").at("reduce").get<int>(), p.at("pass").get<bool>() ? "yes" : "**no**");
     }
   }
+  for (const auto& k : r.at("kernels"))
+    for (const auto& p : k.value("problems", json::array()))
+      if (p.contains("cascade_not_applicable"))
+        md += fmt::format("\n{}: {}: {}\n", k.at("name").get<std::string>(), p.at("label").get<std::string>(),
+                          p.at("cascade_not_applicable").get<std::string>());
   md += "\nCode objects (sha256 of the files run; `matches` compares with the sha256 mlagen recorded in catalog.json):\n\n";
   md += "| kernel | sha256 | matches |\n|---|---|---|\n";
   std::set<std::string> seen;
