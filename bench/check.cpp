@@ -407,7 +407,7 @@ json model_for(const rt::DecodeShape& s, const std::string& catalog_dir, const s
   bs.kv_lens = lens;
   MeasureOptions mo;
   mo.run_mca = false;
-  mo.verbose = false;
+  mo.verbose = true;  // the scaled runs' progress (seconds to minutes per kernel)
   mo.full_scale_max_tokens = full_scale_tokens;
   const ShapeResult r = measure_shape(bs, mo);
   const Machine m = machine_for(s.target);
