@@ -133,20 +133,24 @@ struct KernargField {
   uint32_t size;
 };
 
-// The header of one launch's table in the workspace (issue #31): the grid is fixed by the plan's
-// capacity, so a kernel learns from this header, which the step's one upload writes, how many of
-// its workgroups have work. Workgroup x with x >= count exits at once; else its entry (a
-// WorkUnit, PrefixUnit or ReduceEntry, 32 bytes) is at header + entries_offset + x * 32. The
-// launch's `work` / `reduce_map` argument points at its header: the kernargs, and so a captured
-// graph, stay the same from step to step.
+// The header of one launch's table in the workspace (issue #31): the grid is fixed by the
+// plan's capacity and the device, so a kernel learns from this header, which the step's one
+// upload writes, which entries its workgroups take. The launch is persistent: workgroup x takes
+// entries x, x + stride, x + 2 stride, ... below count (stride = the launch's grid width, so that
+// entry i runs on CU i mod num_cus as one workgroup per entry would), and exits at the first one
+// past count. Entry i (a WorkUnit, PrefixUnit or ReduceEntry, 32 bytes) is at header +
+// entries_offset + i * 32. The launch's `work` / `reduce_map` argument points at its header: the
+// kernargs, and so a captured graph, stay the same from step to step.
 struct LaunchHeader {
   int32_t count;           // entries of this step (0: every workgroup exits)
   int32_t entries_offset;  // bytes from this header to entry 0 (> 0, a multiple of 32)
-  int32_t reserved[6];     // 0
+  int32_t stride;          // the launch's workgroups in x (> 0)
+  int32_t reserved[5];     // 0
 };
 static_assert(sizeof(LaunchHeader) == 32, "LaunchHeader is int32[8]");
 namespace launch_header {
-inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset = offsetof(LaunchHeader, entries_offset) / 4;
+inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset = offsetof(LaunchHeader, entries_offset) / 4,
+                     stride = offsetof(LaunchHeader, stride) / 4;
 }  // namespace launch_header
 
 // The decode kernel's arguments (the kernel reads them at these offsets). q_scale and kv_scale

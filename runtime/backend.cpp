@@ -150,7 +150,7 @@ void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
 }  // namespace
 
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds) {
+                                 int max_rounds, int workgroups_per_cu) {
   const int64_t M = int64_t(k.kheads) * k.kqseqlen;
   const int64_t rpg = k.decode.launch.rows_per_group, T = k.decode.launch.tile_tokens;
   const int64_t G = (M + rpg - 1) / rpg;
@@ -166,6 +166,14 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
     w.max_partials += size_t(kCascadeReserve) * size_t(num_cus);
   }
   w.max_reduces = size_t(max_batch);
+  // Persistent grids: every resident workgroup of the device, never more than there are units.
+  auto resident = [&](int catalog_wpc) {
+    const int64_t wpc = workgroups_per_cu > 0 ? workgroups_per_cu : catalog_wpc;
+    return unsigned(std::clamp<int64_t>(int64_t(num_cus) * wpc, 1, int64_t(std::max<size_t>(1, w.max_units))));
+  };
+  w.decode_grid = resident(k.decode.resident_workgroups_per_cu);
+  w.prefix_grid = k.prefix ? resident(k.prefix->resident_workgroups_per_cu) : 0;
+  w.reduce_grid = unsigned(std::max<size_t>(1, w.max_reduces));
   fill_sizes(w, k, size_t(max_batch));
   return w;
 }
@@ -175,6 +183,9 @@ WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan,
   w.max_units = plan.units.size() + plan.prefix_units.size();
   w.max_partials = size_t(plan.num_partials);
   w.max_reduces = plan.reduces.size();
+  w.decode_grid = unsigned(std::max<size_t>(1, w.max_units));
+  w.prefix_grid = k.prefix ? w.decode_grid : 0;
+  w.reduce_grid = unsigned(std::max<size_t>(1, w.max_reduces));
   fill_sizes(w, k, size_t(batch));
   return w;
 }
@@ -193,23 +204,24 @@ WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws) {
   return a;
 }
 
-void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset) {
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride) {
   abi::LaunchHeader h{};
   h.count = int32_t(count);
   h.entries_offset = int32_t(entries_offset);
+  h.stride = int32_t(stride);
   std::memcpy(dst, &h, sizeof h);
 }
 
-size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, uint8_t* dst) {
+size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const WorkspaceLayout& ws, uint8_t* dst) {
   namespace S = step_tables;
   std::memset(dst, 0, S::entries);
   std::memcpy(dst + S::scales, &q_scale, 4);
   std::memcpy(dst + S::scales + 4, &kv_scale, 4);
   const size_t nd = plan.units.size(), np = plan.prefix_units.size(), nr = plan.reduces.size();
   const size_t decode_at = S::entries, prefix_at = decode_at + nd * 32, reduce_at = prefix_at + np * 32;
-  write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header);
-  write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header);
-  write_launch_header(dst + S::reduce_header, nr, reduce_at - S::reduce_header);
+  write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header, ws.decode_grid);
+  write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header, std::max(1u, ws.prefix_grid));
+  write_launch_header(dst + S::reduce_header, nr, reduce_at - S::reduce_header, ws.reduce_grid);
   static_assert(sizeof(WorkUnit) == 32 && sizeof(abi::PrefixUnit) == 32 && sizeof(ReduceEntry) == 32);
   if (nd) std::memcpy(dst + decode_at, plan.units.data(), nd * 32);
   if (np) std::memcpy(dst + prefix_at, plan.prefix_units.data(), np * 32);
@@ -219,12 +231,9 @@ size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, uint8_t
 
 LaunchGrids launch_grids(const SelectedKernels& k, const WorkspaceLayout& ws) {
   LaunchGrids g;
-  // Decode and prefix units share the capacity (max_units counts both), so either launch may
-  // need all of it.
-  const unsigned units = unsigned(std::max<size_t>(1, ws.max_units));
-  g.decode = {units, 1, 1};
-  g.prefix = {k.prefix ? units : 0u, 1, 1};
-  g.reduce = {unsigned(std::max<size_t>(1, ws.max_reduces)), unsigned(k.kheads * k.kqseqlen), 1};
+  g.decode = {ws.decode_grid, 1, 1};
+  g.prefix = {k.prefix ? ws.prefix_grid : 0u, 1, 1};
+  g.reduce = {ws.reduce_grid, unsigned(k.kheads * k.kqseqlen), 1};
   g.launches = k.prefix ? 3 : 2;
   return g;
 }

@@ -94,6 +94,10 @@ SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller
 // tables come first: what one upload per step writes (StepTables below), sized by the capacity.
 struct WorkspaceLayout {
   size_t max_units = 0, max_reduces = 0, max_partials = 0;
+  // The persistent launches' widths (abi::LaunchHeader::stride): decode and prefix workgroups
+  // walk their units (num_cus x resident workgroups per CU, at most the capacity); the reduce
+  // takes one entry per workgroup (max_reduces).
+  unsigned decode_grid = 1, prefix_grid = 0, reduce_grid = 1;
   size_t tables = 0, tables_bytes = 0;
   size_t partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
   size_t q_pad_bytes = 0, o_pad_bytes = 0, lse_pad_bytes = 0;
@@ -104,9 +108,11 @@ struct WorkspaceLayout {
 // kCascadeReserve * num_cus units and partial slots for cascade plans (PlanInputs::max_units /
 // max_partials: a cascade needing more is not used, and its decision says so).
 inline constexpr int kCascadeReserve = 4;
+// workgroups_per_cu: the planner's occupancy (0: each kernel's resident workgroups per CU from
+// catalog.json), which sets the persistent grids.
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds = PlanInputs{}.max_rounds);
-// Exactly what one plan needs.
+                                 int max_rounds = PlanInputs{}.max_rounds, int workgroups_per_cu = 0);
+// Exactly what one plan needs, one workgroup per unit.
 WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch);
 
 // The step tables (issue #31): the host scales, one abi::LaunchHeader per launch, then the
@@ -121,9 +127,10 @@ inline constexpr size_t bytes(size_t max_units, size_t max_reduces) { return ent
 }  // namespace step_tables
 // Writes the plan's tables (and the two scales) into `dst`, which holds at least
 // step_tables::bytes(...) for the plan's capacity; returns the bytes used (what the upload copies).
-size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, uint8_t* dst);
+// The headers' strides are the layout's grids.
+size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const WorkspaceLayout& ws, uint8_t* dst);
 // One launch header (abi::LaunchHeader) at `dst`.
-void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset);
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride);
 
 // PlanInputs for the kernel shape (padded rows included).
 PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,

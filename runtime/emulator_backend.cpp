@@ -151,8 +151,10 @@ nlohmann::json DecodeResult::stats() const {
 namespace {
 
 // Bytes each buffer must be read at least once by the plan: every unit's tokens (row groups
-// each read them), their page ids, its rows of Q, its work unit; the reduce's partials and map.
-Traffic needed_traffic(const Problem& p, const Plan& plan) {
+// each read them), their page ids, its rows of Q, its work unit; the reduce's partials and map;
+// the launch headers' fields each launch reads (abi::LaunchHeader: the decode and prefix walks
+// read count, entries_offset and stride, the reduce count and entries_offset).
+Traffic needed_traffic(const Problem& p, const Plan& plan, int walks) {
   const uint64_t kvb = elem_bytes(p.kv_dtype), qb = elem_bytes(p.q_dtype);
   const int M = p.heads * p.qseqlen;
   Traffic t;
@@ -173,8 +175,8 @@ Traffic needed_traffic(const Problem& p, const Plan& plan) {
     partial_o += uint64_t(M) * (uint64_t(e.bf16_splits) * 512 * 2 + uint64_t(e.num_splits - e.bf16_splits) * 512 * 4);
   }
   t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q},
-             {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit)},
-             {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry)}, {"partial_o", partial_o},
+             {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit) + 12 * walks},
+             {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry) + 8}, {"partial_o", partial_o},
              {"partial_lse", partial_rows * 4}};
   return t;
 }
@@ -239,21 +241,26 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   t.lse = p.return_lse ? be.alloc_named(size_t(p.rows()) * p.heads * 4, "lse", 0xff) : 0;
   t.sm_scale = float(p.sm_scale);
   t.logit_cap = float(p.logit_cap);
-  const WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
+  WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
+  if (opts.persistent_grid > 0) {
+    ws.decode_grid = std::min(ws.decode_grid, unsigned(opts.persistent_grid));
+    if (ws.prefix_grid) ws.prefix_grid = ws.decode_grid;
+  }
   // The step tables (pack_step_tables' layout), split so that each table has an allocation of
   // its own: the scales, the decode and prefix headers with the units, the reduce header with
   // the reduce map.
   std::vector<uint8_t> tables(ws.tables_bytes);
-  const size_t used = pack_step_tables(plan, float(p.q_scale), float(p.kv_scale), tables.data());
+  const size_t used = pack_step_tables(plan, float(p.q_scale), float(p.kv_scale), ws, tables.data());
   namespace S = step_tables;
   const size_t units_bytes = (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit);
   const size_t reduce_bytes = plan.reduces.size() * sizeof(ReduceEntry);
   if (used != S::entries + units_bytes + reduce_bytes) throw RtError(MLA_ERROR_INTERNAL, "step tables: size mismatch");
   std::vector<uint8_t> work(64 + units_bytes), reduce(32 + reduce_bytes);
-  write_launch_header(work.data(), plan.units.size(), 64);
-  write_launch_header(work.data() + 32, plan.prefix_units.size(), 32 + plan.units.size() * sizeof(WorkUnit));
+  write_launch_header(work.data(), plan.units.size(), 64, ws.decode_grid);
+  write_launch_header(work.data() + 32, plan.prefix_units.size(), 32 + plan.units.size() * sizeof(WorkUnit),
+                      std::max(1u, ws.prefix_grid));
   std::memcpy(work.data() + 64, tables.data() + S::entries, units_bytes);
-  write_launch_header(reduce.data(), plan.reduces.size(), 32);
+  write_launch_header(reduce.data(), plan.reduces.size(), 32, ws.reduce_grid);
   std::memcpy(reduce.data() + 32, tables.data() + S::entries + units_bytes, reduce_bytes);
   const uint64_t work_at = upload(work.data(), work.size(), "work"), reduce_at = upload(reduce.data(), reduce.size(), "reduce_map");
   WorkspaceAddrs wa;
@@ -273,7 +280,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     if (ws.lse_pad_bytes) wa.lse_pad = be.alloc_named(ws.lse_pad_bytes, "lse_pad", 0xff);
   }
   be.run(decode_ops(k, ws, p.batch(), t, wa), nullptr);
-  r.traffic = needed_traffic(p, plan);
+  r.traffic = needed_traffic(p, plan, sel.prefix ? 2 : 1);
   for (auto& d : be.take_log()) {
     add_measured(r.traffic, d.counters);
     if (d.kernel == sel.decode.name) r.decode = std::move(d.counters);

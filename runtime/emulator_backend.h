@@ -68,6 +68,9 @@ struct EmulatorRunOptions {
   int num_cus = 0;            // 0: the target's CU count (304 / 256)
   int workgroups_per_cu = 0;  // planner occupancy assumption; 0: the decode kernel's resident count
   CascadePolicy cascade = CascadePolicy::cost_model;  // shared prefixes (PlanInputs::cascade)
+  // Decode and prefix launch widths: 0 = one workgroup per unit; n = n workgroups, each walking
+  // units x, x + n, ... (the persistent walk, as the C API's capacity grids run it).
+  int persistent_grid = 0;
   emu::DispatchOptions dispatch;
 };
 

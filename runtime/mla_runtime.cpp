@@ -523,7 +523,7 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     p->max_tokens = max_total_tokens;
     p->num_cus = ctx->planned_cus();
     p->wpc = ctx->wpc;
-    p->ws = workspace_layout(p->k, max_batch, max_total_tokens, p->num_cus);
+    p->ws = workspace_layout(p->k, max_batch, max_total_tokens, p->num_cus, PlanInputs{}.max_rounds, p->wpc);
     if (p->ws.total > (size_t(1) << 46))
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace of {} bytes for max_batch {} max_total_tokens {}: too "
                                                     "large (give a token bound)",
@@ -535,7 +535,7 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
                                                     p->ws.max_units, max_batch, max_total_tokens));
     p->be = ctx->dev->be.get();
     p->tables = static_cast<uint8_t*>(p->be->host_alloc(p->ws.tables_bytes));
-    p->tables_used = pack_step_tables(Plan{}, 1.0f, 1.0f, p->tables);
+    p->tables_used = pack_step_tables(Plan{}, 1.0f, 1.0f, p->ws, p->tables);
     p->kv_lens.reserve(size_t(max_batch));
     p->next_lens.reserve(size_t(max_batch));
     p->groups.reserve(size_t(max_batch / 2 + 1));
@@ -632,7 +632,7 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
     plan->kv_lens.swap(lens);
     plan->table_entries = entries;
     plan->json.clear();
-    plan->tables_used = pack_step_tables(plan->plan, 1.0f, 1.0f, plan->tables);
+    plan->tables_used = pack_step_tables(plan->plan, 1.0f, 1.0f, plan->ws, plan->tables);
     ++plan->updates;
   }
 }

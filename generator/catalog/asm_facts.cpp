@@ -277,8 +277,12 @@ KernelPhases kernel_phases_inflight(const std::string& asm_text, int waves) {
   auto [begin, end] = find_loop(L, ".Lconsumer_loop_");
   (void)begin;
   size_t stop = end + 1;
-  while (stop < L.size() && mnemonic(L[stop]) != "s_endpgm") ++stop;
-  if (stop == L.size()) throw std::runtime_error("kernel phases: no s_endpgm after the consumer loop");
+  // The unit ends at the branch to the persistent walk's meeting point (mla_decode.cpp).
+  auto unit_ends = [&](const std::string& l) {
+    return mnemonic(l) == "s_endpgm" || (mnemonic(l) == "s_branch" && l.find(".Lunit_end_") != std::string::npos);
+  };
+  while (stop < L.size() && !unit_ends(L[stop])) ++stop;
+  if (stop == L.size()) throw std::runtime_error("kernel phases: no end of the unit after the consumer loop");
   ph.epilogue_store_bytes = waves * replay_inflight_bytes(L, end + 1, stop, 1, true);
   if (!(ph.prologue_load_bytes > 0) || !(ph.epilogue_store_bytes > 0))
     throw std::runtime_error(fmt::format("kernel phases: {} prologue load bytes, {} epilogue store bytes in flight",

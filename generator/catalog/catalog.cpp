@@ -107,20 +107,14 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
 }
 
 std::string csv_row(const KernelSpec& s, const std::string& co_name) {
-  // qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,[cprr,]knl_name,co_name. In aiter `ps` is
-  // the persistent-kernel flag (ours are not persistent: 0); the page size has no column, so
-  // kernels that differ only in page size share a key here: catalog.json tells them apart.
-  std::string row = fmt::format("{},{},{},0,{},0,{},{},", dtype_name(s.q_dtype), dtype_name(s.kv_dtype), s.heads,
-                                s.qseqlen, s.qseqlen > 1 ? 1 : 0, s.return_lse ? 1 : 0);
-  if (s.arch != Arch::gfx942) row += "0,";
-  return row + fmt::format("{},{}", s.name(), co_name);
+  return fmt::format("{},{},{},{},{},{},{},{},{}", s.name(), co_name, dtype_name(s.q_dtype), dtype_name(s.kv_dtype),
+                     s.heads, s.qseqlen, s.page_size, s.return_lse ? 1 : 0, s.logit_cap ? 1 : 0);
 }
 
 }  // namespace
 
-std::string aiter_csv_header(Arch arch) {
-  return arch == Arch::gfx942 ? "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,knl_name,co_name"
-                              : "qType,kvType,Gqa,ps,qSeqLen,prefill,causal,lse,cprr,knl_name,co_name";
+std::string catalog_csv_header() {
+  return "kernel,code_object,q_dtype,kv_dtype,heads,qseqlen,page_size,lse,softcap";
 }
 
 BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions& opts) {
@@ -225,14 +219,14 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
              {"target_id", target(a).target_id},
              {"generator_version", MLA_GENERATOR_VERSION},
              {"kernels", json::array()}};
-    std::string csv = aiter_csv_header(a) + "\n";
+    std::string csv = catalog_csv_header() + "\n";
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].arch != a) continue;
       cat["kernels"].push_back(entries[i]);
       if (specs[i].kind == KernelKind::MlaDecode) csv += csv_row(specs[i], entries[i]["co"]) + "\n";
     }
     write_file_atomic(mla_dir(staging, a) / "catalog.json", cat.dump(2) + "\n");
-    write_file_atomic(mla_dir(staging, a) / "mla_asm.csv", csv);
+    write_file_atomic(mla_dir(staging, a) / kCatalogCsvName, csv);
   }
   for (Arch a : archs) {
     fs::path dst = mla_dir(out, a);

@@ -1,6 +1,10 @@
-// The catalog: out/hsa/<gfx>/mla/<kernel>.co, plus mla_asm.csv (aiter's columns) and
-// catalog.json (shape, target ID, kernarg layout, register and LDS use, source config,
-// generator version, sha256 of each .co) in the same folder.
+// The catalog: out/hsa/<gfx>/mla/<kernel>.co, plus catalog.json (shape, target ID, kernarg
+// layout, register and LDS use, source config, generator version, sha256 of each .co: the source
+// of truth the runtime reads) and mlagen_kernels.csv (an index of the decode kernels for people)
+// in the same folder. The csv is deliberately not aiter's mla_asm.csv: aiter's hsa/codegen.py
+// reads every *.csv under hsa/<gfx>/mla/ and would launch a kernel listed with its knl_name and
+// co_name columns with aiter's 368-byte argument struct, which our kernels do not take. Without
+// those columns, codegen.py stops with "Missing required columns" instead (docs/engines.md).
 #pragma once
 #include <functional>
 #include <string>
@@ -35,7 +39,8 @@ BuildReport build_catalog(const std::vector<Config>& configs, const BuildOptions
 // Reads every out_dir/hsa/*/mla/catalog.json. Throws std::runtime_error if none exist.
 std::vector<nlohmann::json> read_catalog(const std::string& out_dir);
 
-// aiter's mla_asm.csv header for the target (gfx942 lacks the cprr column).
-std::string aiter_csv_header(Arch arch);
+// The csv index: its file name and header (no aiter key column: not knl_name, co_name, qType, Gqa).
+inline constexpr const char* kCatalogCsvName = "mlagen_kernels.csv";
+std::string catalog_csv_header();
 
 }  // namespace mla::gen

@@ -1,4 +1,6 @@
-// The MLA decode kernel: one workgroup per work unit (request, kv range, row group).
+// The MLA decode kernel: a persistent walk over work units (request, kv range, row group):
+// workgroup x takes units x, x + stride, ... of the step's table (abi::LaunchHeader), so the grid
+// is fixed by the device, never by the step's lengths. Per unit:
 //
 // Wave 0 is the producer (mla_decode_producer.cpp): it only streams the unit's KV (page
 // indices, then token rows) from memory through registers into an LDS ring of one or two
@@ -26,12 +28,62 @@ Program& declare_abi(Program& p, const KernelSpec& s, const MlaGeometry& g) {
   declare_kernargs(p, abi::kDecodeArgs, s);
   auto& abi = p.abi;
   abi.max_workgroup_size = uint32_t(g.workgroup_size);
-  abi.lds_bytes = uint32_t(g.lds_bytes);
+  abi.lds_bytes = uint32_t(g.lds_alloc_bytes());
   return p;
 }
 
-// Kernel arguments, this workgroup's work unit (8 int32), the loop counts and the wave's role:
-// what every wave sets up before the roles split.
+// The persistent walk's meeting point, where every wave of the workgroup arrives after its part
+// of a unit (its role's code branches here instead of ending). Waves end a unit after different
+// numbers of barriers (the producer after its ring, a merge writer after its round), and a
+// hardware barrier has no identity: it releases when every wave that has not ended has arrived.
+// So a wave that is done keeps taking part in the others' barriers until all are done:
+// - every wave counts its barriers (Builder::count_barriers): all counts are equal at each
+//   release, since each release takes one s_barrier of every wave;
+// - at its arrival a wave writes its count into its dword of LDS, only after an even count (it
+//   first takes one more barrier if the count is odd), and reads every wave's dword only after
+//   an odd count: writes and reads are always a barrier apart, so every wave reads the same
+//   values and makes the same decision;
+// - after an odd release n, the unit is done when every dword holds a count in [start, n), start
+//   being the count when the unit began (values from earlier units are below it); else the wave
+//   takes one more barrier and waits again.
+// The whole meeting costs one or two barriers past the last wave's arrival.
+void emit_unit_sync(Kernel& k, SReg nbar, SReg unit_start, SReg tmp) {
+  Builder& b = k.b;
+  const uint32_t base = uint32_t(k.g.unit_sync_offset);
+  VReg addr = k.sync_v.sub(0, 1), val = k.sync_v.sub(1, 1);
+  b.bind(k.unit_end);
+  b.set_lds_access_regions(0xff);
+  b.s_mov_exec(Imm(-1));  // a role may end with lanes off
+  Label even = b.new_label("unit_sync_even"), wait = b.new_label("unit_sync_wait"), done = b.new_label("unit_done");
+  b.s_and_b32(tmp, nbar, Imm(1));
+  b.s_cbranch_scc0(even);
+  b.s_barrier();
+  b.bind(even);
+  b.v_lshrrev_b32(addr, Imm(6), b.workitem_ids());  // this wave's dword
+  b.v_lshlrev_b32(addr, Imm(2), addr);
+  b.v_add_u32(addr, Imm(base), addr);
+  b.v_mov_b32(val, nbar);
+  b.ds_write_b32(addr, val);
+  b.bind(wait);
+  b.s_barrier();                                     // an odd count: read every wave's dword
+  b.v_and_b32(addr, Imm(63), b.workitem_ids());      // lane l reads wave min(l, waves - 1)'s
+  b.v_min_u32(addr, Imm(k.g.waves() - 1), addr);
+  b.v_lshlrev_b32(addr, Imm(2), addr);
+  b.v_add_u32(addr, Imm(base), addr);
+  b.ds_read_b32(val, addr);
+  b.v_sub_u32(val, val, unit_start);                 // counts of this unit: [0, nbar - start)
+  b.s_sub_u32(tmp, nbar, unit_start);
+  b.s_sub_u32(tmp, tmp, Imm(1));
+  b.v_cmp_lt_u32(vcc, tmp, val);                     // lanes whose wave has not arrived
+  b.s_cbranch_vccz(done);
+  b.s_barrier();
+  b.s_branch(wait);
+  b.bind(done);
+  b.s_mov_b32(unit_start, nbar);
+}
+
+// Kernel arguments and the launch header, then the persistent walk over the work units: each
+// unit's entry (8 int32), the loop counts and the wave's role; the roles' code; the meeting point.
 void emit_kernel(Kernel& k) {
   Builder& b = k.b;
   auto& ra = b.regs();
@@ -41,23 +93,43 @@ void emit_kernel(Kernel& k) {
   b.s_load_dwordx8(k.args.sub(8, 8), b.kernarg_ptr(), 32);
   b.s_load_dwordx4(k.args.sub(16, 4), b.kernarg_ptr(), 64);
   b.s_load_dwordx2(k.args.sub(20, 2), b.kernarg_ptr(), 80);
-  // The launch's header (abi::LaunchHeader): the grid is the plan's capacity, and workgroups
-  // past this step's unit count exit at once (every wave alike, before any barrier).
-  SReg header = ra.sgpr(2, "launch_header", 2);
-  static_assert(abi::launch_header::count == 0 && abi::launch_header::entries_offset == 1, "one x2 load");
-  b.s_load_dwordx2(header, k.ptr(mla_decode_args::work), 0);
-  Label has_unit = b.new_label("has_unit");
-  b.s_cmp_lt_u32(b.workgroup_id(0), header[0]);
+  // The launch's header (abi::LaunchHeader): this workgroup takes units x, x + stride, ... below
+  // count; every wave alike (the same x and count), so all of them leave the loop together.
+  SReg header = ra.sgpr(3, "launch_header", 2);
+  static_assert(abi::launch_header::count == 0 && abi::launch_header::entries_offset == 1 &&
+                    abi::launch_header::stride == 2,
+                "one x2 and one x1 load");
+  b.s_load_dwordx2(header.sub(0, 2), k.ptr(mla_decode_args::work), 0);
+  b.s_load_dword(header[2], k.ptr(mla_decode_args::work), 8);
+  SReg x = ra.sgpr(1, "unit_index"), nbar = ra.sgpr(1, "barriers"), unit_start = ra.sgpr(1, "unit_barriers");
+  SReg sync_tmp = ra.sgpr(1, "barrier_scc");
+  b.s_mov_b32(x, b.workgroup_id(0));
+  b.s_mov_b32(nbar, Imm(0));
+  b.s_mov_b32(unit_start, Imm(0));
+  b.count_barriers(nbar, sync_tmp);
+  k.unit_end = b.new_label("unit_end");
+  // Two VGPRs the meeting point uses; every VGPR but v0 is dead there, so the roles reuse them.
+  k.sync_v = ra.vgpr(2, "unit_sync");
+  {  // this wave's arrival dword: no count yet (~0 is outside every unit's range)
+    b.v_lshrrev_b32(k.sync_v[0], Imm(6), b.workitem_ids());
+    b.v_lshlrev_b32(k.sync_v[0], Imm(2), k.sync_v[0]);
+    b.v_add_u32(k.sync_v[0], Imm(uint32_t(k.g.unit_sync_offset)), k.sync_v[0]);
+    b.v_mov_b32(k.sync_v[1], Imm(-1));
+    b.ds_write_b32(k.sync_v[0], k.sync_v[1]);
+  }
+  ra.release(k.sync_v);
+  Label next_unit = b.new_label("next_unit"), has_unit = b.new_label("has_unit");
+  b.bind(next_unit);
+  b.s_cmp_lt_u32(x, header[abi::launch_header::count]);
   b.s_cbranch_scc1(has_unit);
   b.s_endpgm();
   b.bind(has_unit);
   SReg uaddr = ra.sgpr(2, "unit_addr");
   static_assert(abi::work_unit::dwords == 8, "one s_load_dwordx8 per work unit");
-  b.s_lshl_b32(uaddr[0], b.workgroup_id(0), Imm(5));
-  b.s_add_u32(uaddr[0], header[1], uaddr[0]);
+  b.s_lshl_b32(uaddr[0], x, Imm(5));
+  b.s_add_u32(uaddr[0], header[abi::launch_header::entries_offset], uaddr[0]);
   b.s_add_u32(uaddr[0], k.ptr(mla_decode_args::work)[0], uaddr[0]);
   b.s_addc_u32(uaddr[1], k.ptr(mla_decode_args::work)[1], Imm(0));
-  ra.release(header);
   k.unit = ra.sgpr(8, "work_unit");
   b.s_load_dwordx8(k.unit, uaddr, 0);
   ra.release(uaddr);
@@ -84,20 +156,26 @@ void emit_kernel(Kernel& k) {
   b.v_and_b32(k.lane, Imm(63), b.workitem_ids());
   ra.release(tmp);
   k.iter = ra.sgpr(1, "tile_iter");
-  if (k.g.consumer_dma) return emit_wide_prefix(k);  // no producer wave: every wave streams and computes
-  Label consumer = b.new_label("consumer");
-  b.s_cmp_lg_u32(k.wave, Imm(0));
-  b.s_cbranch_scc1(consumer);
-  emit_producer(k);
-  b.bind(consumer);
-  if (k.g.producers == 2) {  // the last wave is the second producer (MlaGeometry::producers)
-    Label consumers = b.new_label("consumers");
-    b.s_cmp_lg_u32(k.wave, Imm(k.g.consumers + 1));
-    b.s_cbranch_scc1(consumers);
-    emit_producer_dma(k, 1);
-    b.bind(consumers);
+  if (k.g.consumer_dma) {
+    emit_wide_prefix(k);  // no producer wave: every wave streams and computes
+  } else {
+    Label consumer = b.new_label("consumer");
+    b.s_cmp_lg_u32(k.wave, Imm(0));
+    b.s_cbranch_scc1(consumer);
+    emit_producer(k);
+    b.bind(consumer);
+    if (k.g.producers == 2) {  // the last wave is the second producer (MlaGeometry::producers)
+      Label consumers = b.new_label("consumers");
+      b.s_cmp_lg_u32(k.wave, Imm(k.g.consumers + 1));
+      b.s_cbranch_scc1(consumers);
+      emit_producer_dma(k, 1);
+      b.bind(consumers);
+    }
+    emit_consumer(k);
   }
-  emit_consumer(k);
+  emit_unit_sync(k, nbar, unit_start, sync_tmp);
+  b.s_add_u32(x, x, header[abi::launch_header::stride]);
+  b.s_branch(next_unit);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ void Consumer::emit() {
   b.v_add_f32(lrun, lrun, tt);
   if (g.kv_splits > 1) merge_splits();
   epilogue();
-  b.s_endpgm();
+  k_.end_unit();
 }
 
 // The SGPR constants the phases ask for with K() (v_perm selectors, the Q copy's divider,

@@ -324,10 +324,10 @@ void Consumer::row_div_heads(VReg d, VReg row_reg) {
 // Q region; lane-major, so every lane reads back its own) and split 0 folds them in:
 // m' = max(m0, ms), a = exp2(m0 - m'), b = exp2(ms - m'), l' = a l0 + b ls, O' = a O0 + b Os.
 // Writer w = row block * (S-1) + split - 1 uses region w % F in round w / F, F = regions
-// that fit; a writer ends after its round's first barrier, and a second barrier keeps the
-// next round's writers off the regions until split 0 has read them. (S_BARRIER: "if some
-// waves in the threadgroup have already terminated, this waits on only the surviving waves",
-// AMD CDNA3 ISA; the producer ends early the same way.)
+// that fit; a writer leaves for the unit's meeting point after its round's first barrier (it
+// takes part in the later barriers there: mla_decode.cpp, emit_unit_sync), and a second barrier
+// keeps the next round's writers off the regions until split 0 has read them. The producer
+// leaves for the meeting point after its ring the same way.
 void Consumer::merge_splits() {
   const VReg tmp = kop, t0 = tt, t1 = tsum;
   const int S = g.kv_splits, R = g.merge_bytes, o_bytes = kRowsPerWave * kMlaVDim * 4;
@@ -365,7 +365,7 @@ void Consumer::merge_splits() {
     b.ds_write_b32(t0, mrun, uint32_t(o_bytes));
     b.ds_write_b32(t0, lrun, uint32_t(o_bytes + 256));
     b.s_barrier();
-    b.s_endpgm();
+    k_.end_unit();
 
     b.bind(not_writer);
     b.s_barrier();

@@ -52,6 +52,11 @@ struct Kernel {
 
   SReg args, unit, ntiles, nslots, wave, iter;
   SReg q_scale, kv_scale;  // the f32 values behind the q_scale / kv_scale arguments
+  // Where every wave goes when its part of the unit is done (end_unit), and the two VGPRs the
+  // meeting point there uses (mla_decode.cpp, emit_unit_sync).
+  Label unit_end;
+  VReg sync_v;
+  void end_unit() { b.s_branch(unit_end); }
   VReg lane;
   // SGPR constants (VOP3 operands take no literal on gfx9), requested where they are used with
   // K(). The kernel is emitted twice (build_mla_decode): the first emission only learns which

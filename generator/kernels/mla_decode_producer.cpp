@@ -296,7 +296,7 @@ class Producer {
     }
     b.s_cbranch_scc1(loop);
     b.bind(done);
-    b.s_endpgm();
+    k_.end_unit();
   }
 
   void release() {

@@ -297,7 +297,7 @@ class DmaProducer {
     }
     b.s_cbranch_scc1(loop);
     b.bind(done);
-    b.s_endpgm();  // the waitcnt pass drains the DMA still in flight first
+    k_.end_unit();  // the meeting point's barriers wait for the DMA still in flight
   }
 
   void release() {

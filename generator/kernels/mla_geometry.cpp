@@ -33,6 +33,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"lds_row_bytes", lds_row_bytes},
           {"slot_bytes", slot_bytes},
           {"lds_bytes", lds_bytes},
+          {"unit_sync_offset", unit_sync_offset},
           {"split_pv", split_pv},
           {"blocks_per_wave", blocks_per_wave},
           {"consumer_dma", consumer_dma},
@@ -335,6 +336,17 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
 
 bool wide_prefix_fits(const KernelSpec& s) { return wide_shape(s, target(s.arch)); }
 
+namespace {
+// Places the persistent walk's per-wave arrival dwords after the layout.
+MlaGeometry with_unit_sync(MlaGeometry g, const KernelSpec& s, const Target& t) {
+  g.unit_sync_offset = (g.lds_bytes + 15) & ~15;
+  if (uint32_t(g.lds_alloc_bytes()) > t.lds_bytes)
+    throw std::invalid_argument(fmt::format("{} ({}): LDS layout of {} bytes and {} arrival dwords exceed the target's {}",
+                                            s.name(), t.name, g.lds_bytes, g.waves(), t.lds_bytes));
+  return g;
+}
+}  // namespace
+
 MlaGeometry mla_geometry(const KernelSpec& s) {
   if (s.prefix_rows != 0 && (s.kind != KernelKind::MlaPrefix || s.prefix_rows != kWidePrefixRows))
     throw std::invalid_argument(fmt::format("{}: prefix_rows = {} (allowed: 0, or {} for a prefix kernel)", s.name(),
@@ -347,8 +359,8 @@ MlaGeometry mla_geometry(const KernelSpec& s) {
   // largest |q| in [64, 128) (see mla_decode.cpp, split_q). The split needs Q in LDS; where that
   // does not fit (3 row blocks on gfx942), Q stays bf16 and K is widened.
   if (s.q_dtype == DType::bf16 && s.kv_dtype == DType::fp8 && !t.has_cvt_pk_bf16_fp8)
-    if (auto g = geometry_for(s, true)) return *g;
-  if (auto g = geometry_for(s, false)) return *g;
+    if (auto g = geometry_for(s, true)) return with_unit_sync(*g, s, t);
+  if (auto g = geometry_for(s, false)) return with_unit_sync(*g, s, t);
   throw std::invalid_argument(
       fmt::format("{} ({}): no LDS layout fits the target's {} bytes", s.name(), t.name, t.lds_bytes));
 }

@@ -102,6 +102,11 @@ struct MlaGeometry {
   // last 64-lane load of a tile writes past the tile's rows, which no wave reads.
   int slot_bytes = 0;
   int lds_bytes = 0;       // ring * slot_bytes + q_region_bytes
+  // The persistent walk's meeting point (mla_decode.cpp, "Persistent walk"): one dword per wave
+  // after the layout above, 16-byte aligned. The workgroup allocates lds_alloc_bytes().
+  int unit_sync_offset = 0;
+  int waves() const { return workgroup_size / 64; }
+  int lds_alloc_bytes() const { return unit_sync_offset + 4 * waves(); }
   std::string qk_mfma, pv_mfma;
   int qk_k = 0, pv_k = 0;  // K of each MFMA (qk: of the first, widest QK block)
   std::vector<QkBlock> qk_blocks;  // covering k = 0..575

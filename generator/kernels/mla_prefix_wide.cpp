@@ -625,7 +625,7 @@ class Wide {
     b.s_cbranch_scc1(loop);
     b.bind(done);
     if (n > 0) epilogue(n);
-    b.s_endpgm();
+    k_.end_unit();
     if (n > 0) {  // out of line: a tile where some row's max moved
       b.bind(slow);
       rescale(n);

@@ -47,6 +47,14 @@ Inst& Builder::emit(std::string_view mnemonic, std::initializer_list<Operand> ds
 
 void Builder::comment(std::string text) { pending_comment_ = std::move(text); }
 
+void Builder::s_barrier_publishing(uint8_t dma_regions) {
+  emit("s_barrier", {}, {}).dma_regions = dma_regions;
+  if (barrier_counter_.count == 0) return;
+  s_cselect_b32(barrier_scratch_, Imm(1), Imm(0));  // SCC, saved
+  s_add_u32(barrier_counter_, barrier_counter_, Imm(1));
+  s_cmp_lg_u32(barrier_scratch_, Imm(0));           // SCC, restored
+}
+
 void Builder::check_width(std::string_view what, int got, int want, const char* operand) {
   if (got != want)
     throw std::invalid_argument(

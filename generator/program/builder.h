@@ -73,10 +73,14 @@ class Builder {
   void s_cbranch_vccz(Label l) { branch("s_cbranch_vccz", l); }
   void s_cbranch_vccnz(Label l) { branch("s_cbranch_vccnz", l); }
   void s_cbranch_execz(Label l) { branch("s_cbranch_execz", l); }
-  void s_barrier() { emit("s_barrier", {}, {}); }
+  void s_barrier() { s_barrier_publishing(0xff); }
   // A barrier after which the other waves read only these LDS-DMA regions of this wave's
   // (Inst::dma_regions): the waitcnt pass leaves DMA into the other regions in flight.
-  void s_barrier_publishing(uint8_t dma_regions) { emit("s_barrier", {}, {}).dma_regions = dma_regions; }
+  void s_barrier_publishing(uint8_t dma_regions);
+  // From here on, every s_barrier is followed by counter += 1, with SCC preserved through
+  // `scratch` (a barrier may sit between an s_cmp and its branch). A persistent kernel counts its
+  // barriers so that waves that finish a work unit early can meet the others (mla_decode.cpp).
+  void count_barriers(SReg counter, SReg scratch) { barrier_counter_ = counter, barrier_scratch_ = scratch; }
   void s_endpgm() { emit("s_endpgm", {}, {}); }
   // The LDS-DMA regions the following ds_read / ds_write may touch (Inst::dma_regions; default
   // all): the waitcnt pass makes an LDS access wait for this wave's DMA into those regions only.
@@ -234,6 +238,7 @@ class Builder {
   VReg v0_;
   std::string pending_comment_;
   uint8_t lds_access_regions_ = 0xff;
+  SReg barrier_counter_, barrier_scratch_;  // count == 0: barriers are not counted
 };
 
 }  // namespace mla::gen

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   CLI::App app{"mlagen: generate MLA decode kernels for gfx942 / gfx950 from shape configs"};
   app.require_subcommand(1);
 
-  auto* build = app.add_subcommand("build", "Build the catalog (hsa/<gfx>/mla/*.co, mla_asm.csv, catalog.json)");
+  auto* build = app.add_subcommand("build", "Build the catalog (hsa/<gfx>/mla/*.co, catalog.json, mlagen_kernels.csv)");
   std::vector<std::string> build_configs;
   std::string out = "out";
   int jobs = int(std::max(1u, std::thread::hardware_concurrency()));

@@ -4,12 +4,24 @@
     o, lse = mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices,
                             kv_last_page_lens, max_seqlen_q, page_size=1, sm_scale=scale)
 
-MlaDecodeMetadata holds a plan + workspace for graph capture (see its docstring). Environment:
-MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime.so), MLA_CATALOG_DIR (default
-<repo>/out), MLA_EMULATOR_TARGET for CPU tensors (default gfx950).
+MlaDecodeMetadata holds a plan + workspace for graph capture (see its docstring);
+get_mla_metadata_info / get_mla_metadata split it as aiter's get_mla_metadata_info_v1 /
+get_mla_metadata_v1. merge_attn_states has vLLM's contract. With torch installed, importing the
+package registers torch.ops.mla_decode.decode_fwd (ops.py). docs/engines.md shows the engines'
+calls. Environment: MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime.so),
+MLA_CATALOG_DIR (default <repo>/out), MLA_EMULATOR_TARGET for CPU tensors (default gfx950).
 """
 from ._capi import MlaError, MlaInputError
-from .decode import MlaDecodeMetadata, mla_decode_fwd
+from .decode import MlaDecodeMetadata, get_mla_metadata, get_mla_metadata_info, mla_decode_fwd
 from .merge import merge_attn_states
 
-__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "merge_attn_states", "MlaError", "MlaInputError"]
+__all__ = ["mla_decode_fwd", "MlaDecodeMetadata", "get_mla_metadata_info", "get_mla_metadata", "merge_attn_states",
+           "MlaError", "MlaInputError"]
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:  # NumPy-only use: no registered op
+    _torch = None
+if _torch is not None:
+    from . import ops  # noqa: F401  registers torch.ops.mla_decode.decode_fwd
+    __all__.append("ops")

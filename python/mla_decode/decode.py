@@ -5,9 +5,11 @@ objects on the CPU; target $MLA_EMULATOR_TARGET, default gfx950), torch GPU tens
 HIP backend by data_ptr() on the current stream. Catalog: $MLA_CATALOG_DIR, default <repo>/out.
 """
 import ctypes
+import itertools
 import math
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -70,21 +72,40 @@ def _catalog_dir(catalog_dir):
     return catalog_dir or os.environ.get("MLA_CATALOG_DIR") or C.DEFAULT_CATALOG
 
 
-def _runtime_for(device, catalog_dir=None):
-    """The cached runtime of a device: "cpu" (emulator) or "cuda:N" (HIP device N)."""
+EMULATOR_TARGETS = ("gfx942", "gfx950")
+
+
+def _runtime_key(device, catalog_dir=None, emulator_target=None):
+    """Everything that decides which runtime (device, target, catalog) a call runs on: the key of
+    every Python-side cache (runtimes, the internal metadata of calls without one)."""
     catalog = os.path.abspath(_catalog_dir(catalog_dir))
     if device == "cpu":
-        key = ("emulator", os.environ.get("MLA_EMULATOR_TARGET") or "gfx950", catalog)
-        args = (C.MLA_BACKEND_EMULATOR, 0, key[1], catalog)
-    elif device.startswith("cuda:"):
-        key = ("hip", int(device.split(":")[1]), catalog)
-        args = (C.MLA_BACKEND_HIP, key[1], None, catalog)
+        target = emulator_target or os.environ.get("MLA_EMULATOR_TARGET") or "gfx950"
+        if target not in EMULATOR_TARGETS:
+            source = "emulator_target" if emulator_target else "MLA_EMULATOR_TARGET"
+            raise ValueError(f"{source}: got '{target}'; allowed {' or '.join(EMULATOR_TARGETS)}")
+        return ("emulator", target, catalog)
+    if device.startswith("cuda:"):
+        if emulator_target is not None:
+            raise ValueError(f"emulator_target: given ('{emulator_target}') for tensors on {device}; it applies to "
+                             f"CPU tensors only (a GPU runs its own target)")
+        return ("hip", int(device.split(":")[1]), catalog)
+    raise ValueError(f"device: '{device}' is not supported; use CPU tensors / NumPy (emulator) or "
+                     f"ROCm GPU tensors (HIP)")
+
+
+def _runtime_for(device, catalog_dir=None, emulator_target=None):
+    """The cached runtime of a device: "cpu" (emulator, target emulator_target or
+    $MLA_EMULATOR_TARGET or gfx950) or "cuda:N" (HIP device N)."""
+    key = _runtime_key(device, catalog_dir, emulator_target)
+    if key[0] == "emulator":
+        args = (C.MLA_BACKEND_EMULATOR, 0, key[1], key[2])
     else:
-        raise ValueError(f"device: '{device}' is not supported; use CPU tensors / NumPy (emulator) or "
-                         f"ROCm GPU tensors (HIP)")
+        args = (C.MLA_BACKEND_HIP, key[1], None, key[2])
     with _runtimes_lock:
         if key not in _runtimes:
             _runtimes[key] = _Runtime(*args)
+            _runtimes[key].key = key
         return _runtimes[key]
 
 
@@ -96,6 +117,60 @@ def _device_name(device):
     if text == "cuda":
         return "cuda:0"
     return text
+
+
+# fp8 formats by name: the flavour of e4m3 a tensor's bits are in.
+FP8_FORMATS = {"e4m3fnuz": "float8_e4m3fnuz", "e4m3fn": "float8_e4m3fn",
+               "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e4m3fn": "float8_e4m3fn"}
+# Byte values that are NaN in a target's flavour but numbers in the other one: q holding one is
+# q in the other flavour (a NaN is never a valid query).
+_FP8_NAN_BYTES = {"float8_e4m3fnuz": (0x80,), "float8_e4m3fn": (0x7F, 0xFF)}
+
+
+def _fp8_format_name(fp8_format):
+    """"float8_e4m3fn[uz]" from "e4m3fn[uz]", "float8_e4m3fn[uz]" or a torch dtype; None stays None."""
+    if fp8_format is None:
+        return None
+    text = str(fp8_format).replace("torch.", "")
+    if text not in FP8_FORMATS:
+        raise ValueError(f"fp8_format: got {fp8_format!r}; allowed 'e4m3fnuz' (gfx942), 'e4m3fn' (gfx950), "
+                         f"or the matching torch float8 dtype")
+    return FP8_FORMATS[text]
+
+
+def _check_fp8_flavour(tensors, target, fp8_format):
+    """fp8 inputs against the flavour the target's instructions read (gfx942 e4m3fnuz, gfx950
+    e4m3fn): a torch float8 dtype must be that flavour; raw uint8 bits are taken to be in
+    fp8_format (default: the target's), which must be the target's; q in raw bits on the host is
+    also scanned for a byte that is NaN in the target's flavour (the other flavour's -0 or
+    +-240/448). Returns nothing; raises TypeError / ValueError naming the argument."""
+    want = FP8_FLAVOUR.get(target)
+    if want is None:
+        return
+    given = _fp8_format_name(fp8_format)
+    short = {v: k for k, v in FP8_FORMATS.items() if not k.startswith("float8")}
+    if given is not None and given != want:
+        raise ValueError(f"fp8_format: '{short[given]}', but {target} reads fp8 as {short[want]} "
+                         f"(gfx942: e4m3fnuz, gfx950: e4m3fn); convert the values to {short[want]} first "
+                         f"(the same bits would be read as other numbers)")
+    for t in tensors:
+        if t.dtype.startswith("float8") and t.dtype != want:
+            raise TypeError(f"{t.name}: dtype torch.{t.dtype}, but {target} reads fp8 as {want}; convert it "
+                            f"(.to(torch.float32).to(torch.{want})) or run on the target whose flavour it is")
+        if t.name == "q" and t.dtype in ("uint8", "float8_e4m3fn", "float8_e4m3fnuz") and t.on_cpu:
+            bits = t.obj.view(np.uint8) if t.kind == "numpy" else t.obj.detach().view(_torch_uint8()).numpy()
+            for b in _FP8_NAN_BYTES[want]:
+                hit = np.flatnonzero(bits.reshape(-1) == b)
+                if hit.size:
+                    where = list(np.unravel_index(int(hit[0]), bits.shape))
+                    other = "e4m3fn" if want == "float8_e4m3fnuz" else "e4m3fnuz"
+                    raise ValueError(f"q: byte 0x{b:02X} at {where} is NaN in {short[want]}, the fp8 {target} reads, "
+                                     f"but a number in {other}: are these {other} bits? Convert them to "
+                                     f"{short[want]} (fp8_format names the flavour of raw uint8 bits)")
+
+
+def _torch_uint8():
+    return __import__("torch").uint8
 
 
 def _dtype_name(dtype, name):
@@ -117,6 +192,30 @@ def _dtype_name(dtype, name):
 
 # ---- the plan + workspace of one shape at one capacity ----------------------------------------
 
+# Integer handles of live MlaDecodeMetadata objects, for the registered op (ops.py), whose schema
+# can carry tensors and scalars only. A handle is never reused in a process (a stale one is an
+# error, never another object's plan); the registry holds weak references.
+_handles = weakref.WeakValueDictionary()
+_handle_counter = itertools.count(1)
+_handle_lock = threading.Lock()
+
+
+def _register(meta):
+    with _handle_lock:
+        h = next(_handle_counter)
+        _handles[h] = meta
+        return h
+
+
+def metadata_from_handle(handle):
+    """The live MlaDecodeMetadata of `handle` (its .handle), or ValueError."""
+    m = _handles.get(int(handle))
+    if m is None or getattr(m, "_plan", None) is None:
+        raise ValueError(f"metadata_handle: {handle} names no live MlaDecodeMetadata (closed, collected, or never "
+                         f"made in this process); pass the .handle of one, or 0 for none")
+    return m
+
+
 class MlaDecodeMetadata:
     """A plan and its workspace for one decode shape, made once per capacity (aiter's
     get_mla_metadata_info_v1 + buffers); update() plans each step on the host (aiter's
@@ -128,17 +227,22 @@ class MlaDecodeMetadata:
     max_total_tokens bounds the sum of kv lengths of a batch (0: no bound, a larger workspace).
     allow_padding: accept a kernel with more heads / query rows than the shape (MLA_SELECT_ALLOW_PADDING;
     `note` says what was chosen); otherwise a shape without an exact kernel is an MlaInputError.
+    emulator_target: for CPU tensors, 'gfx942' or 'gfx950' (default $MLA_EMULATOR_TARGET, else gfx950).
+    .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
+    get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
-                 logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False):
+                 logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
+                 emulator_target=None):
         self.max_batch, self.qseqlen, self.heads = int(max_batch), int(max_seqlen_q), int(num_heads)
         self.q_dtype, self.kv_dtype = _dtype_name(q_dtype, "q_dtype"), _dtype_name(kv_dtype, "kv_dtype")
         self.page_size, self.return_lse, self.logit_cap = int(page_size), bool(return_lse), bool(logit_cap)
         self.max_total_tokens = int(max_total_tokens)
         self.device = _device_name(device)
-        self.runtime = _runtime_for(self.device, catalog_dir)
+        self.runtime = _runtime_for(self.device, catalog_dir, emulator_target)
         self.batch = 0  # requests of the last update()
+        self.handle = _register(self)  # for the registered op (ops.py): an int the schema can carry
         self._plan = ctypes.c_void_p()
         self._workspace = 0
         L = C.lib()
@@ -193,17 +297,29 @@ class MlaDecodeMetadata:
             C.check(C.MLA_ERROR_INVALID_ARGUMENT, "mla_plan_describe_json")
         return text.decode()
 
-    def update(self, qo_indptr, kv_indptr, kv_last_page_lens, kv_indices=None, prefix_groups=None,
-               detect_shared_prefixes=False, q_scale=1.0, kv_scale=1.0):
+    def update(self, qo_indptr=None, kv_indptr=None, kv_last_page_lens=None, kv_indices=None, prefix_groups=None,
+               detect_shared_prefixes=False, q_scale=1.0, kv_scale=1.0, *, seq_lens=None):
         """Plans one batch on the host from aiter's index tensors (host copies are taken: pass the
         CPU copies the engine holds; a GPU tensor synchronises) and uploads the step's tables into
-        the workspace (one stream-ordered copy on the current stream). Shared prefixes:
+        the workspace (one stream-ordered copy on the current stream). Instead of the three index
+        tensors, seq_lens (keyword): the kv length of each request, int32 [batch] (vLLM's
+        seq_lens_cpu, SGLang's seq_lens_cpu, ATOM's context lengths in numpy), every request
+        having max_seqlen_q query rows; 0 is a request with no KV. Shared prefixes:
         `prefix_groups`, a list of (first, count, shared_tokens) for consecutive requests that
         share their first shared_tokens tokens (the same page ids), or detect_shared_prefixes=True
         to find them in kv_indices. q_scale / kv_scale (Python numbers): the host scales the
         kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device."""
-        kv_lens, _ = _kv_lens(Tensor(qo_indptr, "qo_indptr"), Tensor(kv_indptr, "kv_indptr"),
-                              Tensor(kv_last_page_lens, "kv_last_page_lens"), self.qseqlen, self.page_size)
+        if seq_lens is not None:
+            if any(a is not None for a in (qo_indptr, kv_indptr, kv_last_page_lens)):
+                raise ValueError("seq_lens: given with qo_indptr / kv_indptr / kv_last_page_lens; pass one or the other")
+            kv_lens = _seq_lens(Tensor(seq_lens, "seq_lens"), self.qseqlen)
+        else:
+            missing = [n for n, a in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
+                                      ("kv_last_page_lens", kv_last_page_lens)) if a is None]
+            if missing:
+                raise ValueError(f"{missing[0]}: missing; pass qo_indptr, kv_indptr and kv_last_page_lens, or seq_lens=")
+            kv_lens, _ = _kv_lens(Tensor(qo_indptr, "qo_indptr"), Tensor(kv_indptr, "kv_indptr"),
+                                  Tensor(kv_last_page_lens, "kv_last_page_lens"), self.qseqlen, self.page_size)
         self._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, q_scale, kv_scale)
 
     def _upload(self, q_scale, kv_scale):
@@ -306,6 +422,49 @@ def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
     return lens.astype(np.int32), int(kvp[-1])
 
 
+def _seq_lens(seq_lens, qseqlen):
+    """kv lengths from an engine's host copy of seq_lens (int32, [batch])."""
+    lens = seq_lens.host_int32()
+    if np.any(lens < 0):
+        b = int(np.nonzero(lens < 0)[0][0])
+        raise ValueError(f"seq_lens: request {b} has {lens[b]}; allowed 0 (no KV) or >= max_seqlen_q = {qseqlen}")
+    short = (lens > 0) & (lens < qseqlen)
+    if np.any(short):
+        b = int(np.nonzero(short)[0][0])
+        raise ValueError(f"seq_lens: request {b} has {lens[b]} tokens, fewer than max_seqlen_q = {qseqlen} "
+                         f"(the step's own rows are in the cache; 0: a request with no KV)")
+    return np.ascontiguousarray(lens, dtype=np.int32)
+
+
+def get_mla_metadata_info(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, *, page_size=1, return_lse=False,
+                          logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
+                          emulator_target=None):
+    """Once per capacity, where an engine calls aiter's get_mla_metadata_info_v1 and allocates
+    the buffers it sizes: selects the kernels and allocates the plan's fixed buffers (the
+    workspace, sized by max_batch and max_total_tokens). Returns the MlaDecodeMetadata that owns
+    them; pass it to get_mla_metadata() every step and to mla_decode_fwd(metadata=) (or its
+    .handle to the registered op). .workspace_bytes and .plan_info() give the sizes and grids."""
+    return MlaDecodeMetadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=page_size,
+                             return_lse=return_lse, logit_cap=logit_cap, max_total_tokens=max_total_tokens,
+                             device=device, catalog_dir=catalog_dir, allow_padding=allow_padding,
+                             emulator_target=emulator_target)
+
+
+def get_mla_metadata(metadata, qo_indptr=None, kv_indptr=None, kv_last_page_lens=None, *, seq_lens=None,
+                     kv_indices=None, prefix_groups=None, detect_shared_prefixes=False, q_scale=1.0, kv_scale=1.0):
+    """Every step, where an engine calls aiter's get_mla_metadata_v1: fills the fixed buffers of
+    `metadata` (get_mla_metadata_info's result) for this batch from the CPU copies the engine
+    holds, either seq_lens (kv length per request) or aiter's qo_indptr / kv_indptr /
+    kv_last_page_lens. Plans on the host (microseconds) and uploads one stream-ordered copy; the
+    decode calls that follow only launch. MlaDecodeMetadata.update() does the work."""
+    if not isinstance(metadata, MlaDecodeMetadata):
+        raise TypeError(f"metadata: expected the MlaDecodeMetadata of get_mla_metadata_info(), got "
+                        f"{type(metadata).__name__}")
+    metadata.update(qo_indptr, kv_indptr, kv_last_page_lens, kv_indices=kv_indices, prefix_groups=prefix_groups,
+                    detect_shared_prefixes=detect_shared_prefixes, q_scale=q_scale, kv_scale=kv_scale,
+                    seq_lens=seq_lens)
+
+
 def _stream_of(runtime, device):
     """The stream an upload goes on: the current torch stream of a GPU device, else none."""
     if runtime.is_emulator:
@@ -335,8 +494,11 @@ _cached_metadata = {}
 _cached_lock = threading.Lock()
 
 
-def _cached_for(runtime_device, catalog_dir, shape_key, allow_padding, batch, total_tokens):
-    key = (runtime_device, os.path.abspath(_catalog_dir(catalog_dir)), shape_key, allow_padding)
+def _cached_for(runtime, catalog_dir, shape_key, allow_padding, batch, total_tokens):
+    # The runtime's key names device, emulator target and catalog: all that changes the answer.
+    key = (runtime.key, shape_key, allow_padding)
+    runtime_device = "cpu" if runtime.key[0] == "emulator" else f"cuda:{runtime.key[1]}"
+    emulator_target = runtime.key[1] if runtime.key[0] == "emulator" else None
     with _cached_lock:
         m = _cached_metadata.get(key)
         if m is None or m.max_batch < batch or m.max_total_tokens < total_tokens:
@@ -348,7 +510,8 @@ def _cached_for(runtime_device, catalog_dir, shape_key, allow_padding, batch, to
                 m.close()
             m = MlaDecodeMetadata(new_batch, qseqlen, heads, q_dtype, kv_dtype, page_size=page_size,
                                   return_lse=lse, logit_cap=cap, max_total_tokens=new_tokens,
-                                  device=runtime_device, catalog_dir=catalog_dir, allow_padding=allow_padding)
+                                  device=runtime_device, catalog_dir=runtime.key[2], allow_padding=allow_padding,
+                                  emulator_target=emulator_target)
             _cached_metadata[key] = m
         return m
 
@@ -392,6 +555,8 @@ def mla_decode_fwd(
     detect_shared_prefixes=False,
     catalog_dir=None,
     allow_padding=False,
+    fp8_format=None,
+    emulator_target=None,
 ):
     """MLA decode with aiter's arguments (aiter/mla.py mla_decode_fwd): writes o, returns (o, lse).
 
@@ -414,7 +579,10 @@ def mla_decode_fwd(
     Keyword-only: metadata (an MlaDecodeMetadata already update()d for this batch: nothing is
     planned, read back or allocated), lse, prefix_groups / detect_shared_prefixes (as in
     MlaDecodeMetadata.update; without metadata), catalog_dir, allow_padding (run a shape without
-    an exact kernel on one with more heads / query rows: the C API's MLA_SELECT_ALLOW_PADDING).
+    an exact kernel on one with more heads / query rows: the C API's MLA_SELECT_ALLOW_PADDING),
+    fp8_format (the e4m3 flavour of fp8 given as raw uint8 bits: 'e4m3fnuz' or 'e4m3fn'; default
+    the target's, gfx942 e4m3fnuz, gfx950 e4m3fn; another flavour is refused, see docs/engines.md),
+    emulator_target (CPU tensors: 'gfx942' or 'gfx950'; default $MLA_EMULATOR_TARGET, else gfx950).
     """
     qt, kvt, ot = Tensor(q, "q"), Tensor(kv_buffer, "kv_buffer"), Tensor(o, "o")
     idx = Tensor(kv_indices, "kv_indices")
@@ -478,12 +646,10 @@ def mla_decode_fwd(
         raise TypeError(f"metadata: expected an MlaDecodeMetadata, got {type(metadata).__name__}")
     if metadata is not None and metadata.device != device:
         raise ValueError(f"metadata: made for device {metadata.device}, but the tensors are on {device}")
-    runtime = metadata.runtime if metadata is not None else _runtime_for(device, catalog_dir)
-    for t in (qt, kvt):
-        want = FP8_FLAVOUR.get(runtime.target)
-        if t.dtype.startswith("float8") and want and t.dtype != want:
-            raise TypeError(f"{t.name}: dtype torch.{t.dtype}, but {runtime.target} reads fp8 as {want} "
-                            f"(or pass the bits as uint8)")
+    if metadata is not None and emulator_target is not None and metadata.runtime.key[1] != emulator_target:
+        raise ValueError(f"emulator_target: '{emulator_target}', but metadata was made for {metadata.runtime.target}")
+    runtime = metadata.runtime if metadata is not None else _runtime_for(device, catalog_dir, emulator_target)
+    _check_fp8_flavour([t for t, kind in ((qt, q_kind), (kvt, kv_kind)) if kind == FP8], runtime.target, fp8_format)
 
     shape_key = (q_kind, kv_kind, heads, qseqlen, page_size, bool(return_lse), logit_cap > 0)
     if metadata is not None:
@@ -538,7 +704,7 @@ def mla_decode_fwd(
     # One lock over planning and launch: a cached plan is shared by every caller of its shape.
     with runtime.lock:
         if plan_meta is None:
-            plan_meta = _cached_for(device, catalog_dir, shape_key, allow_padding, len(kv_lens),
+            plan_meta = _cached_for(runtime, catalog_dir, shape_key, allow_padding, len(kv_lens),
                                     int(kv_lens.sum(dtype=np.int64)))
             plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, args.q_scale, args.kv_scale)
         if runtime.is_emulator:

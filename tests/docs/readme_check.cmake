@@ -23,14 +23,13 @@ foreach(row ${rows})
     message(FATAL_ERROR "${README}: a status row whose kind column says none of measured, modeled, published: ${row}")
   endif()
 endforeach()
-# Local links ([text](path)) point at files of the repository. docs/engines.md comes from issue #32's
-# branch (the Python package's engines page) and is allowed to be missing until it lands.
+# Local links ([text](path)) point at files of the repository.
 get_filename_component(top ${README} DIRECTORY)
 string(REPLACE "](" "<link>" linked "${text}")  # no '[' or ']' in list items: CMake pairs them
 string(REGEX MATCHALL "<link>[^)#:]+\\)" links "${linked}")
 foreach(l ${links})
   string(REGEX REPLACE "^<link>([^)]+)\\)$" "\\1" path "${l}")
-  if(NOT EXISTS ${top}/${path} AND NOT path STREQUAL "docs/engines.md")
+  if(NOT EXISTS ${top}/${path})
     message(FATAL_ERROR "${README}: link to ${path}, which does not exist")
   endif()
 endforeach()

@@ -184,6 +184,52 @@ TEST_CASE("mla e2e: random wave interleaving gives the same bits") {
   }
 }
 
+// The persistent walk (mla_decode.cpp, emit_unit_sync): a grid of 3 workgroups walks every unit
+// of the step, so each workgroup runs several units back to back and its waves meet after each
+// one, whichever wave ends its part first (the producer after its ring, merge writers after
+// their round, split-0 consumers last). Every kernel form: two row blocks with a two-slot ring,
+// four splits with a one-slot ring and a merge in three rounds, two splits, the LDS-DMA prefix
+// kernel with two producers and the wide prefix kernel; under random wave orders. The output
+// matches the reference and, bit for bit, the run with one workgroup per unit.
+TEST_CASE("mla e2e: a persistent grid of 3 workgroups walks every unit, under random wave orders") {
+  struct Run {
+    rt::ProblemParams p;
+    int prefix_rows = 0;
+  };
+  std::vector<Run> runs = {{params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 2, 16, {77, 130, 40}, 21)},
+                           {params(rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1, 16, {300, 45}, 22)},
+                           {params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 1, {300, 45}, 23)}};
+  for (int rows : {0, 192}) {
+    Run r{params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 128, {900, 1000, 1100, 300}, 24), rows};
+    r.p.shared = {{0, 3, 768}};
+    r.p.return_lse = true;
+    runs.push_back(r);
+  }
+  for (const Run& r : runs) {
+    rt::EmulatorRunOptions one;
+    one.num_cus = 8;  // several units per request
+    one.cascade = rt::CascadePolicy::always;
+    auto a = test::run_e2e(r.p, one, {}, r.prefix_rows);
+    check(a);
+    const size_t units = a.result.plan.units.size() + a.result.plan.prefix_units.size();
+    for (uint32_t seed : {0u, 3u}) {
+      rt::EmulatorRunOptions opts = one;
+      opts.persistent_grid = 3;
+      opts.dispatch.random_seed = seed;
+      auto b = test::run_e2e(r.p, opts, {}, r.prefix_rows);
+      INFO(rt::shape_of(b.problem).describe() << ", prefix rows " << r.prefix_rows << ", wave seed " << seed << ", "
+                                              << units << " units");
+      CHECK(units >= 6);
+      CHECK(b.result.decode.workgroups == 3);
+      if (b.result.ran_prefix) CHECK(b.result.prefix.workgroups == 3);
+      CHECK(b.result.ran_prefix == (r.p.shared.size() > 0));
+      check(b);
+      CHECK(a.result.o == b.result.o);
+      CHECK(a.result.lse == b.result.lse);
+    }
+  }
+}
+
 TEST_CASE("mla e2e: each KV byte is read once per unit, and nothing else but indices, Q, work and partials") {
   auto e = test::run_e2e(params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 16, 1, 1, {1000, 333}, 10));
   check(e);

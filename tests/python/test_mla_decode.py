@@ -436,8 +436,10 @@ class TestMerge(Case):
         oa, la = run(a, sm_scale=SCALE, return_lse=True)
         ob, lb = run(b, sm_scale=SCALE, return_lse=True)
         out = np.full_like(p["o"], 0xFFFF)
-        out_lse = np.full(la.shape, np.nan, np.float32)
-        mla_decode.merge_attn_states(out, oa, la, ob, lb, out_lse)
+        out_lse = np.full(la.shape[::-1], np.nan, np.float32)  # vLLM's [heads, tokens]
+        # vLLM's layout: lse [heads, tokens]; mla_decode_fwd's [tokens, heads] goes in transposed.
+        self.assertIsNone(mla_decode.merge_attn_states(out, oa, la.T, ob, lb.T, out_lse))
+        out_lse = out_lse.T
         self.assertClose(out, p, True, out_lse)
         # And exactly the merge of the two halves, computed here in float64 (to bf16 rounding).
         m = np.maximum(la, lb).astype(np.float64)
@@ -455,9 +457,7 @@ class TestMerge(Case):
         l2 = torch.from_numpy(rng.uniform(-3, 3, (5, 3)).astype(np.float32))
         l1[0, 0] = -math.inf  # only the suffix saw tokens: its o comes through unchanged
         out = torch.empty(5, 3, 512, dtype=torch.bfloat16)
-        res, res_lse = mla_decode.merge_attn_states(out, o1, l1, o2, l2)
-        self.assertIs(res, out)
-        self.assertIsNone(res_lse)
+        self.assertIsNone(mla_decode.merge_attn_states(out, o1, l1.transpose(0, 1), o2, l2.transpose(0, 1)))
         self.assertTrue(torch.equal(out[0, 0], o2[0, 0]))
         w1 = torch.exp(l1 - torch.maximum(l1, l2)).double()[..., None]
         w2 = torch.exp(l2 - torch.maximum(l1, l2)).double()[..., None]
@@ -468,11 +468,14 @@ class TestMerge(Case):
         o = np.zeros((2, 4, 512), np.uint16)
         lse = np.zeros((2, 4), np.float32)
         merge = mla_decode.merge_attn_states
-        with self.assertRaisesRegex(ValueError, r"prefix_lse: shape \[4, 2\], expected \[2, 4\]"):
-            merge(o, o, lse.T.copy(), o, lse)
+        # lse is vLLM's [heads, tokens]: [tokens, heads] is refused with the fix named.
+        with self.assertRaisesRegex(ValueError, r"prefix_lse: shape \[2, 4\], expected \[NUM_HEADS, NUM_TOKENS\] = "
+                                                r"\[4, 2\].*transpose\(0, 1\)"):
+            merge(o, o, lse, o, lse.T)
         with self.assertRaisesRegex(TypeError, r"suffix_lse: dtype numpy.float64 is not allowed; expected float32"):
-            merge(o, o, lse, o, lse.astype(np.float64))
-        with self.assertRaisesRegex(ValueError, r"output: expected \[tokens, heads, 512\] bf16, got shape \[2, 4, 256\]"):
-            merge(np.zeros((2, 4, 256), np.uint16), o, lse, o, lse)
-        with self.assertRaisesRegex(ValueError, r"prefix_output"):
-            merge(o, np.zeros((2, 4, 1024), np.uint16)[:, :, ::2], lse, o, lse)
+            merge(o, o, lse.T, o, lse.T.astype(np.float64))
+        with self.assertRaisesRegex(ValueError, r"output: expected \[NUM_TOKENS, NUM_HEADS, 512\] bf16, got shape "
+                                                r"\[2, 4, 256\]"):
+            merge(np.zeros((2, 4, 256), np.uint16), o, lse.T, o, lse.T)
+        with self.assertRaisesRegex(ValueError, r"prefix_output: the last \(head_size\) dimension must have stride 1"):
+            merge(o, np.zeros((2, 4, 1024), np.uint16)[:, :, ::2], lse.T, o, lse.T)
