@@ -219,7 +219,10 @@ double issue_cycles_of(const std::string& inst_line, rt::Target t);  // gen::iss
 
 // ---- Measurement ------------------------------------------------------------------------------
 
+// The shape's catalog: built once per process in a temporary directory (the generator, in
+// process), unless use_catalog gave one (mlacheck: the catalog it checks).
 const rt::Catalog& catalog_for(const rt::DecodeShape& s);
+void use_catalog(const rt::DecodeShape& s, const std::string& dir);
 std::string decode_asm_for(const rt::DecodeShape& s);
 std::string prefix_asm_for(const rt::DecodeShape& s);  // the shape's prefix kernel (mla_prefix_*)
 
@@ -268,6 +271,8 @@ struct FitN {
   double residual = 0;
 };
 FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y);
+// How many of the samples' features a fit can separate (the rank of x, fit_linear's tolerance).
+int feature_rank(const std::vector<std::vector<double>>& x);
 
 // One plan of a shape with sharing, extrapolated like ShapeResult (measured counters, exact
 // plan, modeled time).

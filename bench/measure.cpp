@@ -33,8 +33,19 @@ std::string config_text(const rt::DecodeShape& s) {
 }
 }  // namespace
 
-const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+namespace {
+std::map<std::string, std::unique_ptr<rt::Catalog>>& catalog_cache() {
   static std::map<std::string, std::unique_ptr<rt::Catalog>> cache;
+  return cache;
+}
+}  // namespace
+
+void use_catalog(const rt::DecodeShape& s, const std::string& dir) {
+  catalog_cache()[s.describe()] = std::make_unique<rt::Catalog>(rt::Catalog::open(dir));
+}
+
+const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
+  auto& cache = catalog_cache();
   std::string key = s.describe();
   if (auto it = cache.find(key); it != cache.end()) return *it->second;
   std::string dir =
@@ -152,6 +163,34 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   x.traffic_read = double(r.traffic.read());
   x.traffic_needed = double(r.traffic.needed());
   return x;
+}
+
+int feature_rank(const std::vector<std::vector<double>>& x) {
+  const size_t k = x.empty() ? 0 : x[0].size();
+  // The normal matrix X^T X, eliminated with the tolerance fit_linear uses: the features a fit
+  // over these samples can separate.
+  std::vector<std::vector<double>> a(k, std::vector<double>(k, 0.0));
+  for (const auto& row : x)
+    for (size_t r = 0; r < k; ++r)
+      for (size_t c = 0; c < k; ++c) a[r][c] += row[r] * row[c];
+  double scale = 0;
+  for (size_t r = 0; r < k; ++r) scale = std::max(scale, std::fabs(a[r][r]));
+  int rank = 0;
+  std::vector<bool> used(k, false);
+  for (size_t c = 0; c < k; ++c) {
+    size_t piv = k;
+    for (size_t r = 0; r < k; ++r)
+      if (!used[r] && (piv == k || std::fabs(a[r][c]) > std::fabs(a[piv][c]))) piv = r;
+    if (piv == k || std::fabs(a[piv][c]) <= 1e-12 * std::max(1.0, scale)) continue;
+    used[piv] = true;
+    ++rank;
+    for (size_t r = 0; r < k; ++r)
+      if (r != piv) {
+        const double f = a[r][c] / a[piv][c];
+        for (size_t q = c; q < k; ++q) a[r][q] -= f * a[piv][q];
+      }
+  }
+  return rank;
 }
 
 FitN fit_linear(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
@@ -282,7 +321,12 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // Scaled runs: units of the full plan's mean length (u tiles), on scaled_cus CUs.
   const int Cs = o.scaled_cus;
   const double mean_unit_tokens = double(plan.total_tokens()) / double(plan.units.size());
-  const int u = o.unit_tiles > 0 ? o.unit_tiles : std::max(2, int(std::lround(mean_unit_tokens / T)));
+  // The counters are linear in tokens (the test of the extrapolation at 2 and 5 tiles), so a unit
+  // need not be as long as the full plan's: its row groups x tokens are capped at 8192 (no seed
+  // shape reaches it; 128 heads x 8 rows, 22 row groups, of unsplit 16K requests would run
+  // 64K-token requests on each of them otherwise).
+  const int u_cap = std::max(2, 8192 / (T * std::max(1, plan.row_groups)));
+  const int u = o.unit_tiles > 0 ? o.unit_tiles : std::clamp(int(std::lround(mean_unit_tokens / T)), 2, std::max(2, u_cap));
   const int L = u * T;
   std::vector<std::vector<int>> runs;
   if (o.full_scale_max_tokens > 0 && bs.total_tokens() <= o.full_scale_max_tokens) {
@@ -290,12 +334,46 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   } else {
     runs = {{Cs * L}, {2 * Cs * L}, {Cs * L, Cs * L}, std::vector<int>(size_t(2 * Cs), L)};
   }
-  for (size_t i = 0; i < runs.size(); ++i) {
-    r.samples.push_back(run_sample(s, runs[i], Cs, 1 + i, 1));
+  auto scaled_run = [&](const std::vector<int>& lens, int cus) {
+    r.samples.push_back(run_sample(s, lens, cus, 1 + r.samples.size(), 1));
     if (o.verbose)
-      fmt::print(stderr, "  scaled run {}: {} requests of {} tokens on {} CUs: {} units, {:.1f} s\n", i, runs[i].size(),
-                 runs[i][0], Cs, r.samples.back().U, r.samples.back().seconds);
-  }
+      fmt::print(stderr, "  scaled run {}: {} requests of {} tokens on {} CUs: {} units, {:.1f} s\n", r.samples.size() - 1,
+                 lens.size(), lens[0], cus, r.samples.back().U, r.samples.back().seconds);
+  };
+  for (const auto& lens : runs) scaled_run(lens, Cs);
+  // The fit's features per shape. The four runs above separate them when one request's row
+  // groups are fewer than the CUs (up to 48 heads at qseqlen 1): runs 0-1 split each row group
+  // in several units, run 2 in fewer, run 3 not at all. With more row groups (96 heads: 2, 128
+  // heads: 3, 128 heads x 8 rows: 22) the runs may split alike or not at all, and a feature the
+  // full plan needs would not vary: one request split over more CUs (2x, 4x, ... the scaled CUs)
+  // is added until it does. A feature the full plan does not use is not fitted (its coefficient
+  // stays 0): reduce bytes without reduce entries, partial writes without partial units.
+  const bool plan_reduces = !plan.reduces.empty() && std::any_of(plan.reduces.begin(), plan.reduces.end(),
+                                                                 [](const rt::ReduceEntry& e) { return e.num_splits > 0; });
+  const bool plan_partials = std::any_of(plan.units.begin(), plan.units.end(), [](const auto& u) { return u.partial >= 0; });
+  const bool plan_finals = std::any_of(plan.units.begin(), plan.units.end(), [](const auto& u) { return u.partial < 0; });
+  auto missing = [&]() -> std::string {
+    std::vector<std::vector<double>> ung, es;
+    bool all_partial = false, all_final = false;
+    for (const auto& x : r.samples) {
+      ung.push_back({x.U, x.N, x.G});
+      if (x.E > 0) es.push_back({x.E, x.S});
+      all_partial = all_partial || (x.final_units == 0 && x.partial_units > 0);
+      all_final = all_final || (x.partial_units == 0 && x.final_units > 0);
+    }
+    if (feature_rank(ung) < 3) return "units, tokens and (request, row group) Q blocks";
+    if (plan_reduces && feature_rank(es) < 2) return "reduce entries and their splits";
+    if (plan_partials && !all_partial) return "the bytes a partial unit writes (no run with only partial units)";
+    if (plan_finals && !all_final) return "the bytes a final unit writes (no run with only final units)";
+    return "";
+  };
+  if (!r.full_scale)
+    for (int k = 2; !missing().empty() && k <= 64; k *= 2) scaled_run({Cs * L}, Cs * k);
+  if (!r.full_scale && !missing().empty())
+    throw std::runtime_error(fmt::format(
+        "mlabench: {}: the scaled runs ({} of them, one request on up to {} CUs) do not vary {}, which the full plan "
+        "needs ({} row groups of {} rows per request); run it at full scale (--full-scale-tokens {})",
+        s.describe(), r.samples.size(), 64 * Cs, missing(), plan.row_groups, plan.rows_per_group, bs.total_tokens()));
 
   const double U = double(plan.units.size()), N = double(plan.total_tokens());
   double final_units = 0, partial_units = 0;
@@ -355,15 +433,15 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
         rs.push_back(x.S);
         yred.push_back(x.reduce_read + x.reduce_written);
       }
-    Fit2 fred = fit2(re, rs, yred);
     std::vector<double> rr;
     for (const auto& x : r.samples)
       if (x.E > 0) rr.push_back(x.reduce_read);
-    Fit2 fredr = fit2(re, rs, rr);
     std::vector<double> rrd;
     for (const auto& x : r.samples)
       if (x.E > 0) rrd.push_back(x.reduce_read_distinct);
-    Fit2 fredd = fit2(re, rs, rrd);
+    // Without reduce entries in the full plan the runs need not have varied them (not fitted).
+    Fit2 fred, fredr, fredd;
+    if (plan_reduces) fred = fit2(re, rs, yred), fredr = fit2(re, rs, rr), fredd = fit2(re, rs, rrd);
     r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual, fd.residual, fredd.residual});
     // Decode writes: per partial unit (samples 0..2), per final unit (sample 3).
     double wp = 0, np = 0, wf = 0, nf = 0;

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", set, "seed-001, seed-000, all, or none (only --shape)")
       ->check(CLI::IsMember({"seed-001", "seed-000", "all", "none"}));
   app.add_option("--shape", shape_specs,
-                 "extra shape TARGET:Q/KV:hHEADS:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16 or "
+                 "extra shape TARGET:Q/KV:hHEADS[:qsQSEQLEN]:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16, gfx950:fp8/fp8:h128:qs4:pg1:8192x8 or "
                  "gfx942:bf16/fp8:h16:pg1:32768,1000 (repeatable)");
   app.add_option("--scaled-cus", mo.scaled_cus, "CUs of the scaled emulator runs");
   app.add_option("--full-scale-tokens", mo.full_scale_max_tokens,

@@ -91,11 +91,12 @@ BenchShape parse_shape(const std::string& spec) {
   for (std::string x; std::getline(ss, x, ':');) f.push_back(x);
   auto bad = [&](const std::string& why) {
     return std::invalid_argument(fmt::format(
-        "--shape '{}': {} (expected TARGET:Q/KV:hHEADS:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16 "
-        "or gfx942:bf16/fp8:h16:pg1:32768,1000)",
+        "--shape '{}': {} (expected TARGET:Q/KV:hHEADS[:qsQSEQLEN]:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16, "
+        "gfx950:fp8/fp8:h128:qs4:pg1:8192x8 or gfx942:bf16/fp8:h16:pg1:32768,1000)",
         spec, why));
   };
-  if (f.size() != 5) throw bad("needs 5 fields separated by ':'");
+  if (f.size() != 5 && f.size() != 6) throw bad("needs 5 or 6 fields separated by ':'");
+  if (f.size() == 5) f.insert(f.begin() + 3, "qs1");
   BenchShape s;
   s.set = "cli";
   s.name = spec;
@@ -108,24 +109,43 @@ BenchShape parse_shape(const std::string& spec) {
   } catch (const rt::ProblemError& e) {
     throw bad(e.what());
   }
+  // A whole positive number, or the error names the field and what it holds.
+  auto number = [&](const std::string& text, const std::string& field) {
+    size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || v < 1 || v > (1L << 30))
+      throw bad(fmt::format("{} '{}' is not a whole number >= 1", field, text));
+    return int(v);
+  };
   if (f[2].size() < 2 || f[2][0] != 'h') throw bad("heads field must be hN");
-  if (f[3].size() < 3 || f[3].rfind("pg", 0) != 0) throw bad("page field must be pgN");
-  s.shape.heads = std::stoi(f[2].substr(1));
-  s.shape.page_size = std::stoi(f[3].substr(2));
-  if (auto x = f[4].find('x'); x != std::string::npos) {
-    int len = std::stoi(f[4].substr(0, x)), n = std::stoi(f[4].substr(x + 1));
-    if (len < 1 || n < 1) throw bad("LENxCOUNT must be positive");
+  if (f[3].size() < 3 || f[3].rfind("qs", 0) != 0) throw bad("query-rows field must be qsN");
+  if (f[4].size() < 3 || f[4].rfind("pg", 0) != 0) throw bad("page field must be pgN");
+  s.shape.heads = number(f[2].substr(1), "heads");
+  s.shape.qseqlen = number(f[3].substr(2), "qseqlen");
+  s.shape.page_size = number(f[4].substr(2), "page size");
+  // What the generator builds (generator/config): heads 1..128, qseqlen 1..8, page 1 or a power of two up to 256.
+  if (s.shape.heads > 128) throw bad(fmt::format("heads {} (allowed: 1..128)", s.shape.heads));
+  if (s.shape.qseqlen > 8) throw bad(fmt::format("qseqlen {} (allowed: 1..8)", s.shape.qseqlen));
+  if (s.shape.page_size > 256 || (s.shape.page_size & (s.shape.page_size - 1)) != 0)
+    throw bad(fmt::format("page size {} (allowed: 1 or a power of two up to 256)", s.shape.page_size));
+  const std::string& lens = f[5];
+  if (auto x = lens.find('x'); x != std::string::npos) {
+    const int len = number(lens.substr(0, x), "kv length"), n = number(lens.substr(x + 1), "request count");
     s.kv_lens.assign(size_t(n), len);
     s.concurrency = n;
   } else {
-    std::stringstream ls(f[4]);
-    for (std::string x; std::getline(ls, x, ',');) {
-      int len = std::stoi(x);
-      if (len < 1) throw bad("kv lengths must be >= 1");
-      s.kv_lens.push_back(len);
-    }
+    std::stringstream ls(lens);
+    for (std::string x; std::getline(ls, x, ',');) s.kv_lens.push_back(number(x, "kv length"));
     s.concurrency = int(s.kv_lens.size());
   }
+  for (int len : s.kv_lens)
+    if (len < s.shape.qseqlen)
+      throw bad(fmt::format("kv length {} < qseqlen {} (a request holds its step's own tokens)", len, s.shape.qseqlen));
   if (s.kv_lens.empty()) throw bad("no kv lengths");
   return s;
 }

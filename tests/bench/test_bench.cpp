@@ -58,6 +58,51 @@ TEST_CASE("bench: decode counters scale linearly with tokens and units, and the 
   }
 }
 
+TEST_CASE("bench: 96 and 128 heads (2 and 3 row groups) fit without a singular matrix, and extrapolate to full-scale emulation") {
+  // Issue #34: the four scaled runs split 96 and 128 heads' row groups alike (or not at all), so
+  // the reduce's entries and splits (and units vs Q blocks) did not vary; the fit now adds runs of
+  // one request over more CUs until every feature the full plan needs varies. The shapes are the
+  // issue's (52 requests at 96 heads, one request at 128 heads), shortened to emulate at full scale
+  // and cut to whole 32-token tiles: the fit prices MACs per token of whole-tile units, and a
+  // request's partial last tile (computed whole) is 1/10 of a 300-token request's MACs.
+  for (const char* spec : {"gfx950:fp8/fp8:h96:pg1:320x52", "gfx950:fp8/fp8:h128:pg1:2336"}) {
+    BenchShape s = parse_shape(spec);
+    MeasureOptions full = quick();
+    full.full_scale_max_tokens = 1 << 30;
+    const ShapeResult f = measure_shape(s, full);
+    REQUIRE(f.full_scale);
+    MeasureOptions o = quick();
+    o.unit_tiles = 2;
+    ShapeResult x;
+    REQUIRE_NOTHROW(x = measure_shape(s, o));
+    INFO(spec << ": " << x.samples.size() << " scaled runs, fit residual " << x.fit_residual << ", reduce entries "
+              << x.reduce_entries);
+    REQUIRE_FALSE(x.full_scale);
+    CHECK(x.samples.size() > 4);     // the four runs did not separate the features
+    CHECK(x.reduce_entries > 0);     // the full plan splits: the reduce's fit was needed
+    CHECK(x.fit_residual <= 1e-3);
+    CHECK(std::fabs(x.read_bytes / f.read_bytes - 1) <= 2e-3);
+    CHECK(std::fabs(x.written_bytes / f.written_bytes - 1) <= 2e-3);
+    CHECK(std::fabs(x.read_distinct_bytes / f.read_distinct_bytes - 1) <= 2e-3);
+    CHECK(std::fabs(x.macs_issued / f.macs_issued - 1) <= 2e-3);
+    CHECK(x.modeled.total_s > 0);
+  }
+}
+
+TEST_CASE("bench: --shape takes qsN and names a bad field, its value and what is allowed") {
+  const BenchShape s = parse_shape("gfx950:fp8/fp8:h128:qs8:pg16:4096x3");
+  CHECK(s.shape.heads == 128);
+  CHECK(s.shape.qseqlen == 8);
+  CHECK(s.shape.page_size == 16);
+  CHECK(s.kv_lens == std::vector<int>{4096, 4096, 4096});
+  CHECK(parse_shape("gfx942:bf16/fp8:h16:pg1:100,7").shape.qseqlen == 1);
+  CHECK_THROWS_WITH(parse_shape("gfx950:fp8/fp8:h128:qs9:pg1:100"), Catch::Contains("qseqlen 9 (allowed: 1..8)"));
+  CHECK_THROWS_WITH(parse_shape("gfx950:fp8/fp8:h129:pg1:100"), Catch::Contains("heads 129 (allowed: 1..128)"));
+  CHECK_THROWS_WITH(parse_shape("gfx950:fp8/fp8:h96:pg12:100"), Catch::Contains("page size 12 (allowed: 1 or a power of two up to 256)"));
+  CHECK_THROWS_WITH(parse_shape("gfx950:fp8/fp8:h96:qs4:pg16:3"), Catch::Contains("kv length 3 < qseqlen 4"));
+  CHECK_THROWS_WITH(parse_shape("gfx950:fp8/fp8:hx:pg16:3"), Catch::Contains("heads 'x' is not a whole number"));
+}
+
 TEST_CASE("bench: global reads within 1.03x of what the plan needs (KV, indices, Q per unit, tables, partials), every seed shape", "[shared-fixture]") {
   // The issue's stricter ratio (Q counted once) is reported, not asserted: the current kernel
   // reads Q once per work unit and misses 1.03 on the small seed-001 shapes (docs/performance.md).
@@ -94,6 +139,11 @@ TEST_CASE("bench: least-squares fit recovers exact coefficients and rejects samp
   CHECK(f.residual < 1e-9);
   const std::vector<std::vector<double>> flat = {{1, 2, 3}, {2, 4, 6}, {3, 6, 9}};
   CHECK_THROWS_WITH(fit_linear(flat, {1, 2, 3}), Catch::Contains("singular"));
+  // The rank the fit can separate: all three above, one of the flat ones, two where units equal
+  // Q blocks in every sample but tokens vary (96 heads' four runs before issue #34).
+  CHECK(feature_rank(x) == 3);
+  CHECK(feature_rank(flat) == 1);
+  CHECK(feature_rank({{4, 17664, 4}, {4, 35328, 4}, {4, 35328, 4}, {16, 35328, 16}}) == 2);
 }
 
 TEST_CASE("bench: every CU has work where the KV cache is >= 64 KiB per CU, and max/mean work <= 1.05", "[shared-fixture]") {
