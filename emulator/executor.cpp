@@ -6,8 +6,10 @@
 #include <array>
 #include <chrono>
 #include <iostream>
+#include <numeric>
 #include <ostream>
 
+#include "abi/mla_abi.h"
 #include "emulator/exec_common.h"
 #include "emulator/hazards.h"
 
@@ -158,6 +160,79 @@ static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n)
   }
 }
 
+// ------------------------------------------------------------------------------------------
+// Memory model across XCDs (check_memory_model; docs/emulator.md, "Memory model")
+// ------------------------------------------------------------------------------------------
+// Each XCD's L2 is a write-back cache that is not coherent with the other XCDs' (AMDGPUUsage,
+// "Memory Model GFX942"). Workgroups run one after another, so what decides whether a load on
+// XCD r may see stale data written on XCD k != r is only: did the bytes reach memory (the
+// writer's workgroup executed `buffer_wbl2 sc1` after the store, or the store itself was
+// coherent at agent scope: sc1, or an atomic), and may r's L2 hold an older copy (no
+// `buffer_inv sc1` of the reader's workgroup after that release, and the load itself not
+// coherent at agent scope: sc1, or an atomic). Kernel boundaries write back and invalidate (the
+// packet processor's end-of-kernel release and start-of-kernel acquire): the shadow lives for
+// one dispatch.
+
+static inline bool coherent_at_agent(const Inst& in) {
+  return (in.flags & F_SC1) || (in.info && (in.info->kind & K_ATOMIC));
+}
+
+static void coh_write(Wave& w, Allocation& a, size_t off, unsigned n) {
+  DispatchState& d = *w.ds;
+  if (a.coh_pages.empty()) {
+    a.coh_pages.resize((a.data.size() + 4095) / 4096);
+    d.coh_allocs.push_back(&a);
+  }
+  const uint64_t now = d.wave_insts + 1;
+  if (d.coh_last_time != now || d.coh_writes.empty()) {
+    const Inst& in = w.cur();
+    d.coh_writes.push_back({now, d.wg_linear, w.pc, uint16_t(w.id), uint16_t(d.wg_xcd), coherent_at_agent(in)});
+    d.coh_last_time = now;
+  }
+  const uint32_t rec = uint32_t(d.coh_writes.size());
+  for (unsigned i = 0; i < n; ++i) {
+    size_t o = off + i;
+    auto& pg = a.coh_pages[o >> 12];
+    if (!pg) pg = std::make_unique<uint32_t[]>(4096);  // value-initialised: zeros
+    pg[o & 4095] = rec;
+  }
+}
+
+static void coh_read(Wave& w, const Allocation& a, size_t off, unsigned n) {
+  DispatchState& d = *w.ds;
+  for (unsigned i = 0; i < n; ++i) {
+    const size_t o = off + i;
+    const uint32_t* pg = a.coh_pages[o >> 12].get();
+    if (!pg) continue;
+    const uint32_t rec = pg[o & 4095];
+    if (!rec) continue;
+    const DispatchState::CohWrite& wr = d.coh_writes[rec - 1];
+    if (wr.xcd == d.wg_xcd) continue;  // one L2: coherent
+    const uint64_t rel = wr.through ? wr.time : d.wg_release[wr.wg] > wr.time ? d.wg_release[wr.wg] : 0;
+    const Inst& in = w.cur();
+    if (rel && (coherent_at_agent(in) || d.wg_acquire > rel)) continue;
+    const Inst& win = w.prog->insts[wr.inst];
+    const unsigned gx = d.grid.x, gy = d.grid.y;
+    std::string what = fmt::format(
+        "global byte 0x{:x} (buffer '{}' + 0x{:x}) was written in this dispatch by workgroup ({},{},{}) on XCD {}, wave {}, at pc 0x{:x} "
+        "(+0x{:x}) `{}`, and this workgroup runs on XCD {}: ",
+        a.base + o, a.name, o, wr.wg % gx, (wr.wg / gx) % gy, wr.wg / (gx * gy), wr.xcd, wr.wave, win.pc,
+        win.pc - w.prog->kernel->entry_address, win.text, d.wg_xcd);
+    if (!rel)
+      what += fmt::format("the writer did not release it (no `buffer_wbl2 sc1` of its workgroup after the store, and the store is neither "
+                          "sc1 nor an atomic), so on hardware it may still sit in XCD {}'s L2 (the agent-scope release of AMDGPUUsage "
+                          "'Memory Model GFX942': buffer_wbl2 sc1; s_waitcnt vmcnt(0); then the releasing store or atomic)",
+                          wr.xcd);
+    else
+      what += fmt::format("this workgroup did not acquire it (no `buffer_inv sc1` of this workgroup after the writer's release, and the "
+                          "load is neither sc1 nor an atomic), so on hardware XCD {}'s L2 may hold a stale copy (the agent-scope acquire "
+                          "of AMDGPUUsage 'Memory Model GFX942': the acquiring load or atomic; s_waitcnt vmcnt(0); buffer_inv sc1)",
+                          d.wg_xcd);
+    w.violation("memory_model", what, "the load sees the written bytes (the emulator has one memory and no caches)");
+    return;  // one report per access
+  }
+}
+
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   Allocation* a = w.ds->dev->find(addr, n);
   if (!a) {
@@ -170,6 +245,10 @@ uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   }
   size_t off = addr - a->base;
   if (a->internal) return a->data.data() + off;
+  if (w.ds->coh) {
+    if (write) coh_write(w, *a, off, n);
+    else if (!a->coh_pages.empty()) coh_read(w, *a, off, n);
+  }
   bool distinct = w.ds->opts.count_distinct;
   if (write) {
     w.ctr->global_write_bytes += n;
@@ -586,6 +665,25 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
     a->write_map.clear();
     a->read_bytes = a->write_bytes = 0;
   }
+  // Workgroup order (DispatchOptions::workgroup_order / workgroup_order_seed) and the memory model.
+  const uint64_t nwg = uint64_t(grid.x) * grid.y * grid.z;
+  if (nwg > (1ull << 32)) throw Error("dispatch", fmt::format("grid of {} workgroups is implausible", nwg));
+  std::vector<uint32_t> order;
+  if (!opts.workgroup_order.empty()) {
+    order = opts.workgroup_order;
+    std::vector<uint8_t> seen(nwg, 0);
+    bool ok = order.size() == nwg;
+    for (size_t i = 0; ok && i < order.size(); ++i) ok = order[i] < nwg && !seen[order[i]]++;
+    if (!ok) throw Error("dispatch", fmt::format("workgroup_order ({} entries) is not a permutation of the {} linear workgroup ids", order.size(), nwg));
+  } else if (opts.workgroup_order_seed) {
+    order.resize(nwg);
+    std::iota(order.begin(), order.end(), 0u);
+    std::mt19937_64 orng(opts.workgroup_order_seed);
+    std::shuffle(order.begin(), order.end(), orng);
+  }
+  ds.coh = opts.check_memory_model;
+  ds.num_xcds = opts.num_xcds ? opts.num_xcds : unsigned(abi::facts(ds.gfx == Gfx::gfx942 ? abi::Target::gfx942 : abi::Target::gfx950).num_xcds);
+  if (ds.coh) ds.wg_release.assign(nwg, 0);
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
   if (opts.check_lds_uninit) ds.lds_written.assign(std::max(ds.lds_size, 1u), 0);
   g_dma.clear();
@@ -605,10 +703,17 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   uint32_t epoch_counter = 1;
   const auto& kd = k.kd;
 
+  auto clear_coh = [&] {
+    for (Allocation* a : ds.coh_allocs) { a->coh_pages.clear(); a->coh_pages.shrink_to_fit(); }
+    ds.coh_allocs.clear();
+  };
   try {
-    for (unsigned gz = 0; gz < grid.z; ++gz)
-      for (unsigned gy = 0; gy < grid.y; ++gy)
-        for (unsigned gx = 0; gx < grid.x; ++gx) {
+        for (uint64_t wi_ = 0; wi_ < nwg; ++wi_) {
+          const uint32_t lin = order.empty() ? uint32_t(wi_) : order[wi_];
+          const unsigned gx = lin % grid.x, gy = (lin / grid.x) % grid.y, gz = lin / (grid.x * grid.y);
+          ds.wg_linear = lin;
+          ds.wg_xcd = lin % ds.num_xcds;
+          ds.wg_acquire = 0;
           wg.id[0] = gx; wg.id[1] = gy; wg.id[2] = gz;
           wg.ctr = WorkgroupCounters{};
           wg.vm_load_outstanding = 0;
@@ -711,11 +816,13 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
           out.workgroups++;
         }
   } catch (...) {
+    clear_coh();
     g_dma.clear();
     dev.free(ds.kernarg_addr);
     if (ds.packet_addr) dev.free(ds.packet_addr);
     throw;
   }
+  clear_coh();
   dev.free(ds.kernarg_addr);
   if (ds.packet_addr) dev.free(ds.packet_addr);
   for (auto& [b, a] : dev.allocs_) {
