@@ -100,9 +100,11 @@ struct Allocation {
   std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch (lazy)
   uint64_t read_bytes = 0, write_bytes = 0;   // bytes accessed during a dispatch (every lane)
   bool internal = false;  // kernarg segment / dispatch packet: not counted as global traffic
-  // check_memory_model, during a dispatch: per 4 KiB page (allocated when the page is first
-  // written), per byte, 1 + the index of the last write record (0 = not written this dispatch).
+  // check_memory_model: per 4 KiB page (allocated when first written, kept across dispatches),
+  // per byte, the device-wide number of the last write record; numbers at or below the running
+  // dispatch's base are earlier dispatches' (already released by the kernel boundary).
   std::vector<std::unique_ptr<uint32_t[]>> coh_pages;
+  uint64_t coh_stamp = 0;  // the serial of the last dispatch that wrote here
 };
 
 class Device {
@@ -142,6 +144,8 @@ class Device {
   uint64_t next_ = 0x100000000ull;
   std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;
   Allocation* last_ = nullptr;
+  uint64_t coh_serial_ = 0;  // dispatches run with check_memory_model
+  uint32_t coh_next_ = 0;    // write-record numbers used so far (Allocation::coh_pages)
   std::map<std::pair<const CodeObject*, std::string>, std::shared_ptr<const Program>> programs_;
   friend struct DispatchState;
   friend class Executor;

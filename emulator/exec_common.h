@@ -49,9 +49,10 @@ struct DispatchState {
   uint32_t wg_linear = 0, wg_xcd = 0;            // the running workgroup
   uint64_t wg_acquire = 0;                        // its last buffer_inv sc1 (time; 0 = none)
   std::vector<uint64_t> wg_release;               // per linear workgroup: its last buffer_wbl2 sc1 (0 = none)
-  std::vector<CohWrite> coh_writes;
+  std::vector<CohWrite> coh_writes;               // record number coh_base + 1 + index
   uint64_t coh_last_time = 0;                     // time of coh_writes.back() (one record per instruction)
-  std::vector<Allocation*> coh_allocs;            // allocations with shadow pages this dispatch
+  uint64_t coh_serial = 0;                        // this dispatch (Allocation::coh_stamp)
+  uint32_t coh_base = 0;                          // record numbers <= coh_base: earlier dispatches
 };
 
 inline Gfx Wave::gfx() const { return ds->gfx; }

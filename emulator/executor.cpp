@@ -179,9 +179,9 @@ static inline bool coherent_at_agent(const Inst& in) {
 
 static void coh_write(Wave& w, Allocation& a, size_t off, unsigned n) {
   DispatchState& d = *w.ds;
-  if (a.coh_pages.empty()) {
-    a.coh_pages.resize((a.data.size() + 4095) / 4096);
-    d.coh_allocs.push_back(&a);
+  if (a.coh_stamp != d.coh_serial) {
+    if (a.coh_pages.empty()) a.coh_pages.resize((a.data.size() + 4095) / 4096);
+    a.coh_stamp = d.coh_serial;
   }
   const uint64_t now = d.wave_insts + 1;
   if (d.coh_last_time != now || d.coh_writes.empty()) {
@@ -189,24 +189,30 @@ static void coh_write(Wave& w, Allocation& a, size_t off, unsigned n) {
     d.coh_writes.push_back({now, d.wg_linear, w.pc, uint16_t(w.id), uint16_t(d.wg_xcd), coherent_at_agent(in)});
     d.coh_last_time = now;
   }
-  const uint32_t rec = uint32_t(d.coh_writes.size());
-  for (unsigned i = 0; i < n; ++i) {
-    size_t o = off + i;
-    auto& pg = a.coh_pages[o >> 12];
+  if (d.coh_writes.size() >= 0xFFFFFFF0u - d.coh_base)
+    w.fail("dispatch", "more store instructions in one dispatch than the memory-model shadow numbers (2^32)");
+  const uint32_t rec = d.coh_base + uint32_t(d.coh_writes.size());
+  while (n) {  // page by page
+    auto& pg = a.coh_pages[off >> 12];
     if (!pg) pg = std::make_unique<uint32_t[]>(4096);  // value-initialised: zeros
-    pg[o & 4095] = rec;
+    const unsigned in_page = std::min<unsigned>(n, unsigned(4096 - (off & 4095)));
+    std::fill_n(pg.get() + (off & 4095), in_page, rec);
+    off += in_page;
+    n -= in_page;
   }
 }
 
 static void coh_read(Wave& w, const Allocation& a, size_t off, unsigned n) {
   DispatchState& d = *w.ds;
+  uint32_t judged = 0;  // the record of the bytes before (same write, same verdict)
   for (unsigned i = 0; i < n; ++i) {
     const size_t o = off + i;
     const uint32_t* pg = a.coh_pages[o >> 12].get();
     if (!pg) continue;
     const uint32_t rec = pg[o & 4095];
-    if (!rec) continue;
-    const DispatchState::CohWrite& wr = d.coh_writes[rec - 1];
+    if (rec <= d.coh_base || rec == judged) continue;  // an earlier dispatch's, or judged
+    judged = rec;
+    const DispatchState::CohWrite& wr = d.coh_writes[rec - d.coh_base - 1];
     if (wr.xcd == d.wg_xcd) continue;  // one L2: coherent
     const uint64_t rel = wr.through ? wr.time : d.wg_release[wr.wg] > wr.time ? d.wg_release[wr.wg] : 0;
     const Inst& in = w.cur();
@@ -247,7 +253,7 @@ uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   if (a->internal) return a->data.data() + off;
   if (w.ds->coh) {
     if (write) coh_write(w, *a, off, n);
-    else if (!a->coh_pages.empty()) coh_read(w, *a, off, n);
+    else if (a->coh_stamp == w.ds->coh_serial) coh_read(w, *a, off, n);  // written in this dispatch
   }
   bool distinct = w.ds->opts.count_distinct;
   if (write) {
@@ -683,7 +689,15 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   }
   ds.coh = opts.check_memory_model;
   ds.num_xcds = opts.num_xcds ? opts.num_xcds : unsigned(abi::facts(ds.gfx == Gfx::gfx942 ? abi::Target::gfx942 : abi::Target::gfx950).num_xcds);
-  if (ds.coh) ds.wg_release.assign(nwg, 0);
+  if (ds.coh) {
+    ds.wg_release.assign(nwg, 0);
+    if (dev.coh_next_ > 0xF0000000u) {  // record numbers run out: forget earlier dispatches' (released anyway)
+      for (auto& [b, a] : dev.allocs_) { a->coh_pages.clear(); a->coh_stamp = 0; }
+      dev.coh_next_ = 0;
+    }
+    ds.coh_base = dev.coh_next_;
+    ds.coh_serial = ++dev.coh_serial_;
+  }
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
   if (opts.check_lds_uninit) ds.lds_written.assign(std::max(ds.lds_size, 1u), 0);
   g_dma.clear();
@@ -703,9 +717,8 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   uint32_t epoch_counter = 1;
   const auto& kd = k.kd;
 
-  auto clear_coh = [&] {
-    for (Allocation* a : ds.coh_allocs) { a->coh_pages.clear(); a->coh_pages.shrink_to_fit(); }
-    ds.coh_allocs.clear();
+  auto clear_coh = [&] {  // the kernel boundary: this dispatch's records become earlier ones
+    if (ds.coh) dev.coh_next_ = ds.coh_base + uint32_t(ds.coh_writes.size()) + 1;
   };
   try {
         for (uint64_t wi_ = 0; wi_ < nwg; ++wi_) {
