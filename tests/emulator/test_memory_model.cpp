@@ -355,3 +355,67 @@ TEST_CASE("memory model: workgroup_order must be a permutation of the linear wor
   CHECK(c.per_workgroup[0].id[0] == 3);  // in execution order
   CHECK(c.per_workgroup[3].id[0] == 2);
 }
+
+// The cache-control bits, one at a time (AMDGPUUsage "Memory Model GFX942", docs/emulator.md
+// table): workgroup 0 (XCD 0) stores and maybe writes back, workgroup 1 (XCD 1) maybe
+// invalidates and loads the same bytes.
+TEST_CASE("memory model: sc0 / sc1 / nt of stores, loads, buffer_wbl2 and buffer_inv", "[memory_model]") {
+  struct Case {
+    const char *st, *wb, *inv, *ld;
+    const char* flagged;  // nullptr = clean, else the phrase of the message
+  };
+  const Case cases[] = {
+      {"", "", "", "", "did not release"},
+      {"", "buffer_wbl2 sc1", "buffer_inv sc1", "", nullptr},            // LLVM's agent release / acquire
+      {"", "buffer_wbl2 sc0 sc1", "buffer_inv sc0 sc1", "", nullptr},    // system scope
+      {"", "buffer_wbl2 sc0", "buffer_inv sc1", "", "did not release"},  // workgroup scope: L1 only
+      {"", "buffer_wbl2", "buffer_inv sc1", "", "did not release"},      // wave scope (the table's reading)
+      {"", "buffer_wbl2 sc1", "buffer_inv sc0", "", "did not acquire"},
+      {"", "buffer_wbl2 sc1", "", "", "did not acquire"},
+      {"", "buffer_wbl2 sc1", "", " sc1", nullptr},                       // agent-scope load: coherent
+      {"", "", "buffer_inv sc1", " sc1", "did not release"},              // a coherent load cannot fetch what was not written back
+      {" sc1", "", "buffer_inv sc1", "", nullptr},                        // agent-scope store: in memory
+      {" sc1", "", "", "", "did not acquire"},
+      {" sc0 sc1", "", "", " sc0 sc1", nullptr},                          // volatile / system-scope pair
+      {" nt", "", "buffer_inv sc1", "", "did not release"},               // nt is a streaming hint
+      {" sc0", "", "buffer_inv sc1", "", "did not release"},
+      {"", "buffer_wbl2 sc1", "buffer_inv sc1", " nt", nullptr},
+  };
+  for (Gfx g : {Gfx::gfx942, Gfx::gfx950}) {
+    int k = 0;
+    for (const Case& c : cases) {
+      std::string body = fmt::format(R"(
+  s_load_dwordx2 s[4:5], s[0:1], 0x0
+  v_lshlrev_b32_e32 v1, 2, v0
+  s_waitcnt lgkmcnt(0)
+  s_cmp_eq_u32 s2, 0
+  s_cbranch_scc0 .Lreader
+  global_store_dword v1, v0, s[4:5]{}
+  {}
+  s_waitcnt vmcnt(0)
+  s_endpgm
+.Lreader:
+  {}
+  global_load_dword v2, v1, s[4:5]{}
+  s_waitcnt vmcnt(0)
+  s_endpgm
+)", c.st, c.wb, c.inv, c.ld);
+      std::string name = fmt::format("mm_bits_{}_{}", k++, gfx_name(g));
+      auto co = assemble(kernel_src(name, g, body), g, name);
+      Device dev(g);
+      uint64_t buf = dev.alloc(256, 256, "buf", 0xcd);
+      KernargBuilder kb;
+      kb.put<uint64_t>(0, buf);
+      INFO(std::string(gfx_name(g)));
+      INFO("store`" << c.st << "` `" << c.wb << "` `" << c.inv << "` load`" << c.ld << "`");
+      if (!c.flagged) {
+        CHECK_NOTHROW(dev.dispatch(co, name, {2, 1, 1}, {64, 1, 1}, kb.bytes));
+      } else {
+        CHECK_THROWS_WITH(dev.dispatch(co, name, {2, 1, 1}, {64, 1, 1}, kb.bytes), Catch::Contains(c.flagged));
+        DispatchOptions reversed;  // the reader first: it reads the old bytes, nothing to flag
+        reversed.workgroup_order = {1, 0};
+        CHECK_NOTHROW(dev.dispatch(co, name, {2, 1, 1}, {64, 1, 1}, kb.bytes, reversed));
+      }
+    }
+  }
+}
