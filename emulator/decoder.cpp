@@ -488,6 +488,9 @@ std::shared_ptr<const Program> build_program(std::shared_ptr<const CodeObject> c
       if (!imms.empty()) in.simm = imms[0];
       if (imms.size() > 1) in.simm2 = imms[1];
       std::string base = base_mnemonic(mnem, in);
+      // gfx940+: an atomic's sc0 bit asks for the pre-op value (AMDGPUUsage, "Memory Model
+      // GFX942"); the returning form has a destination operand first.
+      if ((base.rfind("global_atomic_", 0) == 0 || base.rfind("flat_atomic_", 0) == 0) && (in.flags & F_SC0)) base += "_rtn";
       const OpInfo* info = perr.empty() ? find_op(base, prog->gfx) : nullptr;
       if (!info) {
         in.fn = exec_unsupported;

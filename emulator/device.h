@@ -44,7 +44,22 @@ struct DispatchOptions {
   //                   initialised when a workgroup starts: it holds what an earlier one left)
   bool check_waitcnt = true, check_hazards = true, check_lds_race = true, check_lds_dma = true;
   bool check_lds_uninit = true;
-  // Relaxed mode: a violation of one of the five rules above is recorded in
+  //   check_memory_model  a load of global bytes that a workgroup on another XCD wrote in this
+  //                   dispatch without the writer's agent-scope release (buffer_wbl2 sc1, or a
+  //                   store/atomic that is coherent at agent scope) or without the reader's
+  //                   agent-scope acquire (buffer_inv sc1) after it (docs/emulator.md, "Memory
+  //                   model": each XCD's L2 is a write-back cache not coherent with the others)
+  bool check_memory_model = true;
+  // XCDs of the device: workgroup i (linear id x + gx*(y + gy*z)) runs on XCD i mod num_xcds.
+  // 0 = the target's (abi/mla_abi.h TargetFacts::num_xcds: 8 on MI300X and MI355X).
+  unsigned num_xcds = 0;
+  // The order in which workgroups run (they run one after another): by default linear id 0, 1,
+  // 2, ...; `workgroup_order` (a permutation of the linear ids) or, when it is empty,
+  // `workgroup_order_seed` != 0 (a uniformly random permutation) changes it, so that any
+  // workgroup can be the last to arrive. The XCD of a workgroup stays its linear id mod num_xcds.
+  std::vector<uint32_t> workgroup_order;
+  uint64_t workgroup_order_seed = 0;
+  // Relaxed mode: a violation of one of the six rules above is recorded in
   // Counters::findings, printed once per (rule, pc) as a warning on `warnings` (std::cerr when
   // null) and execution goes on (docs/emulator.md, "Relaxed mode", says what the registers
   // hold). Out-of-bounds accesses, unsupported instructions etc. stay errors.
@@ -85,6 +100,11 @@ struct Allocation {
   std::vector<uint64_t> read_map, write_map;  // distinct-byte bitmaps during a dispatch (lazy)
   uint64_t read_bytes = 0, write_bytes = 0;   // bytes accessed during a dispatch (every lane)
   bool internal = false;  // kernarg segment / dispatch packet: not counted as global traffic
+  // check_memory_model: per 4 KiB page (allocated when first written, kept across dispatches),
+  // per byte, the device-wide number of the last write record; numbers at or below the running
+  // dispatch's base are earlier dispatches' (already released by the kernel boundary).
+  std::vector<std::unique_ptr<uint32_t[]>> coh_pages;
+  uint64_t coh_stamp = 0;  // the serial of the last dispatch that wrote here
 };
 
 class Device {
@@ -124,6 +144,8 @@ class Device {
   uint64_t next_ = 0x100000000ull;
   std::map<uint64_t, std::unique_ptr<Allocation>> allocs_;
   Allocation* last_ = nullptr;
+  uint64_t coh_serial_ = 0;  // dispatches run with check_memory_model
+  uint32_t coh_next_ = 0;    // write-record numbers used so far (Allocation::coh_pages)
   std::map<std::pair<const CodeObject*, std::string>, std::shared_ptr<const Program>> programs_;
   friend struct DispatchState;
   friend class Executor;

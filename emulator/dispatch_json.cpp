@@ -147,6 +147,9 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     opts.check_lds_race = o.value("check_lds_race", true);
     opts.check_lds_dma = o.value("check_lds_dma", true);
     opts.check_lds_uninit = o.value("check_lds_uninit", true);
+    opts.check_memory_model = o.value("check_memory_model", true);
+    opts.num_xcds = o.value("num_xcds", 0u);
+    opts.workgroup_order_seed = o.value("workgroup_order_seed", 0ull);
     opts.relaxed = o.value("relaxed", false);
     opts.per_workgroup = o.value("per_workgroup", false);
     if (ov.seed) opts.random_seed = *ov.seed;
@@ -156,6 +159,8 @@ nlohmann::json run_dispatch(const nlohmann::json& spec, const std::string& base,
     if (ov.no_race) opts.check_lds_race = false;
     if (ov.no_lds_dma) opts.check_lds_dma = false;
     if (ov.no_lds_uninit) opts.check_lds_uninit = false;
+    if (ov.no_memory_model) opts.check_memory_model = false;
+    if (ov.workgroup_order_seed) opts.workgroup_order_seed = *ov.workgroup_order_seed;
     if (ov.relaxed) opts.relaxed = true;
     if (ov.per_workgroup) opts.per_workgroup = true;
     opts.dynamic_lds = o.value("dynamic_lds", 0u);

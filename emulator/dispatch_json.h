@@ -13,6 +13,8 @@ struct RunOverrides {
   std::optional<uint64_t> seed;
   std::optional<unsigned> quantum;
   bool no_hazards = false, no_waitcnt = false, no_race = false, no_lds_dma = false, no_lds_uninit = false, per_workgroup = false, trace = false;
+  bool no_memory_model = false;
+  std::optional<uint64_t> workgroup_order_seed;
   bool relaxed = false;  // report strict-check violations once per rule+pc on stderr and go on
 };
 

@@ -34,6 +34,25 @@ struct DispatchState {
   uint32_t last_violation_inst = 0;
   std::string last_violation_rule;  // DispatchOptions::exec_counts, sized to the program
   std::vector<Finding> findings;
+  // check_memory_model (docs/emulator.md, "Memory model"): one record per wave-instruction that
+  // wrote global memory; a byte's shadow (Allocation::coh_pages) names its last record.
+  struct CohWrite {
+    uint64_t time;   // ds.wave_insts + 1 when the store executed
+    uint32_t wg;     // writer's linear workgroup id
+    uint32_t inst;   // writer's instruction index
+    uint16_t wave;
+    uint16_t xcd;
+    bool through;    // coherent at agent scope (sc1 store, atomic): in memory, released
+  };
+  bool coh = false;
+  unsigned num_xcds = 8;
+  uint32_t wg_linear = 0, wg_xcd = 0;            // the running workgroup
+  uint64_t wg_acquire = 0;                        // its last buffer_inv sc1 (time; 0 = none)
+  std::vector<uint64_t> wg_release;               // per linear workgroup: its last buffer_wbl2 sc1 (0 = none)
+  std::vector<CohWrite> coh_writes;               // record number coh_base + 1 + index
+  uint64_t coh_last_time = 0;                     // time of coh_writes.back() (one record per instruction)
+  uint64_t coh_serial = 0;                        // this dispatch (Allocation::coh_stamp)
+  uint32_t coh_base = 0;                          // record numbers <= coh_base: earlier dispatches
 };
 
 inline Gfx Wave::gfx() const { return ds->gfx; }

@@ -225,6 +225,79 @@ void global_op(Wave& w, const Inst& in) {
   }
 }
 
+// Atomics (global_atomic_* / flat_atomic_*, 32-bit): data = operation, data2 bit0 = returns the
+// pre-op value (sc0 on gfx940+; decoder adds "_rtn"), bit1 = flat (64-bit VGPR address only).
+// Each active lane reads, combines and writes in lane order (the order among lanes of one
+// instruction is not specified by the ISA; it only matters for swap/cmpswap on one address).
+// An atomic is performed coherently at agent scope (AMDGPUUsage "Memory Model GFX942": an
+// agent-scope atomicrmw needs no cache bits; check_memory_model treats it as in memory).
+enum AtomicOp : uint32_t { A_ADD, A_SUB, A_SWAP, A_CMPSWAP, A_SMIN, A_UMIN, A_SMAX, A_UMAX, A_AND, A_OR, A_XOR, A_INC, A_DEC };
+void global_atomic(Wave& w, const Inst& in) {
+  const bool rtn = in.info->data2 & 1, flat = in.info->data2 & 2;
+  const AtomicOp op = AtomicOp(in.info->data);
+  // rtn: vdst, vaddr, vdata, saddr ; no rtn: vaddr, vdata, saddr
+  const unsigned ai = rtn ? 1 : 0, di = ai + 1, si = ai + 2;
+  const bool has_saddr = !flat && in.nops > si && in.ops[si].kind == Operand::SGPR;
+  const uint64_t sbase = has_saddr ? sread64(w, in.ops[si]) : 0;
+  const uint64_t mask = w.exec();
+  uint32_t t0[64], t1[64], t2[64], t3[64];
+  const uint32_t* a0 = vsrc(w, in, ai, 0, t0);
+  const uint32_t* a1 = has_saddr ? nullptr : vsrc(w, in, ai, 1, t1);
+  const uint32_t* d0 = vsrc(w, in, di, 0, t2);
+  const uint32_t* d1 = op == A_CMPSWAP ? vsrc(w, in, di, 1, t3) : nullptr;
+  uint32_t old_vals[64];
+  for (int l = 0; l < 64; ++l) {
+    if (!((mask >> l) & 1)) continue;
+    uint64_t addr = (has_saddr ? sbase + a0[l] : (uint64_t(a1[l]) << 32 | a0[l])) + int64_t(in.offset);
+    uint32_t old;
+    std::memcpy(&old, gmem(w, addr, 4, false), 4);
+    const uint32_t s = d0[l];
+    uint32_t v = old;
+    switch (op) {
+      case A_ADD: v = old + s; break;
+      case A_SUB: v = old - s; break;
+      case A_SWAP: v = s; break;
+      case A_CMPSWAP: v = old == d1[l] ? s : old; break;  // DATA[0] = src, DATA[1] = cmp
+      case A_SMIN: v = uint32_t(std::min(int32_t(old), int32_t(s))); break;
+      case A_UMIN: v = std::min(old, s); break;
+      case A_SMAX: v = uint32_t(std::max(int32_t(old), int32_t(s))); break;
+      case A_UMAX: v = std::max(old, s); break;
+      case A_AND: v = old & s; break;
+      case A_OR: v = old | s; break;
+      case A_XOR: v = old ^ s; break;
+      case A_INC: v = old >= s ? 0 : old + 1; break;
+      case A_DEC: v = (old == 0 || old > s) ? s : old - 1; break;
+    }
+    std::memcpy(gmem(w, addr, 4, true), &v, 4);
+    old_vals[l] = old;
+  }
+  if (rtn) {
+    uint32_t* dst = vdst(w, in, 0);
+    for (int l = 0; l < 64; ++l)
+      if ((mask >> l) & 1) dst[l] = old_vals[l];
+    PendingOp& p = push_pending(w, Queue::VM, false, false);
+    count_vm_load(w, p, uint64_t(std::popcount(mask)) * 4);
+  } else {
+    push_pending(w, Queue::VM, false, false);
+  }
+}
+
+// buffer_wbl2 / buffer_inv (gfx940+). With sc1 (agent or system scope: AMDGPUUsage "Memory Model
+// GFX942", the agent-scope release is `buffer_wbl2 sc1`, the acquire `buffer_inv sc1`) they write
+// back this XCD's dirty L2 lines / invalidate its L2: check_memory_model records the release for
+// the workgroup, the acquire for the running workgroup. Without sc1 (wave or workgroup scope) they
+// do nothing across XCDs. Both are vector-memory operations counted by vmcnt.
+void buffer_wbl2(Wave& w, const Inst& in) {
+  DispatchState& d = *w.ds;
+  if ((in.flags & F_SC1) && d.coh) d.wg_release[d.wg_linear] = d.wave_insts + 1;
+  push_pending(w, Queue::VM, false, false);
+}
+void buffer_inv(Wave& w, const Inst& in) {
+  DispatchState& d = *w.ds;
+  if ((in.flags & F_SC1) && d.coh) d.wg_acquire = d.wave_insts + 1;
+  push_pending(w, Queue::VM, false, false);
+}
+
 // ------------------------------------------------------------------------------------------
 // DS
 // ------------------------------------------------------------------------------------------
@@ -449,6 +522,17 @@ void register_vmem_ops() {
   for (auto& e : ld) {  // LDS DMA forms
     add(fmt::format("global_load_lds_{}", e.sfx), global_op, VL, 0, BL | K_FLAT | K_LDS_DMA, e.bytes, e.sext);
   }
+  struct { const char* op; AtomicOp code; } at[] = {
+      {"add", A_ADD}, {"sub", A_SUB}, {"swap", A_SWAP}, {"cmpswap", A_CMPSWAP}, {"smin", A_SMIN}, {"umin", A_UMIN},
+      {"smax", A_SMAX}, {"umax", A_UMAX}, {"and", A_AND}, {"or", A_OR}, {"xor", A_XOR}, {"inc", A_INC}, {"dec", A_DEC}};
+  for (auto& e : at)
+    for (const char* pfx : {"global", "flat"}) {
+      const uint32_t fl = pfx[0] == 'f' ? 2 : 0;
+      add(fmt::format("{}_atomic_{}", pfx, e.op), global_atomic, VS, 0, K_VMEM | K_FLAT | K_ATOMIC, e.code, fl);
+      add(fmt::format("{}_atomic_{}_rtn", pfx, e.op), global_atomic, VL, 1, K_VMEM | K_FLAT | K_ATOMIC | K_LOAD, e.code, fl | 1);
+    }
+  add("buffer_wbl2", buffer_wbl2, VS, 0, K_VMEM, 0);
+  add("buffer_inv", buffer_inv, VS, 0, K_VMEM, 0);
   add("ds_read_b32", ds_read, LD, 1, K_LDS | K_LOAD, 4);
   add("ds_read_b64", ds_read, LD, 1, K_LDS | K_LOAD, 8);
   add("ds_read_b96", ds_read, LD, 1, K_LDS | K_LOAD, 12);

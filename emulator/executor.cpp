@@ -6,8 +6,10 @@
 #include <array>
 #include <chrono>
 #include <iostream>
+#include <numeric>
 #include <ostream>
 
+#include "abi/mla_abi.h"
 #include "emulator/exec_common.h"
 #include "emulator/hazards.h"
 
@@ -158,6 +160,85 @@ static inline void mark_bits(std::vector<uint64_t>& map, size_t off, unsigned n)
   }
 }
 
+// ------------------------------------------------------------------------------------------
+// Memory model across XCDs (check_memory_model; docs/emulator.md, "Memory model")
+// ------------------------------------------------------------------------------------------
+// Each XCD's L2 is a write-back cache that is not coherent with the other XCDs' (AMDGPUUsage,
+// "Memory Model GFX942"). Workgroups run one after another, so what decides whether a load on
+// XCD r may see stale data written on XCD k != r is only: did the bytes reach memory (the
+// writer's workgroup executed `buffer_wbl2 sc1` after the store, or the store itself was
+// coherent at agent scope: sc1, or an atomic), and may r's L2 hold an older copy (no
+// `buffer_inv sc1` of the reader's workgroup after that release, and the load itself not
+// coherent at agent scope: sc1, or an atomic). Kernel boundaries write back and invalidate (the
+// packet processor's end-of-kernel release and start-of-kernel acquire): the shadow lives for
+// one dispatch.
+
+static inline bool coherent_at_agent(const Inst& in) {
+  return (in.flags & F_SC1) || (in.info && (in.info->kind & K_ATOMIC));
+}
+
+static void coh_write(Wave& w, Allocation& a, size_t off, unsigned n) {
+  DispatchState& d = *w.ds;
+  if (a.coh_stamp != d.coh_serial) {
+    if (a.coh_pages.empty()) a.coh_pages.resize((a.data.size() + 4095) / 4096);
+    a.coh_stamp = d.coh_serial;
+  }
+  const uint64_t now = d.wave_insts + 1;
+  if (d.coh_last_time != now || d.coh_writes.empty()) {
+    const Inst& in = w.cur();
+    d.coh_writes.push_back({now, d.wg_linear, w.pc, uint16_t(w.id), uint16_t(d.wg_xcd), coherent_at_agent(in)});
+    d.coh_last_time = now;
+  }
+  if (d.coh_writes.size() >= 0xFFFFFFF0u - d.coh_base)
+    w.fail("dispatch", "more store instructions in one dispatch than the memory-model shadow numbers (2^32)");
+  const uint32_t rec = d.coh_base + uint32_t(d.coh_writes.size());
+  while (n) {  // page by page
+    auto& pg = a.coh_pages[off >> 12];
+    if (!pg) pg = std::make_unique<uint32_t[]>(4096);  // value-initialised: zeros
+    const unsigned in_page = std::min<unsigned>(n, unsigned(4096 - (off & 4095)));
+    std::fill_n(pg.get() + (off & 4095), in_page, rec);
+    off += in_page;
+    n -= in_page;
+  }
+}
+
+static void coh_read(Wave& w, const Allocation& a, size_t off, unsigned n) {
+  DispatchState& d = *w.ds;
+  uint32_t judged = 0;  // the record of the bytes before (same write, same verdict)
+  for (unsigned i = 0; i < n; ++i) {
+    const size_t o = off + i;
+    const uint32_t* pg = a.coh_pages[o >> 12].get();
+    if (!pg) continue;
+    const uint32_t rec = pg[o & 4095];
+    if (rec <= d.coh_base || rec == judged) continue;  // an earlier dispatch's, or judged
+    judged = rec;
+    const DispatchState::CohWrite& wr = d.coh_writes[rec - d.coh_base - 1];
+    if (wr.xcd == d.wg_xcd) continue;  // one L2: coherent
+    const uint64_t rel = wr.through ? wr.time : d.wg_release[wr.wg] > wr.time ? d.wg_release[wr.wg] : 0;
+    const Inst& in = w.cur();
+    if (rel && (coherent_at_agent(in) || d.wg_acquire > rel)) continue;
+    const Inst& win = w.prog->insts[wr.inst];
+    const unsigned gx = d.grid.x, gy = d.grid.y;
+    std::string what = fmt::format(
+        "global byte 0x{:x} (buffer '{}' + 0x{:x}) was written in this dispatch by workgroup ({},{},{}) on XCD {}, wave {}, at pc 0x{:x} "
+        "(+0x{:x}) `{}`, and this workgroup runs on XCD {}: ",
+        a.base + o, a.name, o, wr.wg % gx, (wr.wg / gx) % gy, wr.wg / (gx * gy), wr.xcd, wr.wave, win.pc,
+        win.pc - w.prog->kernel->entry_address, win.text, d.wg_xcd);
+    if (!rel)
+      what += fmt::format("the writer did not release it (no `buffer_wbl2 sc1` of its workgroup after the store, and the store is neither "
+                          "sc1 nor an atomic), so on hardware it may still sit in XCD {}'s L2 (the agent-scope release of AMDGPUUsage "
+                          "'Memory Model GFX942': buffer_wbl2 sc1; s_waitcnt vmcnt(0); then the releasing store or atomic)",
+                          wr.xcd);
+    else
+      what += fmt::format("this workgroup did not acquire it (no `buffer_inv sc1` of this workgroup after the writer's release, and the "
+                          "load is neither sc1 nor an atomic), so on hardware XCD {}'s L2 may hold a stale copy (the agent-scope acquire "
+                          "of AMDGPUUsage 'Memory Model GFX942': the acquiring load or atomic; s_waitcnt vmcnt(0); buffer_inv sc1)",
+                          d.wg_xcd);
+    w.violation("memory_model", what, "the load sees the written bytes (the emulator has one memory and no caches)");
+    return;  // one report per access
+  }
+}
+
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   Allocation* a = w.ds->dev->find(addr, n);
   if (!a) {
@@ -170,6 +251,10 @@ uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write) {
   }
   size_t off = addr - a->base;
   if (a->internal) return a->data.data() + off;
+  if (w.ds->coh) {
+    if (write) coh_write(w, *a, off, n);
+    else if (a->coh_stamp == w.ds->coh_serial) coh_read(w, *a, off, n);  // written in this dispatch
+  }
   bool distinct = w.ds->opts.count_distinct;
   if (write) {
     w.ctr->global_write_bytes += n;
@@ -586,6 +671,33 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
     a->write_map.clear();
     a->read_bytes = a->write_bytes = 0;
   }
+  // Workgroup order (DispatchOptions::workgroup_order / workgroup_order_seed) and the memory model.
+  const uint64_t nwg = uint64_t(grid.x) * grid.y * grid.z;
+  if (nwg > (1ull << 32)) throw Error("dispatch", fmt::format("grid of {} workgroups is implausible", nwg));
+  std::vector<uint32_t> order;
+  if (!opts.workgroup_order.empty()) {
+    order = opts.workgroup_order;
+    std::vector<uint8_t> seen(nwg, 0);
+    bool ok = order.size() == nwg;
+    for (size_t i = 0; ok && i < order.size(); ++i) ok = order[i] < nwg && !seen[order[i]]++;
+    if (!ok) throw Error("dispatch", fmt::format("workgroup_order ({} entries) is not a permutation of the {} linear workgroup ids", order.size(), nwg));
+  } else if (opts.workgroup_order_seed) {
+    order.resize(nwg);
+    std::iota(order.begin(), order.end(), 0u);
+    std::mt19937_64 orng(opts.workgroup_order_seed);
+    std::shuffle(order.begin(), order.end(), orng);
+  }
+  ds.coh = opts.check_memory_model;
+  ds.num_xcds = opts.num_xcds ? opts.num_xcds : unsigned(abi::facts(ds.gfx == Gfx::gfx942 ? abi::Target::gfx942 : abi::Target::gfx950).num_xcds);
+  if (ds.coh) {
+    ds.wg_release.assign(nwg, 0);
+    if (dev.coh_next_ > 0xF0000000u) {  // record numbers run out: forget earlier dispatches' (released anyway)
+      for (auto& [b, a] : dev.allocs_) { a->coh_pages.clear(); a->coh_stamp = 0; }
+      dev.coh_next_ = 0;
+    }
+    ds.coh_base = dev.coh_next_;
+    ds.coh_serial = ++dev.coh_serial_;
+  }
   if (opts.check_lds_race) ds.shadow.assign(std::max(ds.lds_size, 1u), LdsShadow{});
   if (opts.check_lds_uninit) ds.lds_written.assign(std::max(ds.lds_size, 1u), 0);
   g_dma.clear();
@@ -605,10 +717,16 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
   uint32_t epoch_counter = 1;
   const auto& kd = k.kd;
 
+  auto clear_coh = [&] {  // the kernel boundary: this dispatch's records become earlier ones
+    if (ds.coh) dev.coh_next_ = ds.coh_base + uint32_t(ds.coh_writes.size()) + 1;
+  };
   try {
-    for (unsigned gz = 0; gz < grid.z; ++gz)
-      for (unsigned gy = 0; gy < grid.y; ++gy)
-        for (unsigned gx = 0; gx < grid.x; ++gx) {
+        for (uint64_t wi_ = 0; wi_ < nwg; ++wi_) {
+          const uint32_t lin = order.empty() ? uint32_t(wi_) : order[wi_];
+          const unsigned gx = lin % grid.x, gy = (lin / grid.x) % grid.y, gz = lin / (grid.x * grid.y);
+          ds.wg_linear = lin;
+          ds.wg_xcd = lin % ds.num_xcds;
+          ds.wg_acquire = 0;
           wg.id[0] = gx; wg.id[1] = gy; wg.id[2] = gz;
           wg.ctr = WorkgroupCounters{};
           wg.vm_load_outstanding = 0;
@@ -711,11 +829,13 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
           out.workgroups++;
         }
   } catch (...) {
+    clear_coh();
     g_dma.clear();
     dev.free(ds.kernarg_addr);
     if (ds.packet_addr) dev.free(ds.packet_addr);
     throw;
   }
+  clear_coh();
   dev.free(ds.kernarg_addr);
   if (ds.packet_addr) dev.free(ds.packet_addr);
   for (auto& [b, a] : dev.allocs_) {

@@ -35,6 +35,7 @@ enum : uint32_t {
   K_BRANCH = 1u << 26,
   K_DST_OPSEL = 1u << 27, // op_sel's destination bit selects the written half (tied destination)
   K_SWAP = 1u << 28,      // v_swap_b32: both operands are read and written
+  K_ATOMIC = 1u << 29,    // global/flat atomic read-modify-write
 };
 
 struct OpInfo {

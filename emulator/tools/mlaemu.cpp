@@ -44,8 +44,14 @@ int main(int argc, char** argv) {
   run->add_flag("--no-lds-race-check", no_race, "disable LDS race detection");
   run->add_flag("--no-lds-dma-check", no_lds_dma, "disable the check that LDS bytes of an outstanding LDS-DMA load are not touched");
   run->add_flag("--no-lds-uninit-check", no_lds_uninit, "disable the check that no LDS byte is read before its workgroup wrote it");
+  bool no_memory_model = false;
+  uint64_t wg_order_seed = 0;
+  run->add_flag("--no-memory-model-check", no_memory_model,
+                "disable the check that a load of global bytes another XCD wrote in this dispatch follows the writer's release "
+                "(buffer_wbl2 sc1) and the reader's acquire (buffer_inv sc1)");
+  run->add_option("--workgroup-order-seed", wg_order_seed, "run the workgroups in a random order with this seed (0 = linear order)");
   run->add_flag("--relaxed", relaxed,
-                "report each waitcnt/hazard/LDS-race/LDS-DMA/LDS-uninit violation once (per rule and pc) as a warning on stderr and go on; "
+                "report each waitcnt/hazard/LDS-race/LDS-DMA/LDS-uninit/memory-model violation once (per rule and pc) as a warning on stderr and go on; "
                 "out-of-bounds accesses and unsupported instructions stay errors (docs/emulator.md, 'Relaxed mode')");
   run->add_flag("--per-workgroup", per_wg, "include per-workgroup counters");
   bool trace = false;
@@ -115,6 +121,8 @@ int main(int argc, char** argv) {
       ov.no_race = no_race;
       ov.no_lds_dma = no_lds_dma;
       ov.no_lds_uninit = no_lds_uninit;
+      ov.no_memory_model = no_memory_model;
+      if (wg_order_seed) ov.workgroup_order_seed = wg_order_seed;
       ov.relaxed = relaxed;
       ov.per_workgroup = per_wg;
       ov.trace = trace;

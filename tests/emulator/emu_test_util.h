@@ -111,6 +111,19 @@ inline std::string compile_cl(const std::string& src, Gfx gfx, const std::string
   return co.string();
 }
 
+// Compiles OpenCL C 2.0 with clang-22 for `gfx` to assembly text (to edit, then assemble()).
+inline std::string compile_cl_asm(const std::string& src, Gfx gfx, const std::string& name) {
+  fs::path dir = tmp_root();
+  fs::path cl = dir / (name + ".cl"), s = dir / (name + ".s");
+  std::ofstream(cl) << src;
+  std::string out;
+  if (run_cmd(fmt::format("{} -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu={} -nogpulib -O2 -S {} -o {}", mla::build::kClang,
+                          mla::emu::gfx_name(gfx), cl.string(), s.string()), &out))
+    throw std::runtime_error("clang failed:\n" + out);
+  std::ifstream f(s);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 inline uint32_t fbits(float f) { uint32_t b; std::memcpy(&b, &f, 4); return b; }
 inline float bitsf(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 
