@@ -256,6 +256,10 @@ struct RunSample {
 inline int prefix_unit_rows(const abi::PrefixUnit& u, int rows_per_group) {
   return std::min(rows_per_group, u.rows - u.row_group * rows_per_group);
 }
+// The random problem's parameters for a shape: its target, heads, rows, dtypes, page size and lse,
+// with these request lengths, prefix groups and seed.
+rt::ProblemParams problem_params(const rt::DecodeShape& s, const std::vector<int>& kv_lens, uint64_t seed,
+                                 const std::vector<rt::ProblemParams::Shared>& shared = {});
 RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed = 1,
                      int workgroups_per_cu = 0, const std::vector<rt::ProblemParams::Shared>& shared = {},
                      rt::CascadePolicy cascade = rt::CascadePolicy::cost_model);

@@ -122,20 +122,10 @@ struct CheckProblem {
 CheckProblem make_check_problem(const std::string& label, const rt::DecodeShape& s, const std::vector<int>& lens,
                                 const std::vector<int>& empty_before, const std::vector<rt::ProblemParams::Shared>& shared,
                                 uint64_t seed) {
-  rt::ProblemParams pp;
-  pp.target = s.target;
-  pp.heads = s.heads;
-  pp.qseqlen = s.qseqlen;
-  pp.q_dtype = s.q_dtype;
-  pp.kv_dtype = s.kv_dtype;
-  pp.page_size = s.page_size;
-  pp.kv_lens = lens;
-  pp.seed = seed;
-  pp.return_lse = s.return_lse;
+  rt::ProblemParams pp = problem_params(s, lens, seed, shared);
   pp.logit_cap = s.logit_cap ? 30.0 : 0.0;
   if (s.q_dtype == rt::DType::fp8 && s.kv_dtype == rt::DType::fp8) pp.q_scale = 0.75, pp.kv_scale = 1.5;
   pp.extra_pages = 3;
-  pp.shared = shared;
   CheckProblem c;
   c.label = label;
   c.p = rt::make_random_problem(pp);

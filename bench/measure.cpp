@@ -78,11 +78,8 @@ std::string prefix_asm_for(const rt::DecodeShape& s) {
   throw std::runtime_error(fmt::format("mlabench: no prefix kernel of prefix_rows {} for {}", s.prefix_rows, s.describe()));
 }
 
-// workgroups_per_cu: 0 plans as the runtime does (the kernel's occupancy); the scaled runs use 1
-// so that each sample's unit count is set by its design (C, 2C, 2C units), not by occupancy.
-RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed,
-                     int workgroups_per_cu, const std::vector<rt::ProblemParams::Shared>& shared,
-                     rt::CascadePolicy cascade) {
+rt::ProblemParams problem_params(const rt::DecodeShape& s, const std::vector<int>& kv_lens, uint64_t seed,
+                                 const std::vector<rt::ProblemParams::Shared>& shared) {
   rt::ProblemParams pp;
   pp.target = s.target;
   pp.heads = s.heads;
@@ -94,7 +91,15 @@ RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, 
   pp.seed = seed;
   pp.return_lse = s.return_lse;
   pp.shared = shared;
-  auto p = rt::make_random_problem(pp);
+  return pp;
+}
+
+// workgroups_per_cu: 0 plans as the runtime does (the kernel's occupancy); the scaled runs use 1
+// so that each sample's unit count is set by its design (C, 2C, 2C units), not by occupancy.
+RunSample run_sample(const rt::DecodeShape& s, const std::vector<int>& kv_lens, int num_cus, uint64_t seed,
+                     int workgroups_per_cu, const std::vector<rt::ProblemParams::Shared>& shared,
+                     rt::CascadePolicy cascade) {
+  auto p = rt::make_random_problem(problem_params(s, kv_lens, seed, shared));
   const auto& cat = catalog_for(s);
   rt::EmulatorRunOptions opts;
   opts.num_cus = num_cus;
