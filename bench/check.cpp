@@ -119,6 +119,16 @@ struct CheckProblem {
   std::vector<int32_t> kv_indices;   // packed, API order
 };
 
+// The plan's workspace, with the step's tables and the problem's scales uploaded into it.
+std::unique_ptr<Buffer> upload_plan(const Device& d, const Plan& plan, const CheckProblem& c) {
+  size_t ws_bytes = 0;
+  check_call(mla_plan_workspace_size(plan.plan, &ws_bytes), "mla_plan_workspace_size");
+  auto ws = std::make_unique<Buffer>(d.dev, ws_bytes, "workspace");
+  check_call(mla_plan_upload(d.ctx, plan.plan, ws->ptr, ws_bytes, float(c.p.q_scale), float(c.p.kv_scale), nullptr),
+             "mla_plan_upload");
+  return ws;
+}
+
 CheckProblem make_check_problem(const std::string& label, const rt::DecodeShape& s, const std::vector<int>& lens,
                                 const std::vector<int>& empty_before, const std::vector<rt::ProblemParams::Shared>& shared,
                                 uint64_t seed) {
@@ -180,11 +190,7 @@ RunOutput run_on(Device& d, const mla_selection& sel, const rt::DecodeShape& s, 
     check_call(mla_plan_update_shared(d.ctx, plan.plan, c.api_lens.data(), batch, 0, nullptr, c.groups.data(),
                                       int(c.groups.size())),
                "mla_plan_update_shared");
-  size_t ws_bytes = 0;
-  check_call(mla_plan_workspace_size(plan.plan, &ws_bytes), "mla_plan_workspace_size");
-  Buffer ws(d.dev, ws_bytes, "workspace");
-  check_call(mla_plan_upload(d.ctx, plan.plan, ws.ptr, ws_bytes, float(c.p.q_scale), float(c.p.kv_scale), nullptr),
-             "mla_plan_upload");
+  const auto ws = upload_plan(d, plan, c);
   const size_t rows = size_t(batch) * s.qseqlen;
   Buffer q(d.dev, c.q_bytes.size(), "q"), kv(d.dev, c.p.kv.bytes.size(), "kv");
   Buffer idx(d.dev, c.kv_indices.size() * 4, "kv_indices");
@@ -205,7 +211,7 @@ RunOutput run_on(Device& d, const mla_selection& sel, const rt::DecodeShape& s, 
   a.q_scale = float(c.p.q_scale);
   a.kv_scale = float(c.p.kv_scale);
   a.logit_cap = float(c.p.logit_cap);
-  check_call(mla_decode(d.ctx, plan.plan, &a, ws.ptr, ws_bytes, nullptr), "mla_decode");
+  check_call(mla_decode(d.ctx, plan.plan, &a, ws->ptr, ws->bytes, nullptr), "mla_decode");
   check_call(mla_stream_synchronize(d.dev, nullptr), "mla_stream_synchronize");
   RunOutput r;
   r.o.resize(rows * s.heads * rt::kVDim);
@@ -325,11 +331,7 @@ json time_kernel(Device& d, const mla_selection& sel, const rt::DecodeShape& s, 
   Plan plan;
   check_call(mla_plan_create(d.ctx, &sel, batch, tokens, &plan.plan), "mla_plan_create (timing)");
   check_call(mla_plan_update(d.ctx, plan.plan, c.api_lens.data(), batch, 0), "mla_plan_update (timing)");
-  size_t ws_bytes = 0;
-  check_call(mla_plan_workspace_size(plan.plan, &ws_bytes), "mla_plan_workspace_size");
-  Buffer ws(d.dev, ws_bytes, "workspace");
-  check_call(mla_plan_upload(d.ctx, plan.plan, ws.ptr, ws_bytes, float(c.p.q_scale), float(c.p.kv_scale), nullptr),
-             "mla_plan_upload");
+  const auto ws = upload_plan(d, plan, c);
   const size_t rows = size_t(batch) * s.qseqlen;
   const size_t set_bytes = c.q_bytes.size() + c.p.kv.bytes.size() + rows * s.heads * (rt::kVDim * 2 + 4);
   const int sets = rotate > 0 ? rotate : on_hardware ? int(std::ceil(2.0 * kLlcBytes / double(set_bytes))) + 1 : 1;
@@ -357,7 +359,7 @@ json time_kernel(Device& d, const mla_selection& sel, const rt::DecodeShape& s, 
     a.q_scale = float(c.p.q_scale);
     a.kv_scale = float(c.p.kv_scale);
     a.logit_cap = float(c.p.logit_cap);
-    check_call(mla_decode(d.ctx, plan.plan, &a, ws.ptr, ws_bytes, nullptr), "mla_decode (timing)");
+    check_call(mla_decode(d.ctx, plan.plan, &a, ws->ptr, ws->bytes, nullptr), "mla_decode (timing)");
   };
   for (int i = 0; i < warmup; ++i) launch(i);
   check_call(mla_stream_synchronize(d.dev, nullptr), "mla_stream_synchronize");
