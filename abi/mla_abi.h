@@ -145,12 +145,16 @@ struct LaunchHeader {
   int32_t count;           // entries of this step (0: every workgroup exits)
   int32_t entries_offset;  // bytes from this header to entry 0 (> 0, a multiple of 32)
   int32_t stride;          // the launch's workgroups in x (> 0)
-  int32_t reserved[5];     // 0
+  // Decode launch with the merge in the launch (docs/mla-decode.md, "In-launch merge"), else 0:
+  int32_t merge_offset;    // bytes from this header to the merge entries: abi::ReduceEntry of request b at + 32 b
+  int32_t counters_offset; // bytes from this header to the arrival counters: uint32 per (request, 16-row block)
+  int32_t reserved[3];     // 0
 };
 static_assert(sizeof(LaunchHeader) == 32, "LaunchHeader is int32[8]");
 namespace launch_header {
 inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset = offsetof(LaunchHeader, entries_offset) / 4,
-                     stride = offsetof(LaunchHeader, stride) / 4;
+                     stride = offsetof(LaunchHeader, stride) / 4, merge_offset = offsetof(LaunchHeader, merge_offset) / 4,
+                     counters_offset = offsetof(LaunchHeader, counters_offset) / 4;
 }  // namespace launch_header
 
 // The decode kernel's arguments (the kernel reads them at these offsets). q_scale and kv_scale

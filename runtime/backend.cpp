@@ -144,13 +144,20 @@ void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
   region(w.q_pad, w.q_pad_bytes);
   region(w.o_pad, w.o_pad_bytes);
   region(w.lse_pad, w.lse_pad_bytes);
+  w.counters_bytes = w.merge_in_launch ? batch * size_t(merge_blocks_per_request(k)) * 4 : 0;
+  region(w.counters, w.counters_bytes);
   w.total = off;
 }
 
 }  // namespace
 
+int merge_blocks_per_request(const SelectedKernels& k) {
+  const int M = k.kheads * k.kqseqlen, rpg = k.decode.launch.rows_per_group;
+  return (M + rpg - 1) / rpg * (rpg / 16);
+}
+
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds, int workgroups_per_cu) {
+                                 int max_rounds, int workgroups_per_cu, bool merge_in_launch) {
   const int64_t M = int64_t(k.kheads) * k.kqseqlen;
   const int64_t rpg = k.decode.launch.rows_per_group, T = k.decode.launch.tile_tokens;
   const int64_t G = (M + rpg - 1) / rpg;
@@ -174,6 +181,11 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
   w.decode_grid = resident(k.decode.resident_workgroups_per_cu);
   w.prefix_grid = k.prefix ? resident(k.prefix->resident_workgroups_per_cu) : 0;
   w.reduce_grid = unsigned(std::max<size_t>(1, w.max_reduces));
+  w.merge_in_launch = merge_in_launch;
+  if (merge_in_launch) {
+    w.prefix_grid = 0;  // no cascade: no prefix launch
+    w.max_units += size_t(max_batch) * size_t((M + rpg - 1) / rpg);  // an empty request's units
+  }
   fill_sizes(w, k, size_t(max_batch));
   return w;
 }
@@ -186,6 +198,8 @@ WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan,
   w.decode_grid = unsigned(std::max<size_t>(1, w.max_units));
   w.prefix_grid = k.prefix ? w.decode_grid : 0;
   w.reduce_grid = unsigned(std::max<size_t>(1, w.max_reduces));
+  w.merge_in_launch = plan.merge_in_launch;
+  if (plan.merge_in_launch) w.prefix_grid = 0;
   fill_sizes(w, k, size_t(batch));
   return w;
 }
@@ -204,11 +218,14 @@ WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws) {
   return a;
 }
 
-void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride) {
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride, int64_t merge_offset,
+                         int64_t counters_offset) {
   abi::LaunchHeader h{};
   h.count = int32_t(count);
   h.entries_offset = int32_t(entries_offset);
   h.stride = int32_t(stride);
+  h.merge_offset = int32_t(merge_offset);
+  h.counters_offset = int32_t(counters_offset);
   std::memcpy(dst, &h, sizeof h);
 }
 
@@ -219,9 +236,17 @@ size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const W
   std::memcpy(dst + S::scales + 4, &kv_scale, 4);
   const size_t nd = plan.units.size(), np = plan.prefix_units.size(), nr = plan.reduces.size();
   const size_t decode_at = S::entries, prefix_at = decode_at + nd * 32, reduce_at = prefix_at + np * 32;
-  write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header, ws.decode_grid);
+  if (plan.merge_in_launch != ws.merge_in_launch)
+    throw std::logic_error("pack_step_tables: a plan's merge_in_launch differs from its workspace layout's");
+  // In-launch merge: the decode kernel finds request b's entry at reduce_at + 32 b and the
+  // counters in their workspace region (offsets from its header).
+  const int64_t merge_offset = ws.merge_in_launch ? int64_t(reduce_at) - int64_t(S::decode_header) : 0;
+  const int64_t counters_offset =
+      ws.merge_in_launch ? int64_t(ws.counters) - int64_t(ws.tables + S::decode_header) : 0;
+  write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header, ws.decode_grid, merge_offset,
+                      counters_offset);
   write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header, std::max(1u, ws.prefix_grid));
-  write_launch_header(dst + S::reduce_header, nr, reduce_at - S::reduce_header, ws.reduce_grid);
+  write_launch_header(dst + S::reduce_header, ws.merge_in_launch ? 0 : nr, reduce_at - S::reduce_header, ws.reduce_grid);
   static_assert(sizeof(WorkUnit) == 32 && sizeof(abi::PrefixUnit) == 32 && sizeof(ReduceEntry) == 32);
   if (nd) std::memcpy(dst + decode_at, plan.units.data(), nd * 32);
   if (np) std::memcpy(dst + prefix_at, plan.prefix_units.data(), np * 32);
@@ -234,7 +259,8 @@ LaunchGrids launch_grids(const SelectedKernels& k, const WorkspaceLayout& ws) {
   g.decode = {ws.decode_grid, 1, 1};
   g.prefix = {k.prefix ? ws.prefix_grid : 0u, 1, 1};
   g.reduce = {ws.reduce_grid, unsigned(k.kheads * k.kqseqlen), 1};
-  g.launches = k.prefix ? 3 : 2;
+  if (ws.merge_in_launch) g.prefix.x = 0, g.reduce.x = 0;
+  g.launches = 1 + (g.prefix.x ? 1 : 0) + (g.reduce.x ? 1 : 0);
   return g;
 }
 
@@ -358,8 +384,8 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const WorkspaceLayout
     ops.push_back(std::move(op));
   };
   attention(k.decode, wa.decode_header, grids.decode, "decode");
-  if (k.prefix) attention(*k.prefix, wa.prefix_header, grids.prefix, "prefix");
-  {
+  if (k.prefix && grids.prefix.x) attention(*k.prefix, wa.prefix_header, grids.prefix, "prefix");
+  if (grids.reduce.x) {  // else the decode launch merges (WorkspaceLayout::merge_in_launch)
     KernargPacker rk(k.reduce);
     rk.ptr("reduce_map", wa.reduce_header).ptr("partial_o", po).ptr("partial_lse", pl).ptr("o", o_addr).ptr("lse", lse_addr);
     DecodeOp op;

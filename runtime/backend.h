@@ -99,6 +99,11 @@ struct WorkspaceLayout {
   // takes one entry per workgroup (max_reduces).
   unsigned decode_grid = 1, prefix_grid = 0, reduce_grid = 1;
   size_t tables = 0, tables_bytes = 0;
+  // In-launch merge (PlanInputs::merge_in_launch): no reduce launch; the decode kernel's arrival
+  // counters, one uint32 per (request, 16-row block), zeroed once per workspace by the first
+  // upload and reset by the kernel after each merge.
+  bool merge_in_launch = false;
+  size_t counters = 0, counters_bytes = 0;
   size_t partial_o = 0, partial_lse = 0, q_pad = 0, o_pad = 0, lse_pad = 0;
   size_t q_pad_bytes = 0, o_pad_bytes = 0, lse_pad_bytes = 0;
   size_t total = 0;
@@ -111,7 +116,11 @@ inline constexpr int kCascadeReserve = 4;
 // workgroups_per_cu: the planner's occupancy (0: each kernel's resident workgroups per CU from
 // catalog.json), which sets the persistent grids.
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds = PlanInputs{}.max_rounds, int workgroups_per_cu = 0);
+                                 int max_rounds = PlanInputs{}.max_rounds, int workgroups_per_cu = 0,
+                                 bool merge_in_launch = false);
+// Row blocks of 16 per request the decode kernel covers (its row groups' blocks, padding included):
+// the arrival counters per request.
+int merge_blocks_per_request(const SelectedKernels& k);
 // Exactly what one plan needs, one workgroup per unit.
 WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan, int batch);
 
@@ -129,8 +138,10 @@ inline constexpr size_t bytes(size_t max_units, size_t max_reduces) { return ent
 // step_tables::bytes(...) for the plan's capacity; returns the bytes used (what the upload copies).
 // The headers' strides are the layout's grids.
 size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const WorkspaceLayout& ws, uint8_t* dst);
-// One launch header (abi::LaunchHeader) at `dst`.
-void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride);
+// One launch header (abi::LaunchHeader) at `dst`; merge_offset / counters_offset: the decode
+// launch's in-launch merge (0: none).
+void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride, int64_t merge_offset = 0,
+                         int64_t counters_offset = 0);
 
 // PlanInputs for the kernel shape (padded rows included).
 PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,

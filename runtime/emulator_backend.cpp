@@ -217,6 +217,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   in.prefix_groups = detect_prefix_groups(in.kv_lens, p.page_size, p.qseqlen, in.tile_tokens,
                                           [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; });
   in.cascade = opts.cascade;
+  in.merge_in_launch = opts.merge_in_launch;
   r.plan = plan_decode(in);
   const Plan& plan = r.plan;
   {
@@ -255,11 +256,18 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   const size_t units_bytes = (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit);
   const size_t reduce_bytes = plan.reduces.size() * sizeof(ReduceEntry);
   if (used != S::entries + units_bytes + reduce_bytes) throw RtError(MLA_ERROR_INTERNAL, "step tables: size mismatch");
-  std::vector<uint8_t> work(64 + units_bytes), reduce(32 + reduce_bytes);
-  write_launch_header(work.data(), plan.units.size(), 64, ws.decode_grid);
+  // In-launch merge: the merge entries and the (zeroed) counters follow the units in the same
+  // allocation, since the kernel finds them by offsets from its header.
+  const size_t counters_bytes = plan.merge_in_launch ? size_t(p.batch()) * merge_blocks_per_request(k) * 4 : 0;
+  std::vector<uint8_t> work(64 + units_bytes + (plan.merge_in_launch ? reduce_bytes + counters_bytes : 0)),
+      reduce(32 + reduce_bytes);
+  const int64_t merge_at = plan.merge_in_launch ? int64_t(64 + units_bytes) : 0;
+  write_launch_header(work.data(), plan.units.size(), 64, ws.decode_grid, merge_at,
+                      plan.merge_in_launch ? merge_at + int64_t(reduce_bytes) : 0);
   write_launch_header(work.data() + 32, plan.prefix_units.size(), 32 + plan.units.size() * sizeof(WorkUnit),
                       std::max(1u, ws.prefix_grid));
   std::memcpy(work.data() + 64, tables.data() + S::entries, units_bytes);
+  if (plan.merge_in_launch) std::memcpy(work.data() + merge_at, tables.data() + S::entries + units_bytes, reduce_bytes);
   write_launch_header(reduce.data(), plan.reduces.size(), 32, ws.reduce_grid);
   std::memcpy(reduce.data() + 32, tables.data() + S::entries + units_bytes, reduce_bytes);
   const uint64_t work_at = upload(work.data(), work.size(), "work"), reduce_at = upload(reduce.data(), reduce.size(), "reduce_map");
@@ -291,7 +299,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   // others' workgroups only read their header and exit).
   r.ran_decode = !plan.units.empty();
   r.ran_prefix = !plan.prefix_units.empty();
-  r.ran_reduce = !plan.reduces.empty();
+  r.ran_reduce = !plan.reduces.empty() && !plan.merge_in_launch;
   r.o.resize(o_bytes / 2);
   be.d2h(r.o.data(), t.o, o_bytes);
   if (p.return_lse) {

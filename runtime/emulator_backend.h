@@ -71,6 +71,8 @@ struct EmulatorRunOptions {
   // Decode and prefix launch widths: 0 = one workgroup per unit; n = n workgroups, each walking
   // units x, x + n, ... (the persistent walk, as the C API's capacity grids run it).
   int persistent_grid = 0;
+  // Split partials merged inside the decode launch (PlanInputs::merge_in_launch; needs cascade never).
+  bool merge_in_launch = false;
   emu::DispatchOptions dispatch;
 };
 

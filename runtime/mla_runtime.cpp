@@ -29,6 +29,7 @@ struct mla_context {
   bool validate = false, record = false;
   int num_cus = 0, wpc = 0;  // wpc 0: the decode kernel's resident workgroups per CU
   CascadePolicy cascade = CascadePolicy::cost_model;
+  bool merge_in_launch = false;  // MLA_OPTION_MERGE 1
   int planned_cus() const { return num_cus > 0 ? num_cus : dev->be->num_cus(); }
 };
 
@@ -58,6 +59,8 @@ struct mla_plan {
   uint64_t uploaded_ws = 0;
   float uploaded_q_scale = 0, uploaded_kv_scale = 0;
   uint64_t zeroed_ws = 0;         // padded selections: the workspace whose padding rows are zeroed
+  uint64_t counters_ws = 0;       // in-launch merge: the workspace whose counters are zeroed
+  bool merge_in_launch = false;   // MLA_OPTION_MERGE at creation
   std::vector<DecodeOp> upload_ops;  // mla_plan_upload's operations (storage kept across steps)
   ~mla_plan() {
     if (tables) be->host_free(tables);
@@ -400,6 +403,10 @@ mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t v) {
         if (v < 0 || v > 2) bad(fmt::format("MLA_OPTION_CASCADE = {} (allowed: 0 cost model, 1 always, 2 never)", v));
         ctx->cascade = v == 0 ? CascadePolicy::cost_model : v == 1 ? CascadePolicy::always : CascadePolicy::never;
         break;
+      case MLA_OPTION_MERGE:
+        if (v < 0 || v > 1) bad(fmt::format("MLA_OPTION_MERGE = {} (allowed: 0 the reduce launch, 1 in the decode launch)", v));
+        ctx->merge_in_launch = v == 1;
+        break;
       case MLA_OPTION_RECORD_LAUNCHES: {
         ctx->record = v != 0;
         ctx->dev->be->set_recording(ctx->record);
@@ -515,6 +522,10 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     // A plan made with cascades off never has prefix units: it launches no prefix kernel (the
     // launches of a plan are fixed at creation, for graph capture).
     if (ctx->cascade == CascadePolicy::never) p->k.prefix.reset();
+    if (ctx->merge_in_launch && ctx->cascade != CascadePolicy::never)
+      bad("MLA_OPTION_MERGE = 1 with MLA_OPTION_CASCADE != 2 (allowed: cascades off, set MLA_OPTION_CASCADE 2 before "
+          "mla_plan_create; a cascade's prefix partials are merged by the reduce launch)");
+    p->merge_in_launch = ctx->merge_in_launch;
     // Load and check both code objects now (per-device cache): target, metadata vs catalog.
     ctx->dev->be->ensure_module(p->k.decode);
     ctx->dev->be->ensure_module(p->k.reduce);
@@ -523,7 +534,8 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     p->max_tokens = max_total_tokens;
     p->num_cus = ctx->planned_cus();
     p->wpc = ctx->wpc;
-    p->ws = workspace_layout(p->k, max_batch, max_total_tokens, p->num_cus, PlanInputs{}.max_rounds, p->wpc);
+    p->ws = workspace_layout(p->k, max_batch, max_total_tokens, p->num_cus, PlanInputs{}.max_rounds, p->wpc,
+                             p->merge_in_launch);
     if (p->ws.total > (size_t(1) << 46))
       throw RtError(MLA_ERROR_CAPACITY, fmt::format("workspace of {} bytes for max_batch {} max_total_tokens {}: too "
                                                     "large (give a token bound)",
@@ -542,6 +554,7 @@ mla_status mla_plan_create(mla_context* ctx, const mla_selection* sel, int max_b
     p->inputs = plan_inputs_for(p->k, {}, p->num_cus, p->wpc);
     p->inputs.max_units = int64_t(p->ws.max_units);
     p->inputs.max_partials = int64_t(p->ws.max_partials);
+    p->inputs.merge_in_launch = p->merge_in_launch;
     *out = p.release();
   });
 }
@@ -612,7 +625,8 @@ void update_plan(mla_context* ctx, mla_plan* plan, const int32_t* kv_lens, int b
       detect_prefix_groups(lens, k.page_size, k.qseqlen, in.tile_tokens, PageTableView{host_pages, stride}, plan->groups);
       in.prefix_groups = std::span<const PrefixGroup>(plan->groups);
     }
-    in.cascade = ctx->cascade;
+    // A merging plan stays without cascades whatever the option says now (its launches are fixed).
+    in.cascade = plan->merge_in_launch ? CascadePolicy::never : ctx->cascade;
     Plan& p = plan->next;
     plan_decode(in, p, plan->scratch);
     in.kv_lens = {};  // no view outlives the call
@@ -741,7 +755,18 @@ mla_status mla_plan_upload(mla_context* ctx, mla_plan* plan, uint64_t workspace,
     // first upload into a workspace).
     std::vector<DecodeOp>& ops = plan->upload_ops;
     const bool zero = plan->k.padded() && plan->zeroed_ws != workspace;
-    ops.resize(zero ? 2 : 1);
+    const bool zero_counters = plan->ws.merge_in_launch && plan->counters_ws != workspace;
+    ops.resize(1 + (zero ? 1 : 0) + (zero_counters ? 1 : 0));
+    if (zero_counters) {
+      // The in-launch merge's arrival counters start at 0; every merge resets its own, so one
+      // zeroing per workspace serves every later launch (stream-ordered, before the first).
+      DecodeOp& z = ops[zero ? 1 : 0];
+      z.kind = DecodeOp::Memset;
+      z.dst = workspace + plan->ws.counters;
+      z.bytes = plan->ws.counters_bytes;
+      z.value = 0;
+      z.what = "zero the merge counters (once per workspace)";
+    }
     if (zero) {
       // The padding rows and heads of q are never written by mla_decode's copies: zero them once
       // per workspace (stream-ordered, before the first decode that reads them).
@@ -760,6 +785,7 @@ mla_status mla_plan_upload(mla_context* ctx, mla_plan* plan, uint64_t workspace,
     up.what = "upload the step tables";
     ctx->dev->be->run(ops, stream);
     if (plan->k.padded()) plan->zeroed_ws = workspace;
+    if (plan->ws.merge_in_launch) plan->counters_ws = workspace;
     plan->uploaded_update = plan->updates;
     plan->uploaded_ws = workspace;
     plan->uploaded_q_scale = q_scale;

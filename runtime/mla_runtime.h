@@ -154,6 +154,11 @@ typedef enum mla_option {
                                         mla_decode is decode + reduce); any other plan whose selection
                                         has a prefix kernel launches it at every mla_decode, with no
                                         work in a step without a cascading group */
+  MLA_OPTION_MERGE = 5,              /* where split partials are merged, read at mla_plan_create: 0
+                                        (default) the reduce launch; 1 inside the decode launch, by the
+                                        last split of each row block to arrive (one launch per layer;
+                                        the plan must be created with MLA_OPTION_CASCADE 2, since a
+                                        cascade's prefix partials are merged by the reduce launch) */
   MLA_OPTION_MAX_ENUM = 0x7fffffff
 } mla_option;
 mla_status mla_context_set_option(mla_context* ctx, mla_option opt, int64_t value);

@@ -29,6 +29,9 @@ void check_inputs(const PlanInputs& in) {
   if (in.min_tiles_per_split < 1) fail(fmt::format("min_tiles_per_split = {} (allowed: >= 1)", in.min_tiles_per_split));
   if (in.kv_bytes_per_token < 1) fail(fmt::format("kv_bytes_per_token = {} (allowed: >= 1)", in.kv_bytes_per_token));
   if (in.max_rounds < 1) fail(fmt::format("max_rounds = {} (allowed: >= 1)", in.max_rounds));
+  if (in.merge_in_launch && in.cascade != CascadePolicy::never)
+    fail("merge_in_launch with cascades allowed (allowed: cascade never; a cascade's prefix partials are merged by the "
+         "reduce launch)");
   if (in.prefix_rows_per_group < 0)
     fail(fmt::format("prefix_rows_per_group = {} (allowed: >= 0, 0 = no prefix kernel)", in.prefix_rows_per_group));
   if (in.prefix_workgroups_per_cu < 1)
@@ -1255,6 +1258,8 @@ void number_slots(const PlanInputs& in, PricedSet& ps, PlanScratch::Impl& sc, Pl
         if (out) out->reduces.push_back({b * q, next, s, 1, 0, {}});
         ps.dec_slot[size_t(j)] = next;
         next += s;
+      } else if (out && in.merge_in_launch) {
+        out->reduces.push_back({b * q, 0, 1, 1, 0, {}});  // reduces[b]: read by no unit (it writes o itself)
       }
       ++b;
       continue;
@@ -1325,6 +1330,15 @@ void assemble(const PlanInputs& in, PricedSet& ps, const Candidate& dec, const C
     if (u.partial >= 0) u.partial = ps.dec_slot[size_t(x.job)] + x.split * ps.dec_stride[size_t(x.job)];
     p.units.push_back(u);
   }
+  if (in.merge_in_launch) {
+    // No reduce launch writes an empty request's rows: a unit of no tokens per row group does
+    // (its rows see no token: o = 0, lse = -inf, as the reduce writes them).
+    const int groups = (M + in.rows_per_group - 1) / in.rows_per_group;
+    for (int b = 0; b < batch; ++b)
+      if (in.kv_lens[size_t(b)] == 0)
+        for (int g = 0; g < groups; ++g) p.units.push_back(WorkUnit{b * q, sc.page_base[size_t(b)], 0, 0, 0, -1, g, b});
+  }
+  p.merge_in_launch = in.merge_in_launch;
   p.prefix_units.clear();
   for (const Raw& x : pre.units) {
     const Job& job = ps.prefix.jobs[size_t(x.job)];
@@ -1479,6 +1493,7 @@ nlohmann::json Plan::to_json() const {
       {"prefix_row_group_bundles", prefix_row_group_bundles},
       {"prefix_row_group_bundles_one_xcd", prefix_row_group_bundles_one_xcd},
       {"reduce_entries", reduces.size()},
+      {"merge_in_launch", merge_in_launch},
       {"split_requests", split_requests},
       {"num_partials", num_partials},
       {"partial_bytes", partial_o_bytes() + partial_lse_bytes()},

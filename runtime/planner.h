@@ -125,6 +125,12 @@ struct PlanInputs {
   // Which groups cascade: as the cost model prices it (default); every group the kernels can
   // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
   CascadePolicy cascade = CascadePolicy::cost_model;
+  // Split partials merged inside the decode launch by the last split of each row block to arrive
+  // (docs/mla-decode.md, "In-launch merge"): one launch per layer, no reduce launch. The plan's
+  // reduce entries are then one per request, indexed by request (the kernel's merge entries), and
+  // an empty request gets a unit of no tokens per row group (it writes o = 0, lse = -inf).
+  // Needs cascade == never: a cascade's prefix partials are merged by the reduce launch.
+  bool merge_in_launch = false;
   // Workspace capacity (0 = unlimited): a cascade plan needing more is not used. Units count
   // decode and prefix units together.
   int64_t max_units = 0, max_partials = 0;
@@ -138,6 +144,7 @@ struct Plan {
   // One per split request, per cascading member and per empty request (num_splits 0: the reduce
   // writes o = 0, lse = -inf), in request order.
   std::vector<ReduceEntry> reduces;
+  bool merge_in_launch = false;       // PlanInputs::merge_in_launch: reduces[b] is request b's merge entry
   int num_partials = 0;               // partial slots needed (a cascading group's unused slots included)
   int rows = 0;                       // M = heads * qseqlen
   int row_groups = 0;                 // ceil(M / rows_per_group)

@@ -89,6 +89,8 @@ std::string format_mods(const Mods& m) {
   if (m.offen) s += " offen";
   if (m.offset) s += fmt::format(" offset:{}", m.offset);
   if (m.lds) s += " lds";
+  if (m.sc0) s += " sc0";
+  if (m.sc1) s += " sc1";
   if (m.op_sel.count) s += sel_bits("op_sel", m.op_sel);
   if (m.op_sel_hi.count) s += sel_bits("op_sel_hi", m.op_sel_hi);
   if (m.dst_sel != SdwaSel::none) s += fmt::format(" dst_sel:{}", sdwa_name(m.dst_sel));

@@ -105,6 +105,7 @@ class Consumer {
   // Results out (mla_decode_consumer_io.cpp).
   void merge_splits();
   void epilogue();
+  void merge_in_launch();
   void partial_base(SReg base, SReg ptr64, int slot_bytes);
   void store_o_bf16(SReg rsrc, VReg off, VReg stage, VReg blocks = {});
   void normalise_o(VReg l, VReg blocks);

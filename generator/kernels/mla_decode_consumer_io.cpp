@@ -2,6 +2,7 @@
 // address helpers, the merge of a row block's token splits, and the epilogue that writes the
 // final output or a partial.
 #include "kernels/mla_decode_consumer.h"
+#include "kernels/mla_reduce.h"
 
 namespace mla::gen::decode {
 
@@ -468,8 +469,84 @@ void Consumer::epilogue() {
     partial_base(base, k_.ptr(mla_decode_args::partial_lse), M * 4);
     rows_resource(rsrc, base, 4);
     write_lse(lse, rsrc, saved, off);
+    if (!g.prefix) {
+      for (SReg r : {rsrc, base, saved}) ra.release(r);
+      for (VReg r : {off, stage}) ra.release(r);
+      merge_in_launch();
+    }
   }
   b.bind(done);
+}
+
+// In-launch merge (docs/mla-decode.md): with the decode header's merge_offset set, this row
+// block's split arrives at its counter (one per request and 16-row block) after its partial is
+// released at agent scope, and the split that completes the count (acquire) merges the block's
+// rows from every split's partial into o (and lse), then resets the counter for the next launch.
+// No workgroup waits for another: the last to arrive does the work.
+void Consumer::merge_in_launch() {
+  namespace H = abi::launch_header;
+  namespace E = abi::reduce_entry;
+  const int M = k_.s.heads * k_.s.qseqlen;
+  const int blocks = (M + g.rows_per_group - 1) / g.rows_per_group * (g.rows_per_group / 16);
+  SReg work = k_.ptr(mla_decode_args::work);
+  SReg hdr = ra.sgpr(2, "m_header", 2);
+  b.s_load_dwordx2(hdr, work, uint32_t(4 * H::merge_offset));
+  static_assert(H::counters_offset == H::merge_offset + 1, "one x2 load");
+  Label skip = b.new_label("merge_skip");
+  b.s_cmp_eq_u32(hdr[0], Imm(0));
+  b.s_cbranch_scc1(skip);
+  // The request's merge entry (abi::ReduceEntry at header + merge_offset + 32 b).
+  SReg addr = ra.sgpr(2, "m_addr"), entry = ra.sgpr(8, "m_entry", 4);
+  SReg batch = k_.unit[abi::work_unit::batch];
+  b.s_lshl_b32(addr[0], batch, Imm(5));
+  b.s_add_u32(addr[0], hdr[0], addr[0]);
+  b.s_add_u32(addr[0], work[0], addr[0]);
+  b.s_addc_u32(addr[1], work[1], Imm(0));
+  b.s_load_dwordx8(entry, addr, 0);
+  // This block's counter: header + counters_offset + 4 (b * blocks + srow / 16).
+  SReg counters = ra.sgpr(2, "m_counters"), idx = ra.sgpr(1, "m_index"), saved = ra.sgpr(2, "m_exec");
+  b.s_add_u32(counters[0], work[0], hdr[1]);
+  b.s_addc_u32(counters[1], work[1], Imm(0));
+  b.s_mul_i32(idx, batch, Imm(blocks));
+  b.s_lshr_b32(addr[0], srow, Imm(4));
+  b.s_add_u32(idx, idx, addr[0]);
+  b.s_lshl_b32(idx, idx, Imm(2));
+  // VGPRs: O^T is dead once stored (the next unit sets it up again).
+  VReg voff = o[kMergeBlockVgprs], one = o[kMergeBlockVgprs + 1], old = o[kMergeBlockVgprs + 2];
+  b.v_mov_b32(voff, idx);
+  b.v_mov_b32(one, Imm(1));
+  // Release: every partial store of this wave reaches the agent before the arrival counts.
+  b.buffer_wbl2_sc1();
+  b.s_waitcnt_vmcnt0();
+  b.s_mov_b64(saved, exec);
+  b.s_mov_exec(Imm(1));  // lane 0 arrives for the wave
+  b.global_atomic_add_u32_rtn(old, voff, one, counters);
+  b.s_waitcnt_vmcnt0();
+  b.buffer_inv_sc1();  // acquire: the other splits' partials, released before their arrivals
+  b.s_mov_exec(saved);
+  SReg arrived = ra.sgpr(1, "m_arrived");
+  b.v_readfirstlane_b32(arrived, old);
+  b.s_add_u32(arrived, arrived, Imm(1));
+  b.s_cmp_lg_u32(arrived, entry[E::num_splits]);
+  b.s_cbranch_scc1(skip);  // not the last split of this block
+  {
+    PartialMergeBlock a;
+    a.partial_o = k_.ptr(mla_decode_args::partial_o), a.partial_lse = k_.ptr(mla_decode_args::partial_lse);
+    a.o = k_.ptr(mla_decode_args::o), a.lse = k_.ptr(mla_decode_args::lse);
+    a.qo_row = entry[E::qo_row], a.first = entry[E::first_partial], a.splits = entry[E::num_splits];
+    a.stride = entry[E::partial_stride];
+    a.srow = srow;
+    a.lane = k_.lane;
+    a.scratch = o.sub(0, kMergeBlockVgprs);
+    emit_partial_merge_block(b, k_.s, a);
+    // The counter back to 0 for the next launch (nothing reads it in this one).
+    b.s_mov_exec(Imm(1));
+    b.v_mov_b32(one, Imm(0));
+    b.global_store_dword(voff, one, counters);
+    b.s_mov_exec(saved);
+  }
+  b.bind(skip);
+  for (SReg r : {hdr, addr, entry, counters, idx, saved, arrived}) ra.release(r);
 }
 
 // O^T blocks times inv = kv_scale / l (0 for a row with no visible token in this unit).

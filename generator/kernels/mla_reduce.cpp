@@ -11,8 +11,11 @@
 // weights are exactly the splits' shares of the softmax denominator.
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "kernels/kernargs.h"
 #include "kernels/mla_geometry.h"
+#include "kernels/mla_reduce.h"
 #include "kernels/registry.h"
 #include "program/builder.h"
 
@@ -180,6 +183,121 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.buffer_store_dword(t0, col_off, rsrc, Imm(0));
   }
   b.s_endpgm();
+}
+
+}  // namespace mla::gen
+
+namespace mla::gen {
+
+void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMergeBlock& a) {
+  auto& ra = b.regs();
+  const int M = s.heads * s.qseqlen;
+  if (a.scratch.count < kMergeBlockVgprs || a.scratch.first % 4)
+    throw std::logic_error(fmt::format("merge block: scratch v[{}:{}] (need {} VGPRs, the first 4-aligned)",
+                                       a.scratch.first, a.scratch.first + a.scratch.count - 1, kMergeBlockVgprs));
+  VReg data = a.scratch.sub(0, 32), acc = a.scratch.sub(32, 32);
+  VReg vmax = a.scratch[64], wsum = a.scratch[65], w = a.scratch[66], lse_k = a.scratch[67];
+  VReg lse_off = a.scratch[68], part_off = a.scratch[69], t0 = a.scratch[70], t1 = a.scratch[71];
+  VReg packed = a.scratch.sub(72, 4);
+  SReg k = ra.sgpr(1, "mb_split"), slot = ra.sgpr(1, "mb_slot"), t = ra.sgpr(2, "mb_t");
+  SReg lrsrc = ra.sgpr(4, "mb_lse_rsrc"), prsrc = ra.sgpr(4, "mb_part_rsrc"), base = ra.sgpr(2, "mb_base");
+  SReg k7fff = ra.sgpr(1, "mb_7fff"), kperm = ra.sgpr(1, "mb_perm_hi16");
+  // The lane's row of the request (rows >= M: every load and store out of its resource's range).
+  b.v_lshrrev_b32(t0, Imm(2), a.lane);
+  b.v_add_u32(t0, a.srow, t0);
+  b.v_lshlrev_b32(lse_off, Imm(2), t0);              // row * 4 in a slot's lse
+  b.v_lshlrev_b32(part_off, Imm(11), t0);            // row * 2048 in a slot's o
+  b.v_and_b32(t1, Imm(3), a.lane);
+  b.v_lshlrev_b32(t1, Imm(7), t1);                   // + 32 (l % 4) columns * 4 bytes
+  b.v_add_u32(part_off, part_off, t1);
+  // Split k's slot and its resources: lse at partial_lse + slot * M * 4, o at partial_o + slot * M * 2048.
+  auto split_resources = [&] {
+    b.s_mul_i32(slot, k, a.stride);
+    b.s_add_u32(slot, a.first, slot);
+    b.s_mul_i32(t[0], slot, Imm(M * 4));
+    b.s_add_u32(base[0], a.partial_lse[0], t[0]);
+    b.s_addc_u32(base[1], a.partial_lse[1], Imm(0));
+    b.make_buffer_resource(lrsrc, base, Imm(M * 4));
+    b.s_mul_i32(t[0], slot, Imm(M * kMlaVDim * 4));
+    b.s_mul_hi_u32(t[1], slot, Imm(M * kMlaVDim * 4));
+    b.s_add_u32(base[0], a.partial_o[0], t[0]);
+    b.s_addc_u32(base[1], a.partial_o[1], t[1]);
+    b.make_buffer_resource(prsrc, base, Imm(M * kMlaVDim * 4));
+  };
+  // lse* = max_k lse_k per row.
+  b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
+  b.s_mov_b32(k, Imm(0));
+  Label max_loop = b.new_label("mb_max_loop");
+  b.bind(max_loop);
+  split_resources();
+  b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
+  b.v_max_f32(vmax, lse_k, vmax);
+  b.s_add_u32(k, k, Imm(1));
+  b.s_cmp_lt_u32(k, a.splits);
+  b.s_cbranch_scc1(max_loop);
+  b.s_mov_b32(k7fff, Imm(0x7fff));
+  b.s_mov_b32(kperm, Imm(0x07060302));
+  for (int pass = 0; pass < 4; ++pass) {
+    // Columns 128 pass + 32 (l % 4) .. + 31: acc = sum_k w_k o_k, wsum = sum_k w_k, in split order.
+    for (int i = 0; i < 32; ++i) b.v_mov_b32(acc[i], Imm(0));
+    b.v_mov_b32(wsum, Imm(0));
+    b.s_mov_b32(k, Imm(0));
+    Label loop = b.new_label("mb_sum_loop");
+    b.bind(loop);
+    split_resources();
+    b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
+    for (int j = 0; j < 8; ++j)
+      b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
+    b.v_sub_f32(w, lse_k, vmax);
+    b.v_mul_f32(w, FImm{kLog2e}, w);
+    b.v_exp_f32(w, w);
+    b.v_add_f32(wsum, wsum, w);
+    for (int i = 0; i < 32; ++i) b.v_fma_f32(acc[i], w, data[i], acc[i]);
+    b.s_add_u32(k, k, Imm(1));
+    b.s_cmp_lt_u32(k, a.splits);
+    b.s_cbranch_scc1(loop);
+    // o = acc / wsum as bf16 (round to nearest even) at o + (qo_row * heads + row) * 1024.
+    b.v_rcp_f32(w, wsum);
+    for (int i = 0; i < 32; ++i) b.v_mul_f32(acc[i], acc[i], w);
+    b.s_mul_i32(t[0], a.qo_row, Imm(s.heads * kMlaVDim * 2));
+    b.s_add_u32(base[0], a.o[0], t[0]);
+    b.s_addc_u32(base[1], a.o[1], Imm(0));
+    b.make_buffer_resource(prsrc, base, Imm(M * kMlaVDim * 2));
+    b.v_lshrrev_b32(t0, Imm(1), part_off);  // the bf16 row: half the f32 offset
+    for (int q = 0; q < 4; ++q) {
+      for (int i = 0; i < 4; ++i) {
+        VReg lo = acc[8 * q + 2 * i], hi = acc[8 * q + 2 * i + 1];
+        if (b.target().has_cvt_pk_bf16) {
+          b.v_cvt_pk_bf16_f32(packed[i], lo, hi);
+        } else {
+          b.v_bfe_u32(t1, lo, Imm(16), Imm(1));
+          b.v_add3_u32(t1, lo, k7fff, t1);
+          b.v_bfe_u32(w, hi, Imm(16), Imm(1));
+          b.v_add3_u32(w, hi, k7fff, w);
+          b.v_perm_b32(packed[i], w, t1, kperm);
+        }
+      }
+      b.buffer_store_dwordx4(packed, t0, prsrc, Imm(0), uint32_t(256 * pass + 16 * q));
+    }
+    if (pass == 3 && s.return_lse) {
+      // lse = lse* + ln(wsum): lanes with l % 4 == 0, at lse + (qo_row * heads + row) * 4.
+      b.v_log_f32(t1, wsum);
+      b.v_mul_f32(t1, FImm{kLn2}, t1);
+      b.v_add_f32(t1, vmax, t1);
+      b.s_mul_i32(t[0], a.qo_row, Imm(s.heads * 4));
+      b.s_add_u32(base[0], a.lse[0], t[0]);
+      b.s_addc_u32(base[1], a.lse[1], Imm(0));
+      b.make_buffer_resource(prsrc, base, Imm(M * 4));
+      SReg saved = ra.sgpr(2, "mb_exec");
+      b.v_and_b32(t0, Imm(3), a.lane);
+      b.v_cmp_eq_u32(vcc, Imm(0), t0);
+      b.s_and_saveexec_b64(saved, vcc);
+      b.buffer_store_dword(t1, lse_off, prsrc, Imm(0));
+      b.s_mov_exec(saved);
+      ra.release(saved);
+    }
+  }
+  for (SReg r : {k, slot, t, lrsrc, prsrc, base, k7fff, kperm}) ra.release(r);
 }
 
 }  // namespace mla::gen

@@ -175,6 +175,37 @@ void Builder::global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t off
        offset_mods(offset));
 }
 
+void Builder::global_store_dword(VReg offset32, VReg data, SReg base64, uint32_t offset) {
+  check_width("global_store_dword", data.count, 1, "vdata");
+  check_width("global_store_dword", offset32.count, 1, "vaddr");
+  check_width("global_store_dword", base64.count, 2, "saddr");
+  emit("global_store_dword", {}, {Operand::of(offset32), Operand::of(data), Operand::of(base64)}, offset_mods(offset));
+}
+
+void Builder::global_atomic_add_u32_rtn(VReg old, VReg offset32, VReg data, SReg base64) {
+  check_width("global_atomic_add", old.count, 1, "vdst");
+  check_width("global_atomic_add", offset32.count, 1, "vaddr");
+  check_width("global_atomic_add", data.count, 1, "vdata");
+  check_width("global_atomic_add", base64.count, 2, "saddr");
+  Mods m;
+  m.sc0 = true;
+  emit("global_atomic_add", {Operand::of(old)}, {Operand::of(offset32), Operand::of(data), Operand::of(base64)}, m);
+}
+
+void Builder::buffer_wbl2_sc1() {
+  Mods m;
+  m.sc1 = true;
+  emit("buffer_wbl2", {}, {}, m);
+}
+
+void Builder::buffer_inv_sc1() {
+  Mods m;
+  m.sc1 = true;
+  emit("buffer_inv", {}, {}, m);
+}
+
+void Builder::s_waitcnt_vmcnt0() { emit("s_waitcnt", {}, {}).vmcnt = 0; }
+
 void Builder::smem(std::string_view m, SReg d, int width, SReg base, uint32_t offset) {
   check_width(m, d.count, width, "dst");
   check_width(m, base.count, 2, "base");

@@ -190,6 +190,18 @@ class Builder {
   void global_load_dwordx2(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dwordx2", d, 2, addr64, offset); }
   void global_load_dwordx4(VReg d, VReg addr64, uint32_t offset = 0) { global_load("global_load_dwordx4", d, 4, addr64, offset); }
   void global_load_dword(VReg d, VReg offset32, SReg base64, uint32_t offset = 0);
+  void global_store_dword(VReg offset32, VReg data, SReg base64, uint32_t offset = 0);
+  // old = the dword at base64 + offset32 before adding data (sc0: returns), performed at agent
+  // scope (AMDGPUUsage "Memory Model GFX942": an agent-scope atomicrmw carries no other bit).
+  void global_atomic_add_u32_rtn(VReg old, VReg offset32, VReg data, SReg base64);
+  // Agent-scope release and acquire (AMDGPUUsage, "AMDHSA Memory Model Code Sequences GFX942"):
+  // release = buffer_wbl2 sc1; s_waitcnt vmcnt(0), before the releasing atomic; acquire = the
+  // atomic, s_waitcnt vmcnt(0), buffer_inv sc1.
+  void buffer_wbl2_sc1();
+  void buffer_inv_sc1();
+  // An explicit wait for every vector memory operation of the wave (memory ordering, which the
+  // waitcnt pass's register scoreboard does not see).
+  void s_waitcnt_vmcnt0();
 
   // ---- LDS ----
   // Lane l reads `data` of lane (addr[l] / 4) % 64 (the LDS crossbar; no LDS memory is touched).

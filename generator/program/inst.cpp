@@ -169,6 +169,11 @@ const OpInfo kOps[] = {
     {"global_store_dwordx4", C::VmemStore, kUseExec},
     {"global_store_short", C::VmemStore, kUseExec},
     {"global_load_lds_dword", C::LdsDma, kUseExec | kUseM0},
+    // The returning form (sc0): a load of the pre-op value, counted in vmcnt.
+    {"global_atomic_add", C::VmemLoad, kUseExec},
+    // Cache write-back / invalidate (gfx940+): no registers, counted in vmcnt like a store.
+    {"buffer_wbl2", C::VmemStore, 0},
+    {"buffer_inv", C::VmemStore, 0},
     {"global_load_lds_dwordx4", C::LdsDma, kUseExec | kUseM0},
     // LDS.
     {"ds_read_b32", C::LdsRead, kUseExec},

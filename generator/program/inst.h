@@ -75,6 +75,9 @@ struct Mods {
   bool idxen = false;        // MUBUF: the (first) VGPR address is a record index (x stride)
   uint32_t offset = 0;       // MUBUF / FLAT / DS immediate byte offset (0: not printed)
   bool lds = false;          // MUBUF: the load writes LDS at M0 (LDS DMA)
+  // gfx940 cache policy bits (AMDGPUUsage "Memory Model GFX942"): sc0 on an atomic returns the
+  // pre-op value; sc1 on buffer_wbl2 / buffer_inv makes them agent-scope release / acquire.
+  bool sc0 = false, sc1 = false;
   SelBits op_sel{};          // VOP3: high halves (last bit: the destination's, where listed)
   SelBits op_sel_hi{};       // VOP3P: operand of the high half (0 = broadcast the low one)
   // DPP quad_perm (lane l of each quad reads lane quad_perm[l % 4]), all rows and banks on.

@@ -578,3 +578,43 @@ TEST_CASE("mla e2e: fp8 (o, lse) of two halves of the KV merge to the whole requ
     CHECK(max_err <= 0.025 * max_ref);
   }
 }
+
+// In-launch merge (docs/mla-decode.md): the split that arrives last at a row block's counter merges
+// the block, in the decode launch; no reduce launch runs. The merge is the reduce kernel's
+// arithmetic in the same order, so the output equals the two-launch plan's bit for bit. Under
+// random workgroup orders any split can be last, and the emulator's memory-model rule (on by
+// default) flags a partial read across XCDs without the writer's release and the reader's
+// acquire. Kernel forms: two row blocks (qseqlen 2), four splits with a one-slot ring, 12 heads
+// in one block with lse; the persistent walk (3 workgroups) and one workgroup per unit. (Empty
+// requests, which problem files cannot hold: tests/runtime, "MLA_OPTION_MERGE".)
+TEST_CASE("mla e2e: the merge in the decode launch, under random workgroup orders and XCDs") {
+  std::vector<rt::ProblemParams> runs = {params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 2, 16, {77, 130, 40}, 31),
+                                         params(rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1, 16, {300, 45}, 32),
+                                         params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 1, {300, 45, 129}, 33)};
+  runs[2].return_lse = true;
+  for (const rt::ProblemParams& p : runs) {
+    rt::EmulatorRunOptions two;
+    two.num_cus = 8;  // several splits per request
+    two.cascade = rt::CascadePolicy::never;
+    auto a = test::run_e2e(p, two);
+    check(a);
+    REQUIRE(a.result.ran_reduce);
+    for (int grid : {0, 3})
+      for (uint64_t order : {1u, 2u, 5u}) {
+        rt::EmulatorRunOptions one = two;
+        one.merge_in_launch = true;
+        one.persistent_grid = grid;
+        one.dispatch.workgroup_order_seed = order;
+        one.dispatch.random_seed = uint32_t(order);
+        auto b = test::run_e2e(p, one);
+        INFO(rt::shape_of(b.problem).describe() << ", grid " << grid << ", workgroup order " << order << ": "
+                                                << b.cmp.summary());
+        CHECK(b.result.plan.merge_in_launch);
+        CHECK_FALSE(b.result.ran_reduce);
+        CHECK(b.result.reduce.workgroups == 0);
+        CHECK(b.cmp.clean());
+        CHECK(a.result.o == b.result.o);
+        CHECK(a.result.lse == b.result.lse);
+      }
+  }
+}

@@ -1,0 +1,26 @@
+// The merge of a row block's split partials inside the decode launch, by the wave that completes
+// the block (docs/mla-decode.md, "In-launch merge"); the reduce kernel (mla_reduce.cpp) does the
+// same arithmetic per row in its own launch.
+#pragma once
+#include "kernels/registry.h"
+#include "program/builder.h"
+
+namespace mla::gen {
+
+
+// The merge of a 16-row block's split partials by one wave (the decode kernel's in-launch merge):
+// lane l takes row srow + l / 4 and, in each of 4 passes over the splits, its 32 contiguous columns
+// 128 p + 32 (l % 4), 8 loads in flight per split. The arithmetic is the reduce kernel's in the same
+// order (max of the splits' lse; then the weighted sum in split order), so the result is the
+// same bit for bit. f32 partials only (decode kernels'). Rows past M read nothing and store nothing.
+struct PartialMergeBlock {
+  SReg partial_o, partial_lse, o, lse;   // 64-bit pointers (lse: with return_lse)
+  SReg qo_row, first, splits, stride;    // the request's abi::ReduceEntry fields (splits >= 1)
+  SReg srow;                             // first row of the block in the request's M rows
+  VReg lane;                             // 0..63
+  VReg scratch;                          // >= kMergeBlockVgprs VGPRs, the first 4-aligned
+};
+inline constexpr int kMergeBlockVgprs = 76;
+void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMergeBlock& a);
+
+}  // namespace mla::gen
