@@ -145,7 +145,8 @@ struct Session {
   mla_selection sel{};
   uint64_t ws = 0;
   size_t ws_bytes = 0;
-  Session(int heads, unsigned flags, bool cascade_always = false) {
+  // merge: MLA_OPTION_MERGE 1 (the merge in the decode launch), which needs cascades off.
+  Session(int heads, unsigned flags, bool cascade_always = false, bool merge = false) {
     OK(mla_device_open(on_hip() ? MLA_BACKEND_HIP : MLA_BACKEND_EMULATOR, 0, "gfx942", &dev));
     mla_device_info di;
     OK(mla_device_get_info(dev, &di));
@@ -153,6 +154,10 @@ struct Session {
     OK(mla_context_create(dev, lse_catalog().c_str(), &ctx));
     OK(mla_context_set_option(ctx, MLA_OPTION_NUM_CUS, 16));  // small grids keep the emulator fast
     if (cascade_always) OK(mla_context_set_option(ctx, MLA_OPTION_CASCADE, 1));  // every detected group cascades
+    if (merge) {
+      OK(mla_context_set_option(ctx, MLA_OPTION_CASCADE, 2));
+      OK(mla_context_set_option(ctx, MLA_OPTION_MERGE, 1));
+    }
     mla_shape shape{MLA_DTYPE_FP8, MLA_DTYPE_FP8, heads, 1, kPage, 1, 0};
     OK(mla_select(ctx, &shape, flags, &sel));
     OK(mla_plan_create(ctx, &sel, kMaxBatch, int64_t(kMaxPages - 16) * kPage, &plan));
@@ -338,13 +343,111 @@ TEST_CASE("graph replay: one captured mla_decode serves every step after update 
   CHECK(steps_with_splits >= 10);
 }
 
+// Issue #33: with MLA_OPTION_MERGE 1 the captured call is one launch, the decode kernel merging the
+// splits itself. Replayed for every step of the schedule (no shared prefix: cascades are off) with
+// no memset between steps: each merge resets its counters, or the next step's merges would not
+// happen and the poisoned outputs would stay. Each replay equals a fresh call and the reference.
+TEST_CASE("graph replay: the merge in the decode launch is one launch per step", "[runtime][graph]") {
+  Session se(kHeads, MLA_SELECT_EXACT, false, true);
+  const size_t rows = kMaxBatch, o_bytes = rows * kHeads * 512 * 2, lse_bytes = rows * kHeads * 4;
+  Buffers replayed, fresh;
+  OK(mla_malloc(se.dev, rows * kHeads * 576, &replayed.q));
+  OK(mla_malloc(se.dev, size_t(kMaxPages) * kPage * 576, &replayed.kv));
+  OK(mla_malloc(se.dev, size_t(kMaxPages) * 4, &replayed.idx));
+  for (Buffers* b : {&replayed, &fresh}) {
+    OK(mla_malloc(se.dev, o_bytes, &b->o));
+    OK(mla_malloc(se.dev, lse_bytes, &b->lse));
+  }
+  fresh.q = replayed.q, fresh.kv = replayed.kv, fresh.idx = replayed.idx;
+  auto args_for = [&](const Buffers& b) {
+    mla_decode_args a{};
+    a.q = b.q, a.kv = b.kv, a.num_pages = kMaxPages, a.kv_indices = b.idx, a.o = b.o, a.lse = b.lse;
+    a.sm_scale = 0.07216878364870322f;
+    a.q_scale = a.kv_scale = 1.0f;
+    return a;
+  };
+  const mla_decode_args replay_args = args_for(replayed), fresh_args = args_for(fresh);
+  std::vector<rt::DecodeOp> graph;
+  std::optional<HipGraphApi> hip;
+  void* stream = nullptr;
+  void* graph_exec = nullptr;
+  if (on_hip()) {
+    hip.emplace();
+    REQUIRE(hip->stream_create(&stream) == 0);
+  }
+  int steps_with_splits = 0, steps_with_empty = 0;
+  const auto steps = schedule();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    Step st = steps[s];
+    st.shared = 0;
+    INFO("step " << s << ": lens " << fmt::format("{}", fmt::join(st.lens, ",")));
+    std::vector<int> to_problem;
+    const rt::Problem prob = problem_of(st, 3000 + s, to_problem);
+    const std::vector<uint8_t> q = batch_q(st, prob, to_problem, kHeads, rows);
+    OK(mla_memcpy_h2d(se.dev, replayed.q, q.data(), q.size()));
+    OK(mla_memcpy_h2d(se.dev, replayed.kv, prob.kv.bytes.data(), prob.kv.bytes.size()));
+    OK(mla_memcpy_h2d(se.dev, replayed.idx, prob.kv_indices.data(), prob.kv_indices.size() * 4));
+    std::vector<int32_t> lens(st.lens.begin(), st.lens.end());
+    OK(mla_plan_update(se.ctx, se.plan, lens.data(), int(lens.size()), 0));
+    OK(mla_plan_upload(se.ctx, se.plan, se.ws, se.ws_bytes, 1.0f, 1.0f, stream));
+    mla_plan_info info;
+    OK(mla_plan_get_info(se.plan, &info));
+    CHECK(info.num_launches == 1);
+    CHECK(info.reduce_grid[0] == 0);
+    CHECK(info.prefix_grid[0] == 0);
+    if (s == 0) {
+      graph = rt::decode_ops_of(se.ctx, se.plan, &replay_args, se.ws);
+      REQUIRE(graph.size() == 1);  // the decode launch, nothing else
+      REQUIRE(graph[0].kind == rt::DecodeOp::Launch);
+      if (hip) {
+        void* g = nullptr;
+        REQUIRE(hip->begin_capture(stream, 0) == 0);
+        OK(mla_decode(se.ctx, se.plan, &replay_args, se.ws, se.ws_bytes, stream));
+        REQUIRE(hip->end_capture(stream, &g) == 0);
+        REQUIRE(hip->instantiate(&graph_exec, g, nullptr, nullptr, 0) == 0);
+      }
+    }
+    const int empties = int(std::count(st.lens.begin(), st.lens.end(), 0));
+    steps_with_empty += empties > 0;
+    steps_with_splits += info.num_partials > 0;
+    for (const Buffers* b : {&replayed, &fresh}) {
+      OK(mla_memset(se.dev, b->o, 0xff, o_bytes));
+      OK(mla_memset(se.dev, b->lse, 0xff, lse_bytes));
+    }
+    if (hip) {
+      REQUIRE(hip->launch(graph_exec, stream) == 0);
+    } else {
+      rt::emulator_of(se.dev)->run(graph, nullptr);
+    }
+    OK(mla_decode(se.ctx, se.plan, &fresh_args, se.ws, se.ws_bytes, stream));
+    OK(mla_stream_synchronize(se.dev, stream));
+    std::vector<uint16_t> o_replay(o_bytes / 2), o_fresh(o_bytes / 2);
+    std::vector<float> lse_replay(lse_bytes / 4), lse_fresh(lse_bytes / 4);
+    OK(mla_memcpy_d2h(se.dev, o_replay.data(), replayed.o, o_bytes));
+    OK(mla_memcpy_d2h(se.dev, lse_replay.data(), replayed.lse, lse_bytes));
+    OK(mla_memcpy_d2h(se.dev, o_fresh.data(), fresh.o, o_bytes));
+    OK(mla_memcpy_d2h(se.dev, lse_fresh.data(), fresh.lse, lse_bytes));
+    const size_t live_o = st.lens.size() * kHeads * 512, live_lse = st.lens.size() * kHeads;
+    CHECK(std::equal(o_replay.begin(), o_replay.begin() + long(live_o), o_fresh.begin()));
+    CHECK(std::memcmp(lse_replay.data(), lse_fresh.data(), live_lse * 4) == 0);
+    check_rows(st, prob, to_problem, kHeads, o_replay, lse_replay);
+  }
+  CHECK(steps_with_empty >= 6);
+  CHECK(steps_with_splits >= 10);
+}
+
 // Issue #31's "done when": one step of a 24-layer model is one table upload and, in each of the 24
 // mla_decode calls, kernel launches only (no copy, no memset). On the HIP test device it is read
 // from the device's trace (MLA_HIP_TRACE): what the runtime actually called; on the emulator
 // backend from the dispatch log.
 TEST_CASE("graph replay: one step of 24 layers is one upload and launches only", "[runtime][graph]") {
   constexpr int kLayers = 24;
-  Session se(kHeads, MLA_SELECT_EXACT);
+  // Two launches per layer (decode, prefix, reduce), or one with the merge in the decode launch
+  // (MLA_OPTION_MERGE, issue #33): its counters are zeroed by the first upload into the workspace,
+  // a step before the one traced.
+  const bool merge = GENERATE(false, true);
+  INFO((merge ? "merge in the decode launch" : "reduce launch"));
+  Session se(kHeads, MLA_SELECT_EXACT, false, merge);
   Step st;
   st.lens = {300, 70, 0, 150};
   std::vector<int> to_problem;
@@ -361,6 +464,12 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     OK(mla_malloc(se.dev, rows * kHeads * 512 * 2, &outs[size_t(l)]));
     OK(mla_malloc(se.dev, rows * kHeads * 4, &lses[size_t(l)]));
   }
+  std::vector<int32_t> lens(st.lens.begin(), st.lens.end());
+  if (merge) {  // an earlier step: the workspace's first upload (which zeroes the counters)
+    OK(mla_plan_update(se.ctx, se.plan, lens.data(), int(lens.size()), 0));
+    OK(mla_plan_upload(se.ctx, se.plan, se.ws, se.ws_bytes, 1.0f, 1.0f, nullptr));
+    OK(mla_stream_synchronize(se.dev, nullptr));
+  }
   const char* trace = std::getenv("MLA_HIP_TRACE");
   if (on_hip()) REQUIRE(trace);
   std::streamoff trace_start = 0;
@@ -372,7 +481,6 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     rt::emulator_of(se.dev)->take_log();
   }
   // The step.
-  std::vector<int32_t> lens(st.lens.begin(), st.lens.end());
   OK(mla_plan_update(se.ctx, se.plan, lens.data(), int(lens.size()), 0));
   OK(mla_plan_upload(se.ctx, se.plan, se.ws, se.ws_bytes, 1.0f, 1.0f, nullptr));
   mla_plan_info info;
@@ -416,7 +524,8 @@ TEST_CASE("graph replay: one step of 24 layers is one upload and launches only",
     const auto log = rt::emulator_of(se.dev)->take_log();
     CHECK(int(log.size()) == kLayers * info.num_launches);
   }
-  CHECK(info.num_launches == 3);  // decode, prefix, reduce
+  CHECK(info.num_launches == (merge ? 1 : 3));  // decode (prefix, reduce)
+  if (merge) CHECK(info.num_reduce_entries == int(rows));  // merge entries: one per request
   // The last layer's output against the reference.
   std::vector<uint16_t> o(rows * kHeads * 512);
   std::vector<float> lse(rows * kHeads);
