@@ -96,8 +96,9 @@ struct Machine {
   double little_latency_s = 0;      // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
   double cu_port_bytes_per_clk = 0; // L2 -> CU read port, per CU
   double unit_fill_s = 0;           // per work unit: page id then KV row, 2 dependent ~500 ns trips
-  // Assumed here:
-  double launch_s = 5e-6;           // per kernel launch (eager HIP stream, assumed)
+  // Per kernel launch: generator/target's kernel_fixed_s - unit_fill_s (machine_for), with its source.
+  double launch_s = 5e-6;
+  std::string launch_source;
   double little_bytes_per_cu() const { return hbm_bytes_per_s * little_latency_s / cus; }
   double hbm_share_per_cu() const { return hbm_bytes_per_s / cus; }
   nlohmann::json to_json() const;

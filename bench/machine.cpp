@@ -24,6 +24,10 @@ Machine machine_for(rt::Target t) {
   m.little_latency_s = tgt.machine.little_latency_s;
   m.cu_port_bytes_per_clk = tgt.machine.cu_port_bytes_per_clk;
   m.unit_fill_s = tgt.machine.unit_fill_s;
+  // A launch's fixed device time, less the unit fill the model adds per CU: a one-unit launch of
+  // a tiny kernel is then modeled at the fitted kernel_fixed_s.
+  m.launch_s = std::max(0.0, tgt.machine.kernel_fixed_s - tgt.machine.unit_fill_s);
+  m.launch_source = std::string(tgt.machine.kernel_fixed_source);
   return m;
 }
 
@@ -46,6 +50,7 @@ nlohmann::json Machine::to_json() const {
           {"unit_fill_s", unit_fill_s},
           {"cu_port_bytes_per_clk", cu_port_bytes_per_clk},
           {"launch_s", launch_s},
+          {"launch_source", launch_source},
           {"little_bytes_per_cu", little_bytes_per_cu()}};
 }
 

@@ -8,6 +8,7 @@
 
 #include "bench/aiter_side.h"
 #include "bench/bench.h"
+#include "bench/calibrate.h"
 #include "codeobj/tools.h"
 
 using namespace mla::bench;
@@ -79,6 +80,12 @@ int main(int argc, char** argv) {
   app.add_option("--aiter-dir", ao.aiter_dir,
                  "an aiter checkout: run aiter's own code objects (hsa/<gfx>/mla) through the same counters and machine "
                  "model, side by side with ours and with seed 001's published aiter times (without it: 'not run')");
+  bool calibrate_only = false;
+  std::string aiter_commit;
+  app.add_flag("--calibrate", calibrate_only,
+               "only fit the machine model on the --aiter-dir checkout's tuned GEMM tables (aiter/configs/*tuned*.csv, "
+               "model_configs/*tuned*.csv): calibration.md / .json (docs/performance.md)");
+  app.add_option("--aiter-commit", aiter_commit, "the aiter commit of --aiter-dir when it is not a git checkout");
   app.add_option("--aiter-unit-tokens", ao.unit_tokens, "tokens per work item of aiter's scaled runs (multiple of 128)");
   bool host_costs = true;
   int host_cost_steps = 200;
@@ -92,6 +99,23 @@ int main(int argc, char** argv) {
 
   std::vector<BenchShape> shapes;
   try {
+    // The calibration on aiter's tuned tables (issue #34): alone with --calibrate, else beside the
+    // bench whenever --aiter-dir is given.
+    std::optional<mla::bench::cal::Calibration> calibration;
+    if (calibrate_only && ao.aiter_dir.empty()) throw std::invalid_argument("--calibrate needs --aiter-dir DIR");
+    if (!ao.aiter_dir.empty() && backend == "emulator" && !host_costs_only) {
+      fmt::print(stderr, "mlabench: calibration on {}'s tuned tables\n", ao.aiter_dir);
+      calibration = mla::bench::cal::calibrate_aiter_dir(ao.aiter_dir, aiter_commit);
+      if (calibrate_only) {
+        std::filesystem::create_directories(out_dir);
+        const std::string md = calibration->markdown();
+        std::ofstream(out_dir + "/calibration.md") << md;
+        std::ofstream(out_dir + "/calibration.json") << calibration->to_json().dump(2) << "\n";
+        std::cout << md;
+        fmt::print(stderr, "mlabench: wrote {0}/calibration.md, {0}/calibration.json\n", out_dir);
+        return 0;
+      }
+    }
     if (set == "all" || set == "seed-001")
       for (auto& s : seed001_shapes()) shapes.push_back(s);
     if (set == "all" || set == "seed-000")
@@ -136,6 +160,10 @@ int main(int argc, char** argv) {
     auto groups = same_bytes_groups(results);
     std::string md = markdown_report(results, groups);
     nlohmann::json report = json_report(results, groups);
+    if (calibration) {
+      md += "\n" + calibration->markdown();
+      report["calibration"] = calibration->to_json();
+    }
     if (host_costs) {
       auto costs = measure_host_costs_with_python(shapes, host_cost_steps, out_dir);
       md += "\n" + host_costs_markdown(costs);

@@ -120,18 +120,33 @@ Target describe(Arch arch, double hbm_peak, double hbm_achievable, std::string_v
 // The performance model's machine constants (assumed): the peak engine clock (2.1 GHz MI300X,
 // 2.4 GHz MI355X, AMD's product pages), a loaded HBM latency of ~2 us for Little's law (DESIGN.md),
 // a 64-byte-per-clock L2 -> CU read port, and a work unit's fill: its page ids, then its first
-// KV rows, two dependent ~500 ns trips.
-constexpr MachineModel kMachine942{.clock_hz = 2.1e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6};
-constexpr MachineModel kMachine950{.clock_hz = 2.4e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6};
-// Achievable HBM bandwidth (DESIGN.md, "Facts about users, peers and limits"). MI300X: BabelStream
-// measures Copy 4.11 / Triad 4.09 TB/s of the 5.3 TB/s datasheet peak. MI355X: no public STREAM
-// figure; the best published MI355X decode kernels reach ~6 TB/s of 8, so 6 TB/s is an estimate
-// until a measurement is cited.
+// KV rows, two dependent ~500 ns trips. The kernel's fixed time is fitted (below).
+//
+// Fitted figures: `mlabench --calibrate --aiter-dir DIR` on aiter's tuned GEMM tables at
+// kCalibrationAiterCommit (docs/performance.md "Calibration on aiter's tuned tables"): the
+// memory-bound rows (2MNK / bytes <= 32 FLOP/B) of the target's CU count, fitted on the even FNV
+// half to t = t0 + bytes / BW (t0 from rows <= 4 MB, BW from rows >= 256 MB), rounded to 3 digits.
+// MI355X (gfx950, 256 CUs): 877 rows, 58 of them >= 256 MB: BW 6.09 TB/s, t0 4.47 us.
+// MI300X (gfx942, 304 CUs): 51 rows, none >= 256 MB: BW not fitted (BabelStream's 4.1 TB/s
+// stays), t0 3.11 us with it.
+constexpr MachineModel kMachine942{
+    .clock_hz = 2.1e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6,
+    .kernel_fixed_s = 3.11e-6,
+    .kernel_fixed_source = "fitted: aiter's tuned GEMM tables at e4048607, 8 rows <= 4 MB on MI300X (304 CUs), "
+                           "median of t - bytes / 4.1 TB/s"};
+constexpr MachineModel kMachine950{
+    .clock_hz = 2.4e9, .little_latency_s = 2e-6, .cu_port_bytes_per_clk = 64, .unit_fill_s = 1e-6,
+    .kernel_fixed_s = 4.47e-6,
+    .kernel_fixed_source = "fitted: aiter's tuned GEMM tables at e4048607, 165 rows <= 4 MB on MI355X (256 CUs), "
+                           "median of t - bytes / BW"};
+// Achievable HBM bandwidth. MI300X: BabelStream measures Copy 4.11 / Triad 4.09 TB/s of the 5.3
+// TB/s datasheet peak (DESIGN.md, "Facts about users, peers and limits"); aiter's tables have no
+// MI300X row above 256 MB to fit. MI355X: fitted (above); it replaces the former 6.0 TB/s estimate.
 const Target kGfx942 = describe(Arch::gfx942, 5.3e12, 4.1e12,
                                 "measured: BabelStream on MI300X, Copy 4.11 / Triad 4.09 TB/s", kMachine942, false, kMfma942,
                                 kHazards942);
-const Target kGfx950 = describe(Arch::gfx950, 8.0e12, 6.0e12,
-                                "estimate: the best published MI355X decode kernels reach ~6 TB/s (no STREAM figure)",
+const Target kGfx950 = describe(Arch::gfx950, 8.0e12, 6.09e12,
+                                "fitted: aiter's tuned GEMM tables at e4048607, 58 rows >= 256 MB on MI355X, t = t0 + bytes / BW",
                                 kMachine950, true, kMfma950, kHazards950);
 
 }  // namespace

@@ -70,14 +70,22 @@ struct HazardNumbers {
 };
 
 // Machine constants of the performance model (docs/performance.md "Machine model"): assumed
-// figures, not measured here. mlabench prices every launch with them, and the catalog records
-// them beside each prefix kernel's modeled hot loop for the runtime's planner.
+// figures, not measured here, except kernel_fixed_s (fitted on aiter's measured tables).
+// mlabench prices every launch with them, and the catalog records them beside each prefix
+// kernel's modeled hot loop for the runtime's planner.
 struct MachineModel {
   double clock_hz;               // peak engine clock
   double little_latency_s;       // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
   double cu_port_bytes_per_clk;  // L2 -> CU read port, per CU
   double unit_fill_s;            // per work unit: page id then KV row, 2 dependent ~500 ns trips
+  // The fixed device time of a kernel launch (a tiny kernel's time; mlabench models a launch as
+  // kernel_fixed_s - unit_fill_s plus its CUs' work), with where it comes from.
+  double kernel_fixed_s;
+  std::string_view kernel_fixed_source;
 };
+// The last fit of the machine model on aiter's tuned GEMM tables (`mlabench --calibrate --aiter-dir
+// DIR`, bench/calibrate.h): the aiter commit whose tables it read.
+inline constexpr std::string_view kCalibrationAiterCommit = "e4048607a535ace3a2b51ded31b1c8c2d45c0879";
 
 struct Target {
   Arch arch;
