@@ -7,6 +7,7 @@
 // A row whose two lse are -inf (no token on either side) gets o = 0 and lse = -inf.
 #include "kernels/kernargs.h"
 #include "kernels/mla_geometry.h"
+#include "kernels/mla_reduce.h"
 #include "kernels/registry.h"
 #include "program/builder.h"
 
@@ -100,15 +101,7 @@ void build_mla_merge(Program& p) {
     b.v_and_b32(x, khi, so[i]);
     b.v_mul_f32(hi, wp, hi);
     b.v_fma_f32(hi, ws, x, hi);
-    if (b.target().has_cvt_pk_bf16) {
-      b.v_cvt_pk_bf16_f32(packed[i], lo, hi);
-    } else {
-      b.v_bfe_u32(t0, lo, Imm(16), Imm(1));
-      b.v_add3_u32(t0, lo, k7fff, t0);
-      b.v_bfe_u32(t1, hi, Imm(16), Imm(1));
-      b.v_add3_u32(t1, hi, k7fff, t1);
-      b.v_perm_b32(packed[i], t1, t0, kperm);
-    }
+    emit_pack_bf16_rne(b, packed[i], lo, hi, t0, t1, k7fff, kperm);
   }
   SReg rsrc_o = ra.sgpr(4, "rsrc_out");
   row_resource(rsrc_o, A::output);

@@ -26,6 +26,22 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 }  // namespace
 
+void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm) {
+  if (b.target().has_cvt_pk_bf16) return b.v_cvt_pk_bf16_f32(d, lo, hi);
+  b.v_bfe_u32(t0, lo, Imm(16), Imm(1));
+  b.v_add3_u32(t0, lo, k7fff, t0);
+  b.v_bfe_u32(t1, hi, Imm(16), Imm(1));
+  b.v_add3_u32(t1, hi, k7fff, t1);
+  b.v_perm_b32(d, t1, t0, kperm);
+}
+
+void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max) {
+  b.v_sub_f32(w, lse_k, max);
+  b.v_mul_f32(w, FImm{kLog2e}, w);
+  b.v_exp_f32(w, w);
+  b.v_add_f32(wsum, wsum, w);
+}
+
 void build_mla_reduce(Program& p, const KernelSpec& s) {
   namespace A = mla_reduce_args;
   auto& abi = p.abi;
@@ -123,10 +139,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
       b.buffer_load_dwordx4(part.sub(0, 4), col_off, rsrc, Imm(0));
       b.buffer_load_dwordx4(part.sub(4, 4), col_off, rsrc, Imm(0), 16);
     }
-    b.v_sub_f32(w, lse_k, vmax);
-    b.v_mul_f32(w, FImm{kLog2e}, w);
-    b.v_exp_f32(w, w);
-    b.v_add_f32(wsum, wsum, w);
+    emit_split_weight(b, w, wsum, lse_k, vmax);
     for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], w, part[i], acc[i]);
     b.s_add_u32(k, k, Imm(1));
     b.s_cmp_lt_u32(k, end);
@@ -152,15 +165,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_mov_b32(k7fff, Imm(0x7fff));
   b.s_mov_b32(kperm, Imm(0x07060302));
   for (int i = 0; i < 4; ++i) {
-    if (b.target().has_cvt_pk_bf16) {
-      b.v_cvt_pk_bf16_f32(packed[i], acc[2 * i], acc[2 * i + 1]);
-    } else {
-      b.v_bfe_u32(t0, acc[2 * i], Imm(16), Imm(1));
-      b.v_add3_u32(t0, acc[2 * i], k7fff, t0);
-      b.v_bfe_u32(t1, acc[2 * i + 1], Imm(16), Imm(1));
-      b.v_add3_u32(t1, acc[2 * i + 1], k7fff, t1);
-      b.v_perm_b32(packed[i], t1, t0, kperm);
-    }
+    emit_pack_bf16_rne(b, packed[i], acc[2 * i], acc[2 * i + 1], t0, t1, k7fff, kperm);
   }
   // Final row = qo_row * heads + row.
   b.s_mul_i32(t[0], qo_row, Imm(s.heads));
@@ -248,10 +253,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
     b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
     for (int j = 0; j < 8; ++j)
       b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
-    b.v_sub_f32(w, lse_k, vmax);
-    b.v_mul_f32(w, FImm{kLog2e}, w);
-    b.v_exp_f32(w, w);
-    b.v_add_f32(wsum, wsum, w);
+    emit_split_weight(b, w, wsum, lse_k, vmax);
     for (int i = 0; i < 32; ++i) b.v_fma_f32(acc[i], w, data[i], acc[i]);
     b.s_add_u32(k, k, Imm(1));
     b.s_cmp_lt_u32(k, a.splits);
@@ -266,16 +268,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
     b.v_lshrrev_b32(t0, Imm(1), part_off);  // the bf16 row: half the f32 offset
     for (int q = 0; q < 4; ++q) {
       for (int i = 0; i < 4; ++i) {
-        VReg lo = acc[8 * q + 2 * i], hi = acc[8 * q + 2 * i + 1];
-        if (b.target().has_cvt_pk_bf16) {
-          b.v_cvt_pk_bf16_f32(packed[i], lo, hi);
-        } else {
-          b.v_bfe_u32(t1, lo, Imm(16), Imm(1));
-          b.v_add3_u32(t1, lo, k7fff, t1);
-          b.v_bfe_u32(w, hi, Imm(16), Imm(1));
-          b.v_add3_u32(w, hi, k7fff, w);
-          b.v_perm_b32(packed[i], w, t1, kperm);
-        }
+        emit_pack_bf16_rne(b, packed[i], acc[8 * q + 2 * i], acc[8 * q + 2 * i + 1], t1, w, k7fff, kperm);
       }
       b.buffer_store_dwordx4(packed, t0, prsrc, Imm(0), uint32_t(256 * pass + 16 * q));
     }

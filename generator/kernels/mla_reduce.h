@@ -8,6 +8,13 @@
 namespace mla::gen {
 
 
+// Two f32 as one dword of bf16 (round to nearest even; lo in the low half): v_cvt_pk_bf16_f32
+// where the target has it, else from the bits (t0, t1 scratch; k7fff = 0x7fff, kperm =
+// 0x07060302, the high halves' selector).
+void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm);
+// A split's merge weight w = exp(lse_k - max) (exp2 of the log2e-scaled difference), added to wsum.
+void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max);
+
 // The merge of a 16-row block's split partials by one wave (the decode kernel's in-launch merge):
 // lane l takes row srow + l / 4 and, in each of 4 passes over the splits, its 32 contiguous columns
 // 128 p + 32 (l % 4), 8 loads in flight per split. The arithmetic is the reduce kernel's in the same
