@@ -228,17 +228,20 @@ class MlaDecodeMetadata:
     allow_padding: accept a kernel with more heads / query rows than the shape (MLA_SELECT_ALLOW_PADDING;
     `note` says what was chosen); otherwise a shape without an exact kernel is an MlaInputError.
     emulator_target: for CPU tensors, 'gfx942' or 'gfx950' (default $MLA_EMULATOR_TARGET, else gfx950).
+    merge_in_launch: merge the splits inside the decode launch (MLA_OPTION_MERGE 1): one launch per
+    layer, no cascades (update() then refuses prefix_groups and detect_shared_prefixes).
     .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
     get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
                  logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
-                 emulator_target=None):
+                 emulator_target=None, merge_in_launch=False):
         self.max_batch, self.qseqlen, self.heads = int(max_batch), int(max_seqlen_q), int(num_heads)
         self.q_dtype, self.kv_dtype = _dtype_name(q_dtype, "q_dtype"), _dtype_name(kv_dtype, "kv_dtype")
         self.page_size, self.return_lse, self.logit_cap = int(page_size), bool(return_lse), bool(logit_cap)
         self.max_total_tokens = int(max_total_tokens)
+        self.merge_in_launch = bool(merge_in_launch)
         self.device = _device_name(device)
         self.runtime = _runtime_for(self.device, catalog_dir, emulator_target)
         self.batch = 0  # requests of the last update()
@@ -260,8 +263,17 @@ class MlaDecodeMetadata:
                 # The C message names the C flag; say what the Python caller passes instead.
                 raise C.MlaInputError(e.status, str(e).split(": ", 1)[1] + "\n(from Python: allow_padding=True "
                                       "runs it on a larger kernel)") from None
-            C.check(L.mla_plan_create(self.runtime.ctx, ctypes.byref(self.selection), self.max_batch,
-                                      self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
+            ctx = self.runtime.ctx
+            if self.merge_in_launch:  # options the plan reads at creation, set on the shared context only for it
+                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 2), "mla_context_set_option")
+                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 1), "mla_context_set_option")
+            try:
+                C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.max_batch,
+                                          self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
+            finally:
+                if self.merge_in_launch:
+                    C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 0), "mla_context_set_option")
+                    C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 0), "mla_context_set_option")
             size = ctypes.c_size_t()
             C.check(L.mla_plan_workspace_size(self._plan, ctypes.byref(size)), "mla_plan_workspace_size")
             self.workspace_bytes = size.value
@@ -309,6 +321,9 @@ class MlaDecodeMetadata:
         share their first shared_tokens tokens (the same page ids), or detect_shared_prefixes=True
         to find them in kv_indices. q_scale / kv_scale (Python numbers): the host scales the
         kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device."""
+        if self.merge_in_launch and (prefix_groups is not None or detect_shared_prefixes):
+            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata merges in the decode launch "
+                             "(merge_in_launch=True), which runs no cascade; make it with merge_in_launch=False")
         if seq_lens is not None:
             if any(a is not None for a in (qo_indptr, kv_indptr, kv_last_page_lens)):
                 raise ValueError("seq_lens: given with qo_indptr / kv_indptr / kv_last_page_lens; pass one or the other")

@@ -330,6 +330,28 @@ class TestEmptyRequests(Case):
         meta.close()
 
 
+    def test_merge_in_launch_is_one_launch_and_the_same_bits(self):
+        # Issue #33: the decode launch merges the splits (MLA_OPTION_MERGE); empty requests included.
+        two = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096)
+        one = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096, merge_in_launch=True)
+        for step, lens in enumerate([[300, 0, 45], [301, 46, 0, 700]]):
+            p = make_problem(np.random.default_rng(60 + step), "fp8", "fp8", 16, lens)
+            for meta in (two, one):
+                meta.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"])
+            o2, lse2 = run(p, sm_scale=SCALE, return_lse=True, metadata=two)
+            o1, lse1 = run(p, sm_scale=SCALE, return_lse=True, metadata=one)
+            self.assertClose(o1, p, True, lse1)
+            np.testing.assert_array_equal(o1, o2)
+            np.testing.assert_array_equal(lse1, lse2)
+            self.assertGreater(one.plan_info()["num_partials"], 0)  # requests were split: merges ran
+        self.assertEqual(one.plan_info()["num_launches"], 1)
+        self.assertEqual(two.plan_info()["num_launches"], 3)
+        with self.assertRaisesRegex(ValueError, r"merge_in_launch=True"):
+            one.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"], prefix_groups=[(0, 2, 16)])
+        one.close()
+        two.close()
+
+
 # ---- bad input: the argument, what it got, what is allowed --------------------------------------
 
 class TestErrors(Case):
