@@ -46,7 +46,7 @@ std::vector<SweepCase> sampled_cases() {
       {3, {1537}, "uneven chunks per split, tail of one token"},
       {4, {1536}, "3 chunks per split (gfx950), the longest kv_split 4 length that passed before the v_cvt_u32_f32 fix"},
       {4, {1600}, "issue #34's case: split 0 gets a 4th chunk of 64 tokens (gfx950)"},
-      {4, {385}, "split 3 gets no token on gfx950 (3 chunks of 128 + 1) while the reduce reads 4 splits"},
+      {4, {385}, "3 chunks of 128 + 1: split 3 holds one token (gfx950); the reduce reads 4 splits"},
       {4, {4096}, "8 chunks per split (gfx950), 16 (gfx942)"},
       {5, {2049}, "odd kv_split, one-token tail"},
       {8, {4097}, "kv_split 8, one-token tail"},

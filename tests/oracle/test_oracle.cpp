@@ -253,7 +253,7 @@ TEST_CASE("oracle: a persistent stand-in runs from aiter's work metadata (one it
   for (int split : {1, 4}) {
     RunConfig cfg;
     cfg.kv_split = split;
-    cfg.kv_lens = {130, 600};  // split 4: 1 and 4 items of 128-token-aligned ranges
+    cfg.kv_lens = {130, 600};  // split 4: 1 item (the 2-token tail folded in) and 4 items of 128-token-aligned ranges
     RunResult r = run_kernel(cat[1], cfg);
     INFO(r.error);
     REQUIRE(r.ran);
@@ -470,4 +470,22 @@ TEST_CASE("oracle sweep: mlaoracle --sweep, --batch and their errors", "[oracle]
   CHECK(out.find("| stand_in_mla | gfx942 | 1 | 3: 20..70 |") != std::string::npos);
   res = nlohmann::json::parse(std::ifstream(j));
   CHECK(res["runs"][0]["kv_lens"] == std::vector<int>{70, 20, 70});
+}
+
+// kn_get_mla_metadata_v1_0 (aiter csrc/kernels/mla/metadata/v1_0_device.cuh), worked by hand:
+// payload = ceil(ceil(len / 128) / S) x 128 tokens; a tail of 1-4 tokens joins the item before.
+TEST_CASE("oracle: persistent work items follow get_mla_metadata_v1_0, a 1-4 token tail folded in", "[oracle]") {
+  using R = std::vector<std::pair<int, int>>;
+  CHECK(persistent_item_ranges(129, 2) == R{{0, 129}});
+  CHECK(persistent_item_ranges(130, 2) == R{{0, 130}});
+  CHECK(persistent_item_ranges(133, 2) == R{{0, 128}, {128, 133}});
+  CHECK(persistent_item_ranges(385, 4) == R{{0, 128}, {128, 256}, {256, 385}});
+  CHECK(persistent_item_ranges(260, 4) == R{{0, 128}, {128, 260}});
+  CHECK(persistent_item_ranges(421, 4) == R{{0, 128}, {128, 256}, {256, 384}, {384, 421}});
+  CHECK(persistent_item_ranges(1600, 4) == R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 1600}});
+  CHECK(persistent_item_ranges(2049, 5) == R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 2049}});
+  CHECK(persistent_item_ranges(3, 4) == R{{0, 3}});
+  CHECK(persistent_item_ranges(8192, 16).size() == 16);
+  CHECK(persistent_item_ranges(1025, 16).size() == 8);
+  CHECK(persistent_item_ranges(1025, 16).back() == std::pair<int, int>{896, 1025});
 }
