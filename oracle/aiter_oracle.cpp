@@ -180,9 +180,13 @@ Merged merge_splits(const std::vector<float>& po, const std::vector<float>& pl, 
 
 namespace {
 
-// Tokens per split chunk in aiter's reduce (mla.py, mgc).
+// Tokens per split chunk in aiter's reduce (mla.py, mgc), for the max_seqlen_q aiter launches
+// this kernel with: asm_mla.cu sends bf16 gqa 64 at max_seqlen_q 1 to the qSeqLen-1 row
+// (mla_a16w16_qh64_qseqlen1_gqaratio64_v3) and only max_seqlen_q >= 2 to the generic qSeqLen-0 row
+// (MLA_A16W16_1TG_4W_64mx1_*), where mla.py's mgc is 16, not the 32 of max_seqlen_q 1.
 int reduce_chunk(const AiterKernel& k, int qseqlen) {
   int heads = k.gqa;
+  if (k.qseqlen == 0 && heads == 64 && k.q_type == "bf16" && k.kv_type == "bf16") qseqlen = std::max(qseqlen, 2);
   int mgc = (heads == 8 || heads == 16) && (qseqlen == 1 || (heads == 8 && qseqlen == 2)) ? 64 : 16;
   if ((heads == 128 && k.q_type == "fp8" && k.kv_type == "fp8") || (heads == 64 && k.q_type == "bf16" && k.kv_type == "bf16" && qseqlen == 1))
     mgc = 32;
