@@ -153,7 +153,11 @@ void writeback(Wave& w, const Inst& in, unsigned opi, uint32_t* res, uint64_t ma
 }
 
 // ---- generic 32-bit VALU ----
-template <class F, unsigned N, bool FL>
+// FL: float operands (abs/neg, denormal inputs flushed per MODE). FLOUT: the result is a float
+// too (omod, clamp, denormal outputs flushed per MODE); false for float-to-integer conversions,
+// whose integer result has no exponent field (LLVM's 32-bit udiv expansion converts 2^32/d, a
+// value below 2^23 for d > 512, with v_cvt_u32_f32 in kernels that flush f32 denormals).
+template <class F, unsigned N, bool FL, bool FLOUT = FL>
 void valu(Wave& w, const Inst& in) {
   Srcs S;
   uint64_t mask = w.exec();
@@ -165,7 +169,7 @@ void valu(Wave& w, const Inst& in) {
   const uint32_t* c = N > 2 ? S.p[2] : S.p[0];
   F f;
   for (int l = 0; l < 64; ++l) res[l] = f(a[l], b[l], c[l], w);
-  writeback(w, in, 0, res, mask, FL);
+  writeback(w, in, 0, res, mask, FLOUT);
 }
 
 #define OP(name, ...) struct name { uint32_t operator()(uint32_t a, uint32_t b, uint32_t c, Wave& w) const { (void)a; (void)b; (void)c; (void)w; __VA_ARGS__ } };
@@ -884,8 +888,8 @@ void register_valu_ops() {
   add("v_sqrt_f32", valu<SqrtF32, 1, false>, 1, TR);
   add("v_cvt_f32_u32", valu<CvtF32U32, 1, false>, 1);
   add("v_cvt_f32_i32", valu<CvtF32I32, 1, false>, 1);
-  add("v_cvt_u32_f32", valu<CvtU32F32, 1, true>, 1, FL);
-  add("v_cvt_i32_f32", valu<CvtI32F32, 1, true>, 1, FL);
+  add("v_cvt_u32_f32", valu<CvtU32F32, 1, true, false>, 1, FL);
+  add("v_cvt_i32_f32", valu<CvtI32F32, 1, true, false>, 1, FL);
   add("v_cvt_f32_ubyte0", valu<CvtF32Ubyte0, 1, false>, 1);
   add("v_cvt_f32_ubyte1", valu<CvtF32Ubyte1, 1, false>, 1);
   add("v_cvt_f32_ubyte2", valu<CvtF32Ubyte2, 1, false>, 1);

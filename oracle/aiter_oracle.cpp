@@ -180,9 +180,13 @@ Merged merge_splits(const std::vector<float>& po, const std::vector<float>& pl, 
 
 namespace {
 
-// Tokens per split chunk in aiter's reduce (mla.py, mgc).
+// Tokens per split chunk in aiter's reduce (mla.py, mgc), for the max_seqlen_q aiter launches
+// this kernel with: asm_mla.cu sends bf16 gqa 64 at max_seqlen_q 1 to the qSeqLen-1 row
+// (mla_a16w16_qh64_qseqlen1_gqaratio64_v3) and only max_seqlen_q >= 2 to the generic qSeqLen-0 row
+// (MLA_A16W16_1TG_4W_64mx1_*), where mla.py's mgc is 16, not the 32 of max_seqlen_q 1.
 int reduce_chunk(const AiterKernel& k, int qseqlen) {
   int heads = k.gqa;
+  if (k.qseqlen == 0 && heads == 64 && k.q_type == "bf16" && k.kv_type == "bf16") qseqlen = std::max(qseqlen, 2);
   int mgc = (heads == 8 || heads == 16) && (qseqlen == 1 || (heads == 8 && qseqlen == 2)) ? 64 : 16;
   if ((heads == 128 && k.q_type == "fp8" && k.kv_type == "fp8") || (heads == 64 && k.q_type == "bf16" && k.kv_type == "bf16" && qseqlen == 1))
     mgc = 32;
@@ -280,9 +284,18 @@ WorkPlan plan_work(const rt::Problem& p, int S, int qseqlen) {
 }  // namespace
 
 std::vector<std::pair<int, int>> persistent_item_ranges(int len, int S) {
+  // kn_get_mla_metadata_v1_0: payload = ceil(ceil(len / 128) / S) blocks of 128 tokens; a last
+  // item of at most 4 tokens is folded into the one before it (split_local-- when the tail is
+  // 1..4; kv_offset <= 4 stretches kv_end to the request's end), so no item is a few tokens that
+  // a causal qseqlen <= 4 row may see none of.
   std::vector<std::pair<int, int>> r;
-  const int payload = ((len + S - 1) / S + 127) / 128 * 128;
-  for (int st = 0; st < len; st += payload) r.push_back({st, std::min(st + payload, len)});
+  const int blocks = (len + 127) / 128, payload = (blocks + S - 1) / S * 128;
+  int items = (len + payload - 1) / payload;
+  const int tail = len % payload;
+  if (tail != 0 && tail <= 4 && items > 1) --items;
+  // The last item ends at the request's end. (v1_0 as written keeps kv_end = payload when the
+  // fold leaves one item, dropping the 1-4 tail tokens; docs/aiter-oracle.md.)
+  for (int sid = 0; sid < items; ++sid) r.push_back({sid * payload, sid == items - 1 ? len : (sid + 1) * payload});
   return r;
 }
 

@@ -140,7 +140,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg);
 
 // The work items the oracle gives a persistent kernel for a request of `len` tokens and
 // `kv_split` splits (as get_mla_metadata_v1's v1_0 layout: ranges aligned to 128 tokens, at most
-// kv_split of them): [start, end) token ranges within the request.
+// kv_split of them, a tail of 1-4 tokens folded into the item before it): [start, end) token ranges
+// within the request.
 std::vector<std::pair<int, int>> persistent_item_ranges(int len, int kv_split);
 
 }  // namespace mla::oracle

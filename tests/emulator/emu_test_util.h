@@ -112,13 +112,14 @@ inline std::string compile_cl(const std::string& src, Gfx gfx, const std::string
 }
 
 // Compiles OpenCL C 2.0 with clang-22 for `gfx` to assembly text (to edit, then assemble()).
-inline std::string compile_cl_asm(const std::string& src, Gfx gfx, const std::string& name) {
+// `flags`: more clang options (e.g. -cl-denorms-are-zero).
+inline std::string compile_cl_asm(const std::string& src, Gfx gfx, const std::string& name, const std::string& flags = "") {
   fs::path dir = tmp_root();
   fs::path cl = dir / (name + ".cl"), s = dir / (name + ".s");
   std::ofstream(cl) << src;
   std::string out;
-  if (run_cmd(fmt::format("{} -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu={} -nogpulib -O2 -S {} -o {}", mla::build::kClang,
-                          mla::emu::gfx_name(gfx), cl.string(), s.string()), &out))
+  if (run_cmd(fmt::format("{} -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu={} -nogpulib -O2 {} -S {} -o {}", mla::build::kClang,
+                          mla::emu::gfx_name(gfx), flags, cl.string(), s.string()), &out))
     throw std::runtime_error("clang failed:\n" + out);
   std::ifstream f(s);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());

@@ -152,3 +152,76 @@ TEST_CASE("loader: VGPRs beyond accum_offset without AGPRs / aliasing refused", 
     REQUIRE_THROWS_WITH(run_wave(g, "vpast", "  v_mov_b32 v70, 0\n", in, std::vector<uint32_t>(256, 0), small), Catch::Contains("v70"));
   }
 }
+
+// V_CVT_U32_F32 / V_CVT_I32_F32 (ISA3/ISA4 VOP1: "D.u = (unsigned)S0.f", "D.i = (int)S0.f";
+// truncate toward zero, saturate, NaN -> 0) write an integer: MODE's f32 denormal flush applies
+// to the float input, never to the result. The emulator once flushed results whose bits looked
+// like a denormal (any integer 1..2^23-1) in kernels with .amdhsa_float_denorm_mode_32 0, which
+// broke aiter's gfx950 mla_a8w8_qh16_qseqlen1_gqaratio16 at kv_split >= 4 (docs/aiter-oracle.md).
+TEST_CASE("semantics: v_cvt_u32_f32 / v_cvt_i32_f32 results are integers whatever the f32 denormal mode", "[semantics][aiter]") {
+  const float in_u[] = {8388607.0f, 5.7f, 0.5f, 1.0f, 8388608.0f, 4294967296.0f, -1.0f, 3000000000.0f};
+  const uint32_t want_u[] = {8388607u, 5u, 0u, 1u, 8388608u, 0xffffffffu, 0u, 3000000000u};
+  const float in_i[] = {-5.9f, 100.0f, -8388607.0f, 3e9f, -3e9f, 0.25f, 8388607.0f, -0.5f};
+  const int32_t want_i[] = {-5, 100, -8388607, INT32_MAX, INT32_MIN, 0, 8388607, 0};
+  for (Gfx g : kTargets)
+    for (int dm : {0, 3}) {
+      INFO(gfx_name(g) << " float_denorm_mode_32 " << dm);
+      KernelOpts o;
+      o.denorm32 = dm;
+      std::vector<uint32_t> in(256);
+      for (int l = 0; l < 64; ++l) {
+        in[l * 4] = fbits(in_u[l % 8]);
+        in[l * 4 + 1] = fbits(in_i[l % 8]);
+        in[l * 4 + 2] = 0x00000001u;  // an f32 denormal input: 0 when flushed, still 0 when kept
+      }
+      auto r = run_wave(g, "cvtint" + std::to_string(dm),
+                        "  v_cvt_u32_f32 v20, v10\n  v_cvt_i32_f32 v21, v11\n  v_cvt_u32_f32 v22, v12\n"
+                        "  v_cvt_u32_f32_e64 v23, v10\n",
+                        in, std::vector<uint32_t>(256, 0), o);
+      for (int l = 0; l < 64; ++l) {
+        CHECK(r.at(l, 0) == want_u[l % 8]);
+        CHECK(int32_t(r.at(l, 1)) == want_i[l % 8]);
+        CHECK(r.at(l, 2) == 0u);
+        CHECK(r.at(l, 3) == want_u[l % 8]);
+      }
+    }
+}
+
+// The same from the compiler's side: clang-22 compiles a 32-bit unsigned division with
+// -cl-denorms-are-zero (.amdhsa_float_denorm_mode_32 0) to LLVM's expansion, whose estimate
+// v_cvt_u32_f32(0x4f7ffffe * rcp(float(d))) is below 2^23 for every divisor d > 512. LLVM ships
+// this lowering for hardware, so the conversion cannot flush there; the quotients must be exact.
+TEST_CASE("semantics: clang-22 udiv with f32 denormals flushed gives exact quotients", "[semantics][aiter]") {
+  const char* src = R"(
+__kernel void udiv(__global uint* out, __global const uint* a, __global const uint* b) {
+  uint i = __builtin_amdgcn_workitem_id_x();
+  out[i] = a[i] / b[i];
+}
+)";
+  for (Gfx g : kTargets) {
+    INFO(gfx_name(g));
+    std::string name = std::string("udiv_daz_") + gfx_name(g).data();
+    std::string s = compile_cl_asm(src, g, name, "-cl-denorms-are-zero");
+    REQUIRE(s.find(".amdhsa_float_denorm_mode_32 0") != std::string::npos);
+    REQUIRE(s.find("v_cvt_u32_f32") != std::string::npos);
+    REQUIRE(s.find("0x4f7ffffe") != std::string::npos);
+    auto co = assemble(s, g, name);
+    std::vector<uint32_t> a(64), b(64);
+    for (int l = 0; l < 64; ++l) {
+      a[l] = 1600u + 977u * uint32_t(l) * uint32_t(l) * 31u;
+      b[l] = l < 8 ? 128u * uint32_t(l + 1) : 300u + 4099u * uint32_t(l);  // 512 (kv_split 4 x 128) among them
+    }
+    Device dev(g);
+    uint64_t pa = dev.alloc(256, 256, "a"), pb = dev.alloc(256, 256, "b"), po = dev.alloc(256, 256, "out", 0xff);
+    dev.write(pa, a.data(), 256);
+    dev.write(pb, b.data(), 256);
+    KernargBuilder kb;
+    kb.put<uint64_t>(0, po).put<uint64_t>(8, pa).put<uint64_t>(16, pb);
+    dev.dispatch(co, "udiv", {1, 1, 1}, {64, 1, 1}, kb.bytes);
+    auto q = dev.read_vector<uint32_t>(po, 64);
+    for (int l = 0; l < 64; ++l) {
+      INFO("lane " << l << ": " << a[l] << " / " << b[l]);
+      CHECK(q[l] == a[l] / b[l]);
+    }
+  }
+}

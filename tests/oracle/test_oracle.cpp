@@ -3,7 +3,9 @@
 // aiter's launch ABI (asm_mla.cu KernelArgs) and split conventions, placed in a fake aiter tree.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 #include <cstring>
 #include <fstream>
 
@@ -12,6 +14,7 @@
 #include "emulator/emu_test_util.h"
 #include "bench/aiter_side.h"
 #include "oracle/aiter_oracle.h"
+#include "oracle/sweep.h"
 
 using namespace mla;
 using namespace mla::oracle;
@@ -250,7 +253,7 @@ TEST_CASE("oracle: a persistent stand-in runs from aiter's work metadata (one it
   for (int split : {1, 4}) {
     RunConfig cfg;
     cfg.kv_split = split;
-    cfg.kv_lens = {130, 600};  // split 4: 1 and 4 items of 128-token-aligned ranges
+    cfg.kv_lens = {130, 600};  // split 4: 1 item (the 2-token tail folded in) and 4 items of 128-token-aligned ranges
     RunResult r = run_kernel(cat[1], cfg);
     INFO(r.error);
     REQUIRE(r.ran);
@@ -313,4 +316,176 @@ TEST_CASE("oracle: mlabench's aiter side fits a persistent stand-in and predicts
   const double predicted = f.facts.read_per_unit * 4 + f.facts.read_per_token * 1024;
   INFO("held-out read " << read << " B, predicted " << predicted << " B");
   CHECK(std::fabs(predicted / read - 1) < 0.01);
+}
+
+TEST_CASE("oracle sweep: the full grid's lengths are the page and chunk edges of 1..8192", "[oracle][sweep]") {
+  auto lens = sweep_full_lengths();
+  REQUIRE(std::is_sorted(lens.begin(), lens.end()));
+  CHECK(std::adjacent_find(lens.begin(), lens.end()) == lens.end());
+  CHECK(lens.front() == 1);
+  CHECK(lens.back() == 8192);
+  for (int want : {1, 2, 3, 4, 15, 16, 17, 63, 64, 65, 127, 128, 129, 383, 384, 385, 1535, 1536, 1537, 4095, 4096, 4097, 8191})
+    CHECK(std::find(lens.begin(), lens.end(), want) != lens.end());
+  CHECK(std::find(lens.begin(), lens.end(), 8193) == lens.end());
+  CHECK(std::find(lens.begin(), lens.end(), 1600) == lens.end());  // not an edge
+}
+
+TEST_CASE("oracle sweep: the full grid covers kv_split 1-16, batch 1/8/64 and every length in each", "[oracle][sweep]") {
+  const auto lens = sweep_full_lengths();
+  const size_t n = lens.size();
+  auto cases = sweep_cases("full", 1);
+  CHECK(cases.size() == 16 * (n + (n + 7) / 8 + (n + 63) / 64));
+  for (int S = 1; S <= 16; ++S)
+    for (int B : {1, 8, 64}) {
+      INFO("kv_split " << S << " batch " << B);
+      std::set<int> seen;
+      int ncase = 0;
+      for (auto& c : cases)
+        if (c.kv_split == S && c.batch() == B) {
+          ++ncase;
+          seen.insert(c.kv_lens.begin(), c.kv_lens.end());
+        }
+      CHECK(ncase == int(B == 1 ? n : (n + B - 1) / B));
+      CHECK(seen == std::set<int>(lens.begin(), lens.end()));
+    }
+  for (auto& c : cases) {
+    CHECK(c.batch() >= 1);
+    CHECK(c.batch() <= 64);
+  }
+  // The seed shuffles the batches, nothing else.
+  auto other = sweep_cases("full", 2);
+  REQUIRE(other.size() == cases.size());
+  bool differs = false;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CHECK(other[i].kv_split == cases[i].kv_split);
+    CHECK(other[i].batch() == cases[i].batch());
+    differs |= other[i].kv_lens != cases[i].kv_lens;
+  }
+  CHECK(differs);
+}
+
+TEST_CASE("oracle sweep: the sampled preset names each edge it probes, within the full grid's bounds", "[oracle][sweep]") {
+  auto cases = sweep_cases("sampled");
+  REQUIRE(cases.size() == 15);
+  bool issue_case = false, batch64 = false, split16 = false;
+  for (auto& c : cases) {
+    CHECK(!c.why.empty());
+    CHECK(c.kv_split >= 1);
+    CHECK(c.kv_split <= 16);
+    CHECK(c.batch() <= 64);
+    CHECK(c.max_len() <= 8192);
+    issue_case |= c.kv_split == 4 && c.kv_lens == std::vector<int>{1600};
+    batch64 |= c.batch() == 64;
+    split16 |= c.kv_split == 16;
+  }
+  CHECK(issue_case);
+  CHECK(batch64);
+  CHECK(split16);
+  auto f = filter_cases(cases, {4}, 2000);
+  REQUIRE(f.size() == 3);  // 1536, 1600, 385, and not 4096 nor the batch of 7 (2048)
+  for (auto& c : f) CHECK(c.kv_split == 4);
+  CHECK(filter_cases(cases, {}, 0).size() == cases.size());
+  CHECK(filter_cases(cases, {7}, 0).empty());
+  REQUIRE_THROWS_WITH(sweep_cases("everything"), Catch::Contains("--sweep 'everything': unknown preset (allowed: full, sampled)"));
+}
+
+TEST_CASE("oracle sweep: option values are checked and a batch cycles through the lengths", "[oracle][sweep]") {
+  CHECK_NOTHROW(check_cli_values({1, 64}, {1, 8192}, {1, 16}));
+  REQUIRE_THROWS_WITH(check_cli_values({0}, {}, {}), Catch::Contains("--batch 0: must be 1..64"));
+  REQUIRE_THROWS_WITH(check_cli_values({65}, {}, {}), Catch::Contains("--batch 65: must be 1..64"));
+  REQUIRE_THROWS_WITH(check_cli_values({}, {12, 0}, {}), Catch::Contains("--kv-lens: 0 tokens is not allowed"));
+  REQUIRE_THROWS_WITH(check_cli_values({}, {-3}, {}), Catch::Contains("--kv-lens: -3 tokens"));
+  REQUIRE_THROWS_WITH(check_cli_values({}, {}, {17}), Catch::Contains("--kv-split 17: must be 1..16"));
+  REQUIRE_THROWS_WITH(check_cli_values({}, {}, {0}), Catch::Contains("--kv-split 0: must be 1..16"));
+  CHECK(batch_lengths({5, 7}, 5) == std::vector<int>{5, 7, 5, 7, 5});
+  CHECK(batch_lengths({5, 7, 9}, 0) == std::vector<int>{5, 7, 9});
+  CHECK(batch_lengths({300}, 3) == std::vector<int>{300, 300, 300});
+}
+
+TEST_CASE("oracle sweep: the summary merges neighbouring lengths with one outcome per kernel, target, kv_split", "[oracle][sweep]") {
+  std::vector<SweepOutcome> o = {
+      {"k", "gfx950", 4, 1, 1536, 1536, true, ""},
+      {"k", "gfx950", 4, 1, 385, 385, false, "d 1.0e+00, max err 100%, 8192 unwritten"},
+      {"k", "gfx950", 4, 1, 4096, 4096, true, ""},
+      {"k", "gfx950", 4, 1, 1600, 1600, true, ""},
+      {"k", "gfx950", 4, 7, 2048, 1, true, ""},
+      {"k", "gfx942", 4, 1, 385, 385, true, ""},
+      {"k", "gfx950", 16, 1, 1025, 1025, false, "d 5.0e-01, max err 80%"},
+      {"k", "gfx950", 16, 1, 8192, 8192, false, "d 2.0e-01, max err 60%"},
+  };
+  std::string s = summarize(o);
+  CHECK(s.find("| k | gfx950 | 4 | 1 | 385 | 1 | FAIL: d 1.0e+00, max err 100%, 8192 unwritten |") != std::string::npos);
+  CHECK(s.find("| k | gfx950 | 4 | 1 | 1536..4096 | 3 | pass |") != std::string::npos);
+  CHECK(s.find("| k | gfx950 | 4 | 7 | 2048 | 1 | pass |") != std::string::npos);
+  CHECK(s.find("| k | gfx942 | 4 | 1 | 385 | 1 | pass |") != std::string::npos);
+  CHECK(s.find("| k | gfx950 | 16 | 1 | 1025..8192 | 2 | FAIL: d 5.0e-01, max err 80% .. d 2.0e-01, max err 60% |") != std::string::npos);
+}
+
+TEST_CASE("oracle sweep: mlaoracle --sweep, --batch and their errors", "[oracle][sweep]") {
+  std::string out;
+  // Listing the cases needs no aiter.
+  REQUIRE(run_cmd(fmt::format("env -u AITER_DIR {} --sweep sampled --list-cases", MLAORACLE_EXE), &out) == 0);
+  CHECK(out.find("kv_split  4 batch  1 lens 1600  # issue #34's case") != std::string::npos);
+  REQUIRE(run_cmd(fmt::format("env -u AITER_DIR {} --sweep full --kv-split 3 --max-len 100 --list-cases", MLAORACLE_EXE), &out) == 0);
+  CHECK(out.find("kv_split  3 batch  1 lens 65\n") != std::string::npos);
+  CHECK(out.find("lens 129") == std::string::npos);
+  CHECK(out.find("kv_split  4") == std::string::npos);
+  struct Bad {
+    const char* args;
+    const char* msg;
+  };
+  for (auto [args, msg] : {Bad{"--sweep most", "--sweep 'most': unknown preset (allowed: full, sampled)"},
+                           Bad{"--sweep full --kv-lens 5", "--sweep sets the lengths and the batch: drop --kv-lens / --batch"},
+                           Bad{"--sweep full --batch 2", "--sweep sets the lengths and the batch"},
+                           Bad{"--batch 0 --kv-lens 5", "--batch 0: must be 1..64"},
+                           Bad{"--kv-split 17", "--kv-split 17: must be 1..16"},
+                           Bad{"--kv-lens 0,4", "--kv-lens: 0 tokens is not allowed"},
+                           Bad{"--list-cases", "--list-cases and --max-len need --sweep"},
+                           Bad{"--sweep sampled --kv-split 7", "--sweep sampled: no case left after --kv-split / --max-len"}}) {
+    INFO(args);
+    CHECK(run_cmd(fmt::format("{} --aiter-dir {} {}", MLAORACLE_EXE, fake_aiter_dir(), args), &out) != 0);
+    CHECK(out.find(msg) != std::string::npos);
+  }
+  // The sweep on the stand-in: kv_split 2, the one sampled case of at most 200 tokens (129).
+  fs::path j = tmp_root() / "sweep.json", sum = tmp_root() / "sweep_summary.md";
+  REQUIRE(run_cmd(fmt::format("{} --aiter-dir {} --target gfx942 --kernel stand_in_mla --sweep sampled --kv-split 2 --max-len 200 "
+                              "--json {} --summary {}",
+                              MLAORACLE_EXE, fake_aiter_dir(), j.string(), sum.string()),
+                  &out) == 0);
+  CHECK(out.find("| stand_in_mla | gfx942 | 2 | 129 |") != std::string::npos);
+  CHECK(out.find("Summary (sweep 'sampled', 1 runs, 0 failed)") != std::string::npos);
+  CHECK(out.find("mlaoracle: [1/1]") != std::string::npos);  // progress on stderr (merged here)
+  auto res = nlohmann::json::parse(std::ifstream(j));
+  REQUIRE(res["runs"].size() == 1);
+  CHECK(res["sweep"] == "sampled");
+  CHECK(res["runs"][0]["kv_lens"] == std::vector<int>{129});
+  CHECK(res["runs"][0]["pass"] == true);
+  std::ifstream sf(sum);
+  std::string summary((std::istreambuf_iterator<char>(sf)), std::istreambuf_iterator<char>());
+  CHECK(summary.find("| stand_in_mla | gfx942 | 2 | 1 | 129 | 1 | pass |") != std::string::npos);
+  // --batch: 3 requests cycling through the lengths.
+  REQUIRE(run_cmd(fmt::format("{} --aiter-dir {} --target gfx942 --kernel stand_in_mla --kv-split 1 --kv-lens 70,20 --batch 3 --json {}",
+                              MLAORACLE_EXE, fake_aiter_dir(), j.string()),
+                  &out) == 0);
+  CHECK(out.find("| stand_in_mla | gfx942 | 1 | 3: 20..70 |") != std::string::npos);
+  res = nlohmann::json::parse(std::ifstream(j));
+  CHECK(res["runs"][0]["kv_lens"] == std::vector<int>{70, 20, 70});
+}
+
+// kn_get_mla_metadata_v1_0 (aiter csrc/kernels/mla/metadata/v1_0_device.cuh), worked by hand:
+// payload = ceil(ceil(len / 128) / S) x 128 tokens; a tail of 1-4 tokens joins the item before.
+TEST_CASE("oracle: persistent work items follow get_mla_metadata_v1_0, a 1-4 token tail folded in", "[oracle]") {
+  using R = std::vector<std::pair<int, int>>;
+  CHECK(persistent_item_ranges(129, 2) == R{{0, 129}});
+  CHECK(persistent_item_ranges(130, 2) == R{{0, 130}});
+  CHECK(persistent_item_ranges(133, 2) == R{{0, 128}, {128, 133}});
+  CHECK(persistent_item_ranges(385, 4) == R{{0, 128}, {128, 256}, {256, 385}});
+  CHECK(persistent_item_ranges(260, 4) == R{{0, 128}, {128, 260}});
+  CHECK(persistent_item_ranges(421, 4) == R{{0, 128}, {128, 256}, {256, 384}, {384, 421}});
+  CHECK(persistent_item_ranges(1600, 4) == R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 1600}});
+  CHECK(persistent_item_ranges(2049, 5) == R{{0, 512}, {512, 1024}, {1024, 1536}, {1536, 2049}});
+  CHECK(persistent_item_ranges(3, 4) == R{{0, 3}});
+  CHECK(persistent_item_ranges(8192, 16).size() == 16);
+  CHECK(persistent_item_ranges(1025, 16).size() == 8);
+  CHECK(persistent_item_ranges(1025, 16).back() == std::pair<int, int>{896, 1025});
 }
