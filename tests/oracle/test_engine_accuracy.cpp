@@ -21,9 +21,10 @@ using namespace mla::oracle;
 
 namespace {
 
-// The README's figures for our fp8 kernels on the engine-shaped families (docs/accuracy.md):
-// d <= 1e-4, max error <= 2.0 % of max|ref|, lse within 0.03 of the exact log-sum-exp.
-constexpr double kMaxD = 1e-4, kMaxErrPct = 2.0, kMaxLseErr = 0.03;
+// The README's figures for our fp8 kernels on the engine-shaped families (docs/accuracy.md, the
+// worst of the 14 fp8/fp8 families): d <= 5e-5, max error <= 2.4 % of max|ref|, lse within 0.03
+// of the exact log-sum-exp. The emulator is deterministic: these families give the table's figures.
+constexpr double kMaxD = 5e-5, kMaxErrPct = 2.4, kMaxLseErr = 0.03;
 
 const EngineFamily& family(const std::string& name) {
   static const std::vector<EngineFamily> all = engine_families();
@@ -107,10 +108,11 @@ TEST_CASE("engine accuracy: the fp8-P model is the reference when no P needs rou
   CHECK(b.max_err_pct > 0.05);
 }
 
-// Our side of the Kimi-K3 shape (12 heads fp8/fp8 on gfx950, page 1, lse), flat and peaked, at
-// the documented lengths (2, 611, 8190 and 68000 tokens): the README's bound must hold.
-TEST_CASE("engine accuracy: our Kimi-K3 kernel on the engine-shaped families stays within the README's bounds", "[oracle]") {
-  for (const char* name : {"gfx950 fp8/fp8 h12 qs1 flat", "gfx950 fp8/fp8 h12 qs1 peaked"}) {
+// Our side of the Kimi-K3 shape (12 heads fp8/fp8 on gfx950, page 1, lse), flat and peaked, and
+// of the family with our largest error (16 heads on gfx942, peaked: 2.36 %), at the documented
+// lengths (2, 611, 8190 and 68000 tokens): the README's bounds must hold.
+TEST_CASE("engine accuracy: our kernels on three engine-shaped families stay within the README's bounds", "[oracle]") {
+  for (const char* name : {"gfx950 fp8/fp8 h12 qs1 flat", "gfx950 fp8/fp8 h12 qs1 peaked", "gfx942 fp8/fp8 h16 qs1 peaked"}) {
     INFO(name);
     auto e = test::run_e2e(engine_problem_params(family(name)));
     Figures f = figures_of(ref::run_reference(e.problem), e.result.o, e.result.lse);
