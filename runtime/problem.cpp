@@ -479,8 +479,7 @@ void add_peaks(Problem& p, const ProblemParams& prm, const std::string& where) {
   if (!prm.shared.empty()) throw ProblemError(where + ": peak_tokens > 0 with shared prefixes (allowed: one or the other)");
   if (!(prm.peak_spread >= 0) || !std::isfinite(prm.peak_spread))
     throw ProblemError(fmt::format("{}: peak_spread = {} (allowed: finite, >= 0)", where, prm.peak_spread));
-  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
-  if (!(scale > 0)) throw ProblemError(fmt::format("{}: peak_tokens needs sm_scale * q_scale * kv_scale > 0 (is {})", where, scale));
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;  // > 0: check_metadata
   Normal rng(prm.seed ^ 0x5eed5eed5eed5eedull);
   for (int b = 0; b < p.batch(); ++b) {
     const int len = p.kv_len(b), seen_by_all = len - p.qseqlen + 1;
