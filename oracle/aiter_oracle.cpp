@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "emulator/code_object.h"
@@ -315,9 +316,33 @@ void record_findings(RunResult& res, const std::vector<emu::Finding>& findings) 
   }
 }
 
-void compare_into(RunResult& res, const rt::Problem& p, const std::vector<uint16_t>& o_bits, const std::vector<float>* lse) {
-  ref::Reference r = ref::run_reference(p);
+// The outputs of the launched problem `p` (its heads >= the original's: padded ones dropped here),
+// compared with the reference of the original problem. lse_all: `lse` covers every row (else it
+// is kept for the caller but not compared).
+void compare_into(RunResult& res, const RunConfig& cfg, const rt::Problem& p, std::vector<uint16_t> o_bits,
+                  std::vector<float> lse_rows, bool lse_all) {
+  const rt::Problem& orig = cfg.problem ? *cfg.problem : p;
+  if (orig.heads != p.heads) {
+    const size_t rows = size_t(p.rows());
+    std::vector<uint16_t> o(rows * orig.heads * 512);
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(&o[r * orig.heads * 512], &o_bits[r * p.heads * 512], size_t(orig.heads) * 512 * 2);
+    o_bits = std::move(o);
+    if (!lse_rows.empty()) {
+      std::vector<float> l(rows * orig.heads);
+      for (size_t r = 0; r < rows; ++r) std::memcpy(&l[r * orig.heads], &lse_rows[r * p.heads], size_t(orig.heads) * 4);
+      lse_rows = std::move(l);
+    }
+  }
+  std::optional<ref::Reference> own;
+  if (!cfg.reference) own = ref::run_reference(orig);
+  const ref::Reference& r = cfg.reference ? *cfg.reference : *own;
+  const std::vector<float>* lse = lse_all && !lse_rows.empty() ? &lse_rows : nullptr;
   ref::Compare cmp = ref::compare(r, o_bits, lse);
+  if (cfg.keep_outputs) {
+    res.o_bits = o_bits;
+    res.lse = lse_rows;
+  }
   res.d = cmp.d;
   res.max_err_pct = cmp.max_abs_ref > 0 ? 100.0 * cmp.max_abs_err / cmp.max_abs_ref : 0.0;
   res.lse_err = lse ? cmp.lse_max_abs_err : -1.0;
@@ -328,14 +353,14 @@ void compare_into(RunResult& res, const rt::Problem& p, const std::vector<uint16
 
 // Persistent kernels: requests with one work item wrote bf16 o through ptr_RP; the others wrote
 // partials [slot*qseqlen + r][1][heads][512] + LSE, merged here as mla_reduce_v1 would.
-RunResult finish_persistent(RunResult& res, const AiterKernel& k, const rt::Problem& p, emu::Device& dev, uint64_t final_o,
+RunResult finish_persistent(RunResult& res, const RunConfig& cfg, const rt::Problem& p, emu::Device& dev, uint64_t final_o,
                             uint64_t ps_out, uint64_t ps_lse, int num_partials, const std::vector<std::vector<int>>& partials_of,
                             int qseqlen) {
   const int H = p.heads, rows = p.rows();
   std::vector<uint16_t> o_bits = dev.read_vector<uint16_t>(final_o, size_t(rows) * H * 512);
   const size_t prow = size_t(std::max(1, num_partials)) * qseqlen;
   std::vector<float> po = dev.read_vector<float>(ps_out, prow * H * 512), pl = dev.read_vector<float>(ps_lse, prow * H);
-  std::vector<float> lse(size_t(rows) * H, 0.f);
+  std::vector<float> lse(size_t(rows) * H, std::numeric_limits<float>::quiet_NaN());
   bool all_merged = true;
   for (int b = 0; b < p.batch(); ++b) {
     const auto& slots = partials_of[b];
@@ -361,7 +386,6 @@ RunResult finish_persistent(RunResult& res, const AiterKernel& k, const rt::Prob
   }
   res.output_layout = fmt::format("persistent: {} work items, {} partials merged as mla_reduce_v1, single-item requests bf16 o via ptr_RP",
                                   num_partials ? "split" : "unsplit", num_partials);
-  compare_into(res, p, o_bits, all_merged ? &lse : nullptr);
   if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid
     fs::create_directories(dump);
     std::string base = fmt::format("{}/{}_{}_ps{}", dump, res.kernel, res.target, res.kv_split);
@@ -369,7 +393,32 @@ RunResult finish_persistent(RunResult& res, const AiterKernel& k, const rt::Prob
     std::ofstream(base + ".o_bf16.bin", std::ios::binary).write(reinterpret_cast<const char*>(o_bits.data()), o_bits.size() * 2);
     std::ofstream(base + ".ref_f64.bin", std::ios::binary).write(reinterpret_cast<const char*>(r.o.data()), r.o.size() * 8);
   }
+  compare_into(res, cfg, p, std::move(o_bits), std::move(lse), all_merged);
   return res;
+}
+
+// RunConfig::problem checked against the kernel, and q zero-padded to the kernel's heads.
+rt::Problem launched_problem(const AiterKernel& k, const rt::Problem& given, int kernel_qseqlen) {
+  const rt::Target t = k.gfx == Gfx::gfx942 ? rt::Target::gfx942 : rt::Target::gfx950;
+  auto bad = [&](const std::string& what, const std::string& value, const std::string& allowed) {
+    return OracleError(fmt::format("problem for {} ({}): {} = {} (allowed: {})", k.stem(), emu::gfx_name(k.gfx), what, value, allowed));
+  };
+  if (given.target != t) throw bad("target", rt::name(given.target), std::string(emu::gfx_name(k.gfx)));
+  if (rt::name(given.q_dtype) != k.q_type) throw bad("q_dtype", rt::name(given.q_dtype), k.q_type);
+  if (rt::name(given.kv_dtype) != k.kv_type) throw bad("kv_dtype", rt::name(given.kv_dtype), k.kv_type);
+  if (given.page_size != 1) throw bad("page_size", std::to_string(given.page_size), "1, the oracle's launch");
+  if (given.qseqlen > kernel_qseqlen) throw bad("qseqlen", std::to_string(given.qseqlen), fmt::format("1..{}", kernel_qseqlen));
+  if (given.heads > k.gqa) throw bad("heads", std::to_string(given.heads), fmt::format("1..{}, the kernel's gqa", k.gqa));
+  if (given.logit_cap != 0) throw bad("logit_cap", fmt::format("{}", given.logit_cap), "0: aiter's decode kernels have no soft cap");
+  rt::Problem p = given;
+  if (given.heads == k.gqa) return p;
+  p.heads = k.gqa;
+  p.q.shape[1] = size_t(k.gqa);
+  p.q.bytes.assign(size_t(p.rows()) * k.gqa * rt::kQkDim * p.q.elem_bytes, 0);  // +0 in every format
+  const size_t row_bytes = size_t(given.heads) * rt::kQkDim * p.q.elem_bytes;
+  for (int r = 0; r < p.rows(); ++r)
+    std::memcpy(&p.q.bytes[size_t(r) * k.gqa * rt::kQkDim * p.q.elem_bytes], &given.q.bytes[size_t(r) * row_bytes], row_bytes);
+  return p;
 }
 
 }  // namespace
@@ -384,7 +433,8 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
 
   if (cfg.qseqlen > std::max(1, k.qseqlen))
     throw OracleError(fmt::format("{}: qseqlen {} is more than the kernel's {}", k.stem(), cfg.qseqlen, std::max(1, k.qseqlen)));
-  const int qseqlen = cfg.qseqlen > 0 ? cfg.qseqlen : std::max(1, k.qseqlen), H = k.gqa, S = cfg.kv_split;
+  const int qseqlen = cfg.problem ? cfg.problem->qseqlen : cfg.qseqlen > 0 ? cfg.qseqlen : std::max(1, k.qseqlen), H = k.gqa,
+            S = cfg.kv_split;
   rt::ProblemParams pp;
   pp.target = k.gfx == Gfx::gfx942 ? rt::Target::gfx942 : rt::Target::gfx950;
   pp.heads = H;
@@ -397,7 +447,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
   pp.q_scale = pp.q_dtype == rt::DType::fp8 ? cfg.q_scale : 1.0;
   pp.kv_scale = pp.kv_dtype == rt::DType::fp8 ? cfg.kv_scale : 1.0;
   pp.extra_pages = 7;
-  rt::Problem p = rt::make_random_problem(pp);
+  rt::Problem p = cfg.problem ? launched_problem(k, *cfg.problem, std::max(1, k.qseqlen)) : rt::make_random_problem(pp);
   const int batch = p.batch(), rows = p.rows();
 
   std::shared_ptr<const emu::CodeObject> co;
@@ -522,7 +572,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
       res.inst_counts.push_back({prog->insts[i].text, counts[i]});
     }
 
-  if (k.ps) return finish_persistent(res, k, p, dev, final_o, ps_out, ps_lse, plan.num_partials, plan.partials_of, qseqlen);
+  if (k.ps) return finish_persistent(res, cfg, p, dev, final_o, ps_out, ps_lse, plan.num_partials, plan.partials_of, qseqlen);
 
   // Outputs.
   std::vector<uint32_t> raw_o = dev.read_vector<uint32_t>(out, out_elems);
@@ -578,7 +628,6 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     final_lse = m.lse;
     have_lse = true;
   }
-  compare_into(res, p, o_bits, have_lse ? &final_lse : nullptr);
   if (const char* dump = std::getenv("MLAORACLE_DUMP")) {  // debugging aid: raw outputs
     fs::create_directories(dump);
     std::string base = fmt::format("{}/{}_{}_s{}", dump, res.kernel, res.target, S);
@@ -586,6 +635,7 @@ RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg) {
     std::ofstream(base + ".raw_o.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_o.data()), raw_o.size() * 4);
     std::ofstream(base + ".raw_lse.bin", std::ios::binary).write(reinterpret_cast<const char*>(raw_lse.data()), raw_lse.size() * 4);
   }
+  compare_into(res, cfg, p, std::move(o_bits), have_lse ? std::move(final_lse) : std::vector<float>{}, have_lse);
   return res;
 }
 

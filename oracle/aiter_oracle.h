@@ -35,6 +35,8 @@
 
 #include "emulator/device.h"
 #include "emulator/gfx.h"
+#include "runtime/problem.h"
+#include "tests/reference/mla_reference.h"
 
 namespace mla::oracle {
 
@@ -105,6 +107,13 @@ struct RunConfig {
   // kernel as asm_mla.cu pads to it (e.g. qseqlen 1 on the qSeqLen-4 bf16/fp8 `_ps` kernel, s_MQA
   // = gqa x 1).
   int qseqlen = 0;
+  // A given problem instead of the random one (mlaoracle --problem, the engine accuracy table,
+  // docs/accuracy.md): its target, dtypes and page size (1) must be the kernel's and its qseqlen at
+  // most the kernel's. Fewer heads than the kernel's gqa are zero-padded in q, as SGLang and ATOM
+  // pad 12 heads to 16, and the padded heads' outputs are dropped before the comparison.
+  const rt::Problem* problem = nullptr;
+  const ref::Reference* reference = nullptr;  // the fp64 reference of `problem`, if the caller has it
+  bool keep_outputs = false;                  // fill RunResult::o_bits and lse
 };
 
 struct RunResult {
@@ -131,10 +140,15 @@ struct RunResult {
   emu::Counters counters;
   std::vector<std::pair<std::string, uint64_t>> inst_counts;
   int work_items = 0;   // persistent kernels: work items (= workgroups); else batch x kv_split
+  // RunConfig::keep_outputs: o [rows][heads][512] bf16 bits and lse [rows][heads] of the problem's
+  // heads (padded heads dropped); lse is NaN for rows the kernel gave none (kv_split 1 without an
+  // lse output; persistent requests of one work item), empty when no row has one.
+  std::vector<uint16_t> o_bits;
+  std::vector<float> lse;
 };
 
-// Runs `k` on a random problem (N(0,1) inputs quantised to the kernel's dtypes; page size 1)
-// and compares with the fp64 reference. Never throws for emulator errors (they land in
+// Runs `k` on a random problem (N(0,1) inputs quantised to the kernel's dtypes; page size 1), or
+// on RunConfig::problem, and compares with the fp64 reference. Never throws for emulator errors (they land in
 // RunResult::error); throws OracleError for a kernel it cannot set up.
 RunResult run_kernel(const AiterKernel& k, const RunConfig& cfg);
 

@@ -4,6 +4,8 @@
 //   mlaoracle --aiter-dir ~/aiter [--target gfx942] [--kernel 'mla_a8w8_qh16_qseqlen1*']
 //             [--kv-split 1 --kv-split 4] [--seed N] [--strict] [--json r.json] [--forms-out f.json]
 //   mlaoracle --aiter-dir ~/aiter --sweep sampled|full [--kv-split S] [--max-len N] [--summary s.md]
+//   mlaoracle --aiter-dir ~/aiter --problem DIR --kernel ...      (a problem of mlarun make-problem)
+//   mlaoracle --aiter-dir ~/aiter --engine-accuracy --catalog out  (docs/accuracy.md)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fnmatch.h>
@@ -12,11 +14,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <iostream>
 
 #include "oracle/aiter_oracle.h"
 #include "oracle/sweep.h"
+#include "oracle/engine_accuracy.h"
+#include "runtime/catalog.h"
 
 using namespace mla;
 using namespace mla::oracle;
@@ -76,6 +82,106 @@ nlohmann::json to_json(const RunResult& r, const std::vector<int>& lens) {
   return j;
 }
 
+std::string fig(const Figures& f, bool ran, int col) {
+  if (!ran) return "-";
+  if (col == 0) return fmt::format("{:.2e}", f.d);
+  if (col == 1) return fmt::format("{:.2f}", f.max_err_pct);
+  return f.lse_err >= 0 ? fmt::format("{:.1e}", f.lse_err) : std::string("-");
+}
+
+nlohmann::json figures_json(const Figures& f) {
+  nlohmann::json j = {{"d", f.d}, {"max_err_pct_of_max_ref", f.max_err_pct}, {"unwritten", f.unwritten}, {"nonfinite", f.nonfinite}};
+  if (f.lse_err >= 0) j["lse_max_abs_err"] = f.lse_err, j["lse_rows"] = f.lse_rows;
+  return j;
+}
+
+// --engine-accuracy: every family of docs/accuracy.md (or those matching --family), ours beside
+// aiter's on the same problem, and the fp8-P model.
+int engine_accuracy(const std::string& catalog_dir, const std::string& aiter_dir_opt, bool no_aiter, int aiter_kv_split,
+                    const std::vector<std::string>& family_pats, const std::vector<std::string>& targets, const std::string& json_out,
+                    int peak_tokens, double peak_spread) {
+  EngineOptions opts;
+  opts.aiter_kv_split = aiter_kv_split;
+  std::optional<rt::Catalog> ours;
+  if (!catalog_dir.empty()) {
+    ours = rt::Catalog::open(catalog_dir);
+    opts.ours = &*ours;
+  }
+  std::string aiter_dir;
+  if (!no_aiter) {
+    aiter_dir = resolve_aiter_dir(aiter_dir_opt);
+    for (emu::Gfx g : {emu::Gfx::gfx942, emu::Gfx::gfx950})
+      for (auto& k : load_catalog(aiter_dir, g)) opts.aiter.push_back(k);
+  }
+  std::vector<EngineFamily> fams;
+  for (auto f : engine_families()) {
+    if (f.peaked) f.peak_tokens = peak_tokens, f.peak_spread = peak_spread;
+    bool ok = family_pats.empty();
+    for (auto& pat : family_pats) ok |= fnmatch(pat.c_str(), f.name.c_str(), 0) == 0;
+    if (!targets.empty() && std::find(targets.begin(), targets.end(), rt::name(f.target)) == targets.end()) ok = false;
+    if (ok) fams.push_back(f);
+  }
+  if (fams.empty()) {
+    std::cerr << "mlaoracle: no engine family matches --family / --target (families: ";
+    for (auto& f : engine_families()) std::cerr << "'" << f.name << "' ";
+    std::cerr << ")\n";
+    return 2;
+  }
+  std::vector<EngineRow> rows;
+  for (size_t i = 0; i < fams.size(); ++i) {
+    std::cerr << fmt::format("mlaoracle: [{}/{}] {} (requests of {} tokens) ...\n", i + 1, fams.size(), fams[i].name,
+                             fmt::join(fams[i].kv_lens, "/"));
+    rows.push_back(run_engine_family(fams[i], opts));
+    const EngineRow& r = rows.back();
+    std::cerr << fmt::format("mlaoracle: [{}/{}] reference {:.1f} s, ours {:.1f} s{}, aiter {:.1f} s{}\n", i + 1, fams.size(),
+                             r.seconds_reference, r.seconds_ours, r.ours_error.empty() ? "" : " (" + r.ours_error + ")",
+                             r.seconds_aiter, r.aiter_error.empty() ? "" : " (" + r.aiter_error + ")");
+  }
+  fmt::print("| family | top-{} share | ours: d | max err % | lse err | aiter: d | max err % | lse err | fp8-P model, l of P8: d | "
+             "max err % | lse err | l of P: d | max err % |\n",
+             kPeakTokens);
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int failed = 0;
+  for (auto& r : rows) {
+    // The model is of fp8 P: with bf16 q, P is not rounded to fp8 (both sides measure bf16-like errors).
+    const bool fp8_p = r.family.q_dtype == rt::DType::fp8;
+    fmt::print("| {} | {:.2f} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.family.name, r.top_share,
+               fig(r.ours, r.ours_ran, 0), fig(r.ours, r.ours_ran, 1), fig(r.ours, r.ours_ran, 2), fig(r.aiter, r.aiter_ran, 0),
+               fig(r.aiter, r.aiter_ran, 1), fig(r.aiter, r.aiter_ran, 2), fig(r.model, fp8_p, 0), fig(r.model, fp8_p, 1),
+               fig(r.model, fp8_p, 2), fig(r.model_exact_sum, fp8_p, 0), fig(r.model_exact_sum, fp8_p, 1));
+    if ((opts.ours && !r.ours_ran) || (!opts.aiter.empty() && !r.aiter_ran)) ++failed;
+  }
+  fmt::print("\nKernels: ");
+  for (size_t i = 0; i < rows.size(); i += 2)
+    fmt::print("{}{} ours {}, aiter {}", i ? "; " : "", rows[i].family.name.substr(0, rows[i].family.name.rfind(' ')),
+               rows[i].ours_kernel.empty() ? "-" : rows[i].ours_kernel, rows[i].aiter_kernel.empty() ? "-" : rows[i].aiter_kernel);
+  fmt::print("\n");
+  if (!json_out.empty()) {
+    nlohmann::json j = {{"about", "engine-shaped accuracy (docs/accuracy.md): ours and aiter's kernels on the emulator, and a float64 "
+                                  "model rounding only P to fp8, each against the fp64 reference"},
+                        {"aiter_dir", aiter_dir}, {"catalog", catalog_dir}, {"aiter_kv_split", aiter_kv_split},
+                        {"peak_tokens", peak_tokens}, {"peak_spread", peak_spread}};
+    for (auto& r : rows) {
+      nlohmann::json e = {{"family", r.family.name}, {"who", r.family.who}, {"kv_lens", r.family.kv_lens}, {"seed", r.family.seed},
+                          {"top_share", r.top_share}, {"model_rounded_sum", figures_json(r.model)},
+                          {"model_exact_sum", figures_json(r.model_exact_sum)}, {"seconds_reference", r.seconds_reference}};
+      if (opts.ours) {
+        e["ours"] = {{"kernel", r.ours_kernel}, {"ran", r.ours_ran}, {"seconds", r.seconds_ours}};
+        if (r.ours_ran) e["ours"].update(figures_json(r.ours));
+        else e["ours"]["error"] = r.ours_error;
+      }
+      if (!opts.aiter.empty()) {
+        e["aiter"] = {{"kernel", r.aiter_kernel}, {"ran", r.aiter_ran}, {"seconds", r.seconds_aiter}, {"findings", r.aiter_findings}};
+        if (r.aiter_ran) e["aiter"].update(figures_json(r.aiter));
+        else e["aiter"]["error"] = r.aiter_error;
+      }
+      j["families"].push_back(e);
+    }
+    std::ofstream(json_out) << j.dump(2) << "\n";
+  }
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,7 +229,48 @@ int main(int argc, char** argv) {
   app.add_flag("--list", list, "list the catalog and what the oracle can run, then exit");
   app.add_option("--json", json_out, "write machine-readable results here");
   app.add_option("--forms-out", forms_out, "write every instruction form executed per kernel run, with counts, here");
+  std::string problem_dir, catalog_dir;
+  bool engine_acc = false, no_aiter = false;
+  std::vector<std::string> families;
+  int aiter_kv_split = 16;
+  app.add_option("--problem", problem_dir,
+                 "run the kernels on this problem (mlarun make-problem; page size 1, the kernel's target and dtypes, heads up to "
+                 "its gqa: fewer are zero-padded in q) instead of a random one");
+  app.add_flag("--engine-accuracy", engine_acc,
+               "the engine-shaped accuracy table (docs/accuracy.md): our kernels (--catalog) beside aiter's on the same problems, "
+               "and the fp8-P model");
+  app.add_option("--catalog", catalog_dir, "--engine-accuracy: our catalog (mlagen build --out; default $MLA_CATALOG_DIR)");
+  app.add_option("--family", families, "--engine-accuracy: only the families matching this glob (repeatable)");
+  app.add_flag("--no-aiter", no_aiter, "--engine-accuracy: our side and the model only");
+  app.add_option("--aiter-kv-split", aiter_kv_split, "--engine-accuracy: work items per request of aiter's persistent launch")
+      ->capture_default_str();
+  int peak_tokens = kPeakTokens;
+  double peak_spread = kPeakSpread;
+  app.add_option("--peak-tokens", peak_tokens, "--engine-accuracy: peaked families' tokens per (query row, head)")->capture_default_str();
+  app.add_option("--peak-spread", peak_spread, "--engine-accuracy: peaked families' score spread")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (engine_acc) {
+    try {
+      if (catalog_dir.empty())
+        if (const char* e = std::getenv("MLA_CATALOG_DIR")) catalog_dir = e;
+      if (catalog_dir.empty() && no_aiter) {
+        std::cerr << "mlaoracle: --engine-accuracy --no-aiter needs --catalog DIR (or MLA_CATALOG_DIR): nothing to run\n";
+        return 2;
+      }
+      if (aiter_kv_split < 1) {
+        std::cerr << fmt::format("mlaoracle: --aiter-kv-split {} (allowed: >= 1)\n", aiter_kv_split);
+        return 2;
+      }
+      if (peak_tokens < 1 || !(peak_spread >= 0)) {
+        std::cerr << fmt::format("mlaoracle: --peak-tokens {} --peak-spread {} (allowed: >= 1, >= 0)\n", peak_tokens, peak_spread);
+        return 2;
+      }
+      return engine_accuracy(catalog_dir, aiter_dir, no_aiter, aiter_kv_split, families, targets, json_out, peak_tokens, peak_spread);
+    } catch (const std::exception& e) {
+      std::cerr << "mlaoracle: error: " << e.what() << "\n";
+      return 2;
+    }
+  }
   if (strict && relaxed) {
     std::cerr << "mlaoracle: --strict and --relaxed exclude each other\n";
     return 2;
@@ -191,9 +338,30 @@ int main(int argc, char** argv) {
     base.early_read = early_read == "previous" ? emu::DispatchOptions::EarlyRead::previous_value
                       : early_read == "loaded" ? emu::DispatchOptions::EarlyRead::loaded_value
                                                : emu::DispatchOptions::EarlyRead::latency;
+    std::optional<rt::Problem> given;
+    if (!problem_dir.empty()) {
+      if (!sweep.empty()) {
+        std::cerr << "mlaoracle: error: --problem and --sweep: pick one (a sweep makes its own problems)\n";
+        return 2;
+      }
+      given = rt::load_problem(problem_dir);
+      base.problem = &*given;
+      std::vector<int> lens;
+      for (int b = 0; b < given->batch(); ++b) lens.push_back(given->kv_len(b));
+      for (auto& c : cases) c.kv_lens = lens;
+      // Only the kernels that can take it: its target (the rest of the checks are run_kernel's).
+      std::erase_if(selected, [&](const AiterKernel& k) {
+        return emu::gfx_name(k.gfx) != std::string(rt::name(given->target));
+      });
+      if (selected.empty()) {
+        std::cerr << fmt::format("mlaoracle: no selected kernel is for the problem's target {}\n", rt::name(given->target));
+        return 2;
+      }
+    }
     if (sweep.empty())
-      std::cerr << fmt::format("mlaoracle: {} kernel(s) x kv_split {{{}}}, requests of {} tokens, seed {}, {} checks\n", selected.size(),
-                               fmt::join(kv_splits, ","), fmt::join(cases[0].kv_lens, "/"), seed, base.relaxed ? "relaxed" : "strict");
+      std::cerr << fmt::format("mlaoracle: {} kernel(s) x kv_split {{{}}}, requests of {} tokens, {}, {} checks\n", selected.size(),
+                               fmt::join(kv_splits, ","), fmt::join(cases[0].kv_lens, "/"),
+                               given ? "problem " + problem_dir : fmt::format("seed {}", seed), base.relaxed ? "relaxed" : "strict");
     else
       std::cerr << fmt::format("mlaoracle: sweep '{}': {} kernel(s) x {} case(s), seed {}, {} checks\n", sweep, selected.size(), cases.size(),
                                seed, base.relaxed ? "relaxed" : "strict");
@@ -216,6 +384,10 @@ int main(int argc, char** argv) {
         try {
           r = run_kernel(k, cfg);
         } catch (const std::exception& e) {  // a problem this kernel cannot be set up for: a failed run, the sweep goes on
+          if (given && dynamic_cast<const OracleError*>(&e)) {
+            std::cerr << "mlaoracle: " << e.what() << "\n";  // this kernel cannot take the given problem: skipped
+            continue;
+          }
           r.kernel = k.stem();
           r.target = emu::gfx_name(k.gfx);
           r.kv_split = c.kv_split;
@@ -232,6 +404,10 @@ int main(int argc, char** argv) {
         results.push_back(std::move(r));
         run_lens.push_back(cfg.kv_lens);
       }
+    if (results.empty()) {
+      std::cerr << "mlaoracle: no selected kernel can take the problem\n";
+      return 2;
+    }
     // Table.
     fmt::print("| kernel | target | kv_split | requests (tokens) | d | max err % of max\\|ref\\| | lse max err | strict-check findings | wave-inst/s | result |\n");
     fmt::print("|---|---|---|---|---|---|---|---|---|---|\n");

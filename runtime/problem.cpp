@@ -83,6 +83,19 @@ uint16_t encode_minifloat(double x, const MiniFloat& f) {
   return uint16_t(sign | (field << f.man_bits) | man);
 }
 
+// The inverse, for codes encode_minifloat produces (finite; NaN codes are never decoded here).
+double decode_minifloat(uint16_t bits, const MiniFloat& f) {
+  const int sign_shift = f.exp_bits + f.man_bits;
+  const uint32_t field = (bits >> f.man_bits) & ((1u << f.exp_bits) - 1), man = bits & ((1u << f.man_bits) - 1);
+  const double mag = field == 0 ? std::ldexp(double(man), 1 - f.bias - f.man_bits)
+                                : std::ldexp(double(man | (1u << f.man_bits)), int(field) - f.bias - f.man_bits);
+  return (bits >> sign_shift) & 1 ? -mag : mag;
+}
+
+double decode_value(uint16_t bits, DType d, Target t) {
+  return decode_minifloat(bits, d == DType::bf16 ? kBf16 : t == Target::gfx942 ? kFnuzE4M3 : kOcpE4M3);
+}
+
 }  // namespace
 
 uint8_t encode_fp8(double x, Target t) {
@@ -460,6 +473,39 @@ void fill_normal(RawTensor& t, DType d, Target target, Normal& rng) {
   for (size_t i = 0; i < n; ++i) t.set_bits(i, encode(rng(), d, target));
 }
 
+// ProblemParams::peak_tokens. A separate generator (seeded from the seed) so that a peaked problem
+// is the flat problem of the same seed with some keys replaced.
+void add_peaks(Problem& p, const ProblemParams& prm, const std::string& where) {
+  if (!prm.shared.empty()) throw ProblemError(where + ": peak_tokens > 0 with shared prefixes (allowed: one or the other)");
+  if (!(prm.peak_spread >= 0) || !std::isfinite(prm.peak_spread))
+    throw ProblemError(fmt::format("{}: peak_spread = {} (allowed: finite, >= 0)", where, prm.peak_spread));
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;  // > 0: check_metadata
+  Normal rng(prm.seed ^ 0x5eed5eed5eed5eedull);
+  for (int b = 0; b < p.batch(); ++b) {
+    const int len = p.kv_len(b), seen_by_all = len - p.qseqlen + 1;
+    std::vector<int> tokens(seen_by_all);
+    for (int t = 0; t < seen_by_all; ++t) tokens[t] = t;
+    for (int i = seen_by_all - 1; i > 0; --i) std::swap(tokens[i], tokens[rng.eng() % uint64_t(i + 1)]);
+    size_t next = 0;
+    for (int r = 0; r < p.qseqlen; ++r)
+      for (int h = 0; h < p.heads; ++h)
+        for (int j = 0; j < prm.peak_tokens && next < tokens.size(); ++j) {
+          const int row = p.qo_indptr[b] + r, t = tokens[next++];
+          double qq = 0;
+          for (int d = 0; d < kQkDim; ++d) {
+            const double x = decode_value(p.q.bits(p.q_elem(row, h, d)), p.q_dtype, p.target);
+            qq += x * x;
+          }
+          if (qq == 0) continue;
+          const double score = std::log(double(len - p.qseqlen + r + 1)) + prm.peak_spread * rng.uniform01();
+          const double a = score / (scale * qq);
+          for (int d = 0; d < kQkDim; ++d)
+            p.kv.set_bits(p.kv_elem(b, t, d),
+                          encode(a * decode_value(p.q.bits(p.q_elem(row, h, d)), p.q_dtype, p.target), p.kv_dtype, p.target));
+        }
+  }
+}
+
 }  // namespace
 
 Problem make_random_problem(const ProblemParams& prm) {
@@ -526,6 +572,7 @@ Problem make_random_problem(const ProblemParams& prm) {
   p.kv.shape = {size_t(num_pages), size_t(prm.page_size), size_t(kQkDim)};
   fill_normal(p.q, prm.q_dtype, prm.target, rng);
   fill_normal(p.kv, prm.kv_dtype, prm.target, rng);
+  if (prm.peak_tokens > 0) add_peaks(p, prm, where);
   check_tensors(p, where);
   return p;
 }

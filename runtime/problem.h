@@ -127,6 +127,17 @@ struct ProblemParams {
     int first = 0, count = 0, tokens = 0;
   };
   std::vector<Shared> shared;
+  // Peaked scores (docs/accuracy.md): in every request, each (query row, head) gets `peak_tokens`
+  // tokens whose key is that query scaled, k = a q (then rounded to the KV dtype), with `a` putting
+  // the token's score at ln(tokens the row sees) + U(0, peak_spread). The tokens are distinct,
+  // visible to every row of the request, and drawn at random; a request with fewer tokens than
+  // rows x heads x peak_tokens peaks only the first (row, head) pairs it has tokens for. With N(0,1)
+  // keys elsewhere (mean exp(score) e^1.5 at sm_scale 1/sqrt(192)), 4 such tokens hold a median
+  // 84% of their query's softmax mass at spread 3 (60% at spread 1, 68K tokens): the softmax
+  // concentrates on a few tokens, as in engines' decode.
+  // 0 = flat scores (no token aligned). Not combinable with `shared`.
+  int peak_tokens = 0;
+  double peak_spread = 3.0;
 };
 
 // Q and KV ~ N(0,1) encoded into the target's fp8 / bf16 (round to nearest even, saturating),

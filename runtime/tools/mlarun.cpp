@@ -77,6 +77,13 @@ int main(int argc, char** argv) {
                  "FIRST:COUNT:TOKENS: requests FIRST..FIRST+COUNT-1 share their first TOKENS tokens (whole pages; "
                  "repeatable)");
   mk->add_option("--logit-cap", cap, "Soft-cap value (0 = off)")->capture_default_str();
+  int peak_tokens = 0;
+  double peak_spread = 3.0;
+  mk->add_option("--peak-tokens", peak_tokens,
+                 "Peaked scores: tokens per (query row, head) whose key is that query scaled, scored ln(tokens) + "
+                 "U(0, --peak-spread) (0 = flat N(0,1) scores; docs/accuracy.md)")
+      ->capture_default_str();
+  mk->add_option("--peak-spread", peak_spread, "Peaked scores: spread of the peak tokens' scores")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -95,6 +102,9 @@ int main(int argc, char** argv) {
       p.seed = seed;
       p.return_lse = lse;
       p.logit_cap = cap;
+      if (peak_tokens < 0) throw std::invalid_argument(fmt::format("--peak-tokens {} (allowed: >= 0)", peak_tokens));
+      p.peak_tokens = peak_tokens;
+      p.peak_spread = peak_spread;
       for (const std::string& s : shares) {
         ProblemParams::Shared sh;
         char c1 = 0, c2 = 0, rest = 0;

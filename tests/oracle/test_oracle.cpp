@@ -136,6 +136,9 @@ std::string fake_aiter_dir() {
 
 }  // namespace
 
+// For test_engine_accuracy.cpp (the same executable).
+std::string oracle_stand_in_aiter_dir() { return fake_aiter_dir(); }
+
 TEST_CASE("oracle: no aiter directory is a clear error", "[oracle]") {
   std::string out;
   CHECK(run_cmd(fmt::format("env -u AITER_DIR {}", MLAORACLE_EXE), &out) != 0);

@@ -308,6 +308,47 @@ TEST_CASE("problem: make_random_problem rejects bad parameters", "[problem]") {
   prm.kv_lens = {10};
   prm.page_size = 3;
   CHECK_THROWS_WITH(rt::make_random_problem(prm), Contains("'page_size' = 3"));
+  // Peaked scores (docs/accuracy.md).
+  prm = {};
+  prm.kv_lens = {300, 300};
+  prm.peak_tokens = 2;
+  prm.shared = {{0, 2, 64}};
+  CHECK_THROWS_WITH(rt::make_random_problem(prm), Contains("peak_tokens > 0 with shared prefixes"));
+  prm.shared.clear();
+  prm.peak_spread = -1;
+  CHECK_THROWS_WITH(rt::make_random_problem(prm), Contains("peak_spread = -1 (allowed: finite, >= 0)"));
+}
+
+// A peak token's score is ln(tokens the row sees) + U(0, spread) for its own (row, head); the fp64
+// reference's scores (its own decoders) find it there, within the rounding of the key to fp8.
+TEST_CASE("problem: peaked scores put peak_tokens keys per (row, head) at ln(len) + U(0, spread)", "[problem]") {
+  rt::ProblemParams prm;
+  prm.target = rt::Target::gfx942;
+  prm.heads = 3;
+  prm.qseqlen = 2;
+  prm.kv_lens = {500};
+  prm.peak_tokens = 2;
+  prm.peak_spread = 1.0;
+  prm.sm_scale = 0.02;  // other scores ~N(0, 0.48^2): far below the peaks at >= ln(499) = 6.2
+  rt::Problem p = rt::make_random_problem(prm);
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
+  for (int r = 0; r < 2; ++r)
+    for (int h = 0; h < 3; ++h) {
+      const double base = std::log(500.0 - 2 + r + 1);
+      int peaks = 0;
+      for (int t = 0; t < 499; ++t) {
+        double s = 0;
+        for (int d = 0; d < 576; ++d)
+          s += ref::decode(p.q.bits(p.q_elem(r, h, d)), p.q_dtype, p.target) * ref::decode(p.kv.bits(p.kv_elem(0, t, d)), p.kv_dtype, p.target);
+        s *= scale;
+        if (s > base - 0.1) {
+          CHECK(s < base + 1.1);
+          ++peaks;
+        }
+      }
+      INFO("row " << r << " head " << h);
+      CHECK(peaks == 2);
+    }
 }
 
 TEST_CASE("encoders: every finite code round-trips through the reference decoders", "[problem][numerics]") {
