@@ -159,7 +159,7 @@ TEST_CASE("bench: every CU has work where the KV cache is >= 64 KiB per CU, and 
   CHECK(checked >= 1);
 }
 
-TEST_CASE("bench: the runtime's default plan is modeled within 1.02 of the best split count tried by brute force (1.035 where HBM-bound)", "[shared-fixture]") {
+TEST_CASE("bench: the runtime's default plan is modeled within 1.02 of the best split count tried by brute force (1.04 where HBM-bound)", "[shared-fixture]") {
   // Default plan = workgroups per CU from the kernel's occupancy (catalog.json).
   for (const auto& r : seed_results()) {
     INFO(r.shape.name << ": plan " << r.modeled.total_s * 1e6 << " us, best " << r.brute.best_s * 1e6 << " us at "
@@ -167,8 +167,10 @@ TEST_CASE("bench: the runtime's default plan is modeled within 1.02 of the best 
     CHECK(r.plan_over_best >= 0.98);  // the plan's LPT order may beat the brute force's sorted order slightly
     // The planner prices per-CU work and partial traffic, not the HBM floor (docs/planner.md,
     // "Open points"): where the achievable-bandwidth floor binds, the model prefers fewer splits
-    // (less partial traffic) than the planner's k x C units, by up to ~3% on the seed shapes.
-    CHECK(r.plan_over_best <= (r.modeled.bound == "HBM bandwidth" ? 1.035 : 1.02));
+    // (less partial traffic) than the planner's k x C units, by up to ~1 us on the seed shapes:
+    // 3% of a layer with the assumed 5 us launches, 3.8% with the launch fitted on aiter's tables
+    // (2.11 us on MI300X: every total 5.8 us shorter, the gap unchanged).
+    CHECK(r.plan_over_best <= (r.modeled.bound == "HBM bandwidth" ? 1.04 : 1.02));
     CHECK(r.brute.tried.size() >= 2);
   }
 }
@@ -555,7 +557,10 @@ TEST_CASE("bench: seed-000 per-request vs cascade rows are consistent, and the c
       CHECK(p->total_at_peak_s <= p->total_s);
     }
     CHECK(a.total_at_peak_s < 0.8 * a.total_s);
-    if (r.shape.shared->count == 16) CHECK(a.total_at_peak_s == Approx(92e-6).epsilon(0.03));
+    // That figure had two launches (decode, reduce) at the then-assumed 5 us each; the launch time
+    // is now fitted on aiter's tables (generator/target kernel_fixed_s), so compare at 5 us.
+    const double at_5us = a.total_at_peak_s + 2 * (5e-6 - machine_for(r.shape.shape.target).launch_s);
+    if (r.shape.shared->count == 16) CHECK(at_5us == Approx(92e-6).epsilon(0.03));
     // The prefix hot loop: the matrix pipe is busy a fraction of the co-issue cycles.
     CHECK(c.hot.mfma > 0);
     CHECK(c.mfma_busy > 0.3);
