@@ -392,7 +392,7 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const WorkspaceLayout
     op.kind = DecodeOp::Launch;
     op.kernel = &k.reduce;
     op.grid = grids.reduce;
-    op.block = {64, 1, 1};
+    op.block = {unsigned(k.reduce.workgroup_size), 1, 1};
     op.kernarg = rk.finish();
     op.what = "reduce";
     ops.push_back(std::move(op));
@@ -413,7 +413,7 @@ DecodeOp merge_op(const CatalogKernel& kernel, const MergeTensors& t) {
   op.kind = DecodeOp::Launch;
   op.kernel = &kernel;
   op.grid = {t.rows, 1, 1};
-  op.block = {64, 1, 1};
+  op.block = {unsigned(kernel.workgroup_size), 1, 1};
   op.kernarg = mk.finish();
   op.what = "merge_attn_states";
   return op;

@@ -129,6 +129,10 @@ Catalog Catalog::open(const std::string& dir) {
         }
       }
       ck.kernarg_size = k.at("kernarg_size");
+      ck.workgroup_size = k.value("workgroup_size", 64);
+      if (ck.workgroup_size < 64 || ck.workgroup_size > 1024 || ck.workgroup_size % 64)
+        throw CatalogError(fmt::format("{}: kernel {}: workgroup_size = {} (allowed: a multiple of 64 in 64..1024)",
+                                       cj.string(), ck.name, ck.workgroup_size));
       const int agprs = k.value("agprs", 0);
       ck.unified_vgprs = agprs ? k.value("accum_offset", 0) + agprs : k.value("vgprs", 0);
       if (k.contains("occupancy")) {

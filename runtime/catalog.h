@@ -60,6 +60,7 @@ struct CatalogKernel {
   nlohmann::json geometry; // decode kernels: catalog.json's geometry, as written
   abi::LaunchGeometry launch;  // decode kernels: the geometry, parsed and checked when the catalog opens
   uint32_t kernarg_size = 0;
+  int workgroup_size = 64;  // threads per workgroup (catalog.json, the code object's max_flat_workgroup_size)
   int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
   int resident_workgroups_per_cu = 1;  // catalog.json occupancy: workgroups a CU holds at once
   std::optional<IssueModel> issue_model;  // prefix kernels (required there)

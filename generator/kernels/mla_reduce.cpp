@@ -1,10 +1,14 @@
 // The MLA reduce kernel: merges the split partials of one request row into the final o.
 //
 // Grid (the plan's reduce capacity, M rows), one wave per workgroup; workgroup x merges entry x of
-// the launch's table (abi::LaunchHeader) or exits when the step has fewer; lane l owns columns 8l .. 8l+7. An
-// entry's partials are slots first + k * stride (abi::ReduceEntry); the first bf16_splits of them
-// hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32. The splits are summed in
-// order k = 0, 1, ... either way, so entries without bf16 partials sum exactly as before.
+// the launch's table (abi::LaunchHeader) or exits when the step has fewer; lane l owns columns
+// 8l .. 8l+7. An entry's partials are slots first + k * stride (abi::ReduceEntry); the first
+// bf16_splits of them hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32. The
+// splits are summed in order k = 0, 1, ... either way, so entries without bf16 partials sum
+// exactly as before.
+// Latency: the loads come in chunks, every load of a chunk in flight at once (lanes carry the
+// chunk's lse, an LDS round trip hands them to every lane), so a row takes ceil(S / 64) +
+// ceil(S / 16) dependent rounds of loads, not 2 S (docs/performance.md, "The reduce's latency").
 //   lse* = max_k lse_k;  w_k = exp(lse_k - lse*);  o = sum_k w_k o_k / sum_k w_k;
 //   lse = lse* + ln(sum_k w_k).
 // Partials are normalised within their split (decode wrote o_k = sum p v / sum p), so the
@@ -24,6 +28,10 @@ namespace mla::gen {
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// The reduce's chunks: the max reads 64 splits' lse per load (one per lane); the sum keeps 16
+// splits' partial rows in flight (8 VGPRs each).
+constexpr int kLseChunk = 64;
+constexpr int kSumChunk = 16;
 }  // namespace
 
 void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm) {
@@ -47,6 +55,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   auto& abi = p.abi;
   declare_kernargs(p, abi::kReduceArgs, s);
   abi.max_workgroup_size = 64;
+  abi.lds_bytes = kLseChunk * 4;  // 64 f32 handed from lanes to every lane
   abi.workgroup_id_y = true;
   const int M = s.heads * s.qseqlen;
 
@@ -78,80 +87,142 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
        stride = entry[E::partial_stride], bf16_splits = entry[E::bf16_splits];
   SReg row = b.workgroup_id(1);
 
-  // lse of split k at partial_lse + ((first + k * stride) * M + row) * 4, read through a scalar
-  // pointer (stride 1, or a prefix group's request count: its members' slots interleave).
-  SReg lse_ptr = ra.sgpr(2, "lse_ptr"), k = ra.sgpr(1, "split"), t = ra.sgpr(2, "t"), lse_k = ra.sgpr(1, "lse_k");
-  auto lse_address = [&] {
-    b.s_mul_i32(t[0], k, stride);
-    b.s_add_u32(t[0], first, t[0]);
-    b.s_mul_i32(t[0], t[0], Imm(M));
-    b.s_add_u32(t[0], t[0], row);
-    b.s_lshl_b32(t[0], t[0], Imm(2));
-    b.s_add_u32(lse_ptr[0], ptr(A::partial_lse)[0], t[0]);
-    b.s_addc_u32(lse_ptr[1], ptr(A::partial_lse)[1], Imm(0));
+  // Lane l owns columns 8l .. 8l+7 of the row and carries split c + l of a chunk's lse; LDS words
+  // 0..63 hand a chunk's values from lanes to every lane.
+  VReg lane = b.workitem_ids();
+  VReg lds_base = ra.vgpr(1, "lds_base"), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
+  b.v_mov_b32(lds_base, Imm(0));
+  VReg lds_lane = ra.vgpr(1, "lds_lane");
+  b.v_lshlrev_b32(lds_lane, Imm(2), lane);
+
+  // Split k's slot is first + k * stride: its lse at partial_lse + ((first + k stride) M + row) 4,
+  // its o row at partial_o + the same index * 2048 (a bf16 row in its first 1024 bytes).
+  SReg t = ra.sgpr(2, "t"), base = ra.sgpr(2, "base"), lrsrc = ra.sgpr(4, "lse_rsrc"), prsrc = ra.sgpr(4, "part_rsrc");
+  SReg lse_step = ra.sgpr(1, "lse_step"), o_step = ra.sgpr(1, "o_step");
+  b.s_mul_i32(lse_step, stride, Imm(M * 4));
+  b.s_lshl_b32(o_step, lse_step, Imm(9));
+  b.s_mul_i32(t[0], first, Imm(M));
+  b.s_add_u32(t[0], t[0], row);  // index of split 0's row
+  b.s_lshl_b32(t[1], t[0], Imm(2));
+  b.s_add_u32(base[0], ptr(A::partial_lse)[0], t[1]);
+  b.s_addc_u32(base[1], ptr(A::partial_lse)[1], Imm(0));
+  b.make_buffer_resource(lrsrc, base, Imm(int64_t(0xffffffffu)));  // every lane's load is masked to a real split
+  b.s_lshl_b32(t[1], t[0], Imm(11));
+  b.s_lshr_b32(t[0], t[0], Imm(21));
+  b.s_add_u32(base[0], ptr(A::partial_o)[0], t[1]);
+  b.s_addc_u32(base[1], ptr(A::partial_o)[1], t[0]);
+  b.make_buffer_resource(prsrc, base, Imm(int64_t(0xffffffffu)));
+
+  // lse of splits c + l for lanes l < n = min(size, end - c) (others -inf), one load: lse_v.
+  SReg n = ra.sgpr(1, "chunk_n"), k = ra.sgpr(1, "split"), saved = ra.sgpr(2, "saved_exec"), soff = ra.sgpr(1, "soffset");
+  VReg lse_v = ra.vgpr(1, "lse_chunk");
+  auto load_lse_chunk = [&](SReg c, SReg end, int size) {
+    b.s_sub_u32(n, end, c);
+    b.s_min_u32(n, n, Imm(size));
+    b.v_mov_b32(lse_v, Imm(int64_t(0xff800000u)));
+    b.v_add_u32(t0, c, lane);
+    b.v_mul_lo_u32(t0, t0, lse_step);
+    b.v_cmp_gt_u32(vcc, n, lane);
+    b.s_and_saveexec_b64(saved, vcc);
+    b.buffer_load_dword(lse_v, t0, lrsrc, Imm(0));
+    b.s_mov_exec(saved);
   };
+  VReg data = ra.vgpr(8 * kSumChunk, "partials", 4), wts = ra.vgpr(kLseChunk, "lane_values", 4);
+  // Every lane gets lanes 0 .. count-1's values of v (an LDS round trip) in wts[0 .. count-1].
+  auto broadcast = [&](VReg v, int count) {
+    b.ds_write_b32(lds_lane, v);
+    for (int q = 0; q < count / 4; ++q) b.ds_read_b128(wts.sub(4 * q, 4), lds_base, uint32_t(16 * q));
+  };
+
+  // lse* = max_k lse_k (exact: the order of the maxima does not matter).
   VReg vmax = ra.vgpr(1, "lse_max");
   b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
-  b.s_mov_b32(k, Imm(0));
   // A request with no KV (num_splits 0) merges nothing: lse* stays -inf, the sums 0.
-  Label max_loop = b.new_label("max_loop"), max_done = b.new_label("max_done");
+  Label max_done = b.new_label("max_done");
   b.s_cmp_eq_u32(splits, Imm(0));
   b.s_cbranch_scc1(max_done);
-  b.bind(max_loop);
-  lse_address();
-  b.s_load_dword(lse_k, lse_ptr, 0);
-  b.v_max_f32(vmax, lse_k, vmax);
-  b.s_add_u32(k, k, Imm(1));
-  b.s_cmp_lt_u32(k, splits);
-  b.s_cbranch_scc1(max_loop);
+  {
+    VReg lane_max = ra.vgpr(1, "lane_max");
+    b.v_mov_b32(lane_max, Imm(int64_t(0xff800000u)));
+    b.s_mov_b32(k, Imm(0));
+    Label loop = b.new_label("max_loop");
+    b.bind(loop);
+    load_lse_chunk(k, splits, kLseChunk);
+    b.v_max_f32(lane_max, lse_v, lane_max);
+    b.s_add_u32(k, k, Imm(kLseChunk));
+    b.s_cmp_lt_u32(k, splits);
+    b.s_cbranch_scc1(loop);
+    broadcast(lane_max, kLseChunk);
+    for (int j = 0; j < kLseChunk; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
+    ra.release(lane_max);
+  }
   b.bind(max_done);
 
-  // Weighted sum of the partial rows.
-  SReg rsrc = ra.sgpr(4, "rsrc"), base = ra.sgpr(2, "base");
-  VReg col_off = ra.vgpr(1, "col_offset"), w = ra.vgpr(1, "weight"), wsum = ra.vgpr(1, "weight_sum");
-  VReg acc = ra.vgpr(8, "acc", 4), part = ra.vgpr(8, "partial", 4);
-  b.v_lshlrev_b32(col_off, Imm(5), b.workitem_ids());  // 8 f32 per lane
+  // Weighted sum of the partial rows in split order, a chunk of up to 16 splits' loads in flight.
+  VReg acc = ra.vgpr(8, "acc", 4), wsum = ra.vgpr(1, "weight_sum");
+  VReg off32 = ra.vgpr(1, "col_offset"), off16 = ra.vgpr(1, "col_offset_bf16");
+  b.v_lshlrev_b32(off32, Imm(5), lane);  // 8 f32 per lane
+  b.v_lshlrev_b32(off16, Imm(4), lane);  // 8 bf16 per lane
   for (int i = 0; i < 8; ++i) b.v_mov_b32(acc[i], Imm(0));
   b.v_mov_b32(wsum, Imm(0));
-  // Split k's row base: partial_o + ((first + k * stride) * M + row) * 2048 = lse offset * 512;
-  // a bf16 row fills its first 1024 bytes (lane l's 8 columns at 16 l, 2 per dword, low first).
-  VReg col_off16 = ra.vgpr(1, "col_offset_bf16");
-  b.v_lshlrev_b32(col_off16, Imm(4), b.workitem_ids());
+  b.s_mov_b32(k, Imm(0));
   auto sum_loop = [&](bool bf16, SReg end) {
-    Label loop = b.new_label(bf16 ? "sum_loop_bf16" : "sum_loop"), skip = b.new_label(bf16 ? "sum_bf16_done" : "sum_done");
+    const std::string kind = bf16 ? "_bf16" : "";
+    Label loop = b.new_label("sum_loop" + kind), skip = b.new_label("sum_done" + kind);
     b.s_cmp_ge_u32(k, end);  // none of this kind (a member with no unique part has no f32 split)
     b.s_cbranch_scc1(skip);
     b.bind(loop);
-    lse_address();
-    b.s_load_dword(lse_k, lse_ptr, 0);
-    b.s_lshl_b32(t[0], t[0], Imm(9));
-    b.s_add_u32(base[0], ptr(A::partial_o)[0], t[0]);
-    b.s_addc_u32(base[1], ptr(A::partial_o)[1], Imm(0));
-    b.make_buffer_resource(rsrc, base, Imm(kMlaVDim * 4));
-    if (bf16) {
-      // bf16 -> f32 is exact: the bf16 bits are the f32's high half.
-      b.buffer_load_dwordx4(part.sub(4, 4), col_off16, rsrc, Imm(0));
-      for (int i = 0; i < 4; ++i) {
-        b.v_lshlrev_b32(part[2 * i], Imm(16), part[4 + i]);
-        b.v_and_b32(part[2 * i + 1], Imm(int64_t(0xffff0000u)), part[4 + i]);
+    load_lse_chunk(k, end, kSumChunk);
+    b.s_mul_i32(soff, k, o_step);
+    Label loaded = b.new_label("chunk_loaded" + kind), summed = b.new_label("chunk_summed" + kind);
+    for (int j = 0; j < kSumChunk; ++j) {
+      if (j) {
+        b.s_cmp_le_u32(n, Imm(j));
+        b.s_cbranch_scc1(loaded);
+        b.s_add_u32(soff, soff, o_step);
       }
-    } else {
-      b.buffer_load_dwordx4(part.sub(0, 4), col_off, rsrc, Imm(0));
-      b.buffer_load_dwordx4(part.sub(4, 4), col_off, rsrc, Imm(0), 16);
+      VReg part = data.sub(8 * j, 8);
+      // bf16 -> f32 is exact: the bf16 bits are the f32's high half (widened below).
+      if (bf16) {
+        b.buffer_load_dwordx4(part.sub(4, 4), off16, prsrc, soff);
+      } else {
+        b.buffer_load_dwordx4(part.sub(0, 4), off32, prsrc, soff);
+        b.buffer_load_dwordx4(part.sub(4, 4), off32, prsrc, soff, 16);
+      }
     }
-    emit_split_weight(b, w, wsum, lse_k, vmax);
-    for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], w, part[i], acc[i]);
-    b.s_add_u32(k, k, Imm(1));
+    b.bind(loaded);
+    // The weights w_k = exp(lse_k - lse*), lane l computing split k + l's (emit_split_weight's
+    // arithmetic, so the in-launch merge's sums are the same bit for bit).
+    b.v_sub_f32(t1, lse_v, vmax);
+    b.v_mul_f32(t1, FImm{kLog2e}, t1);
+    b.v_exp_f32(t1, t1);
+    broadcast(t1, kSumChunk);
+    for (int j = 0; j < kSumChunk; ++j) {
+      if (j) {
+        b.s_cmp_le_u32(n, Imm(j));
+        b.s_cbranch_scc1(summed);
+      }
+      VReg part = data.sub(8 * j, 8);
+      if (bf16) {
+        for (int i = 0; i < 4; ++i) {
+          b.v_lshlrev_b32(part[2 * i], Imm(16), part[4 + i]);
+          b.v_and_b32(part[2 * i + 1], Imm(int64_t(0xffff0000u)), part[4 + i]);
+        }
+      }
+      b.v_add_f32(wsum, wsum, wts[j]);
+      for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], wts[j], part[i], acc[i]);
+    }
+    b.bind(summed);
+    b.s_add_u32(k, k, n);
     b.s_cmp_lt_u32(k, end);
     b.s_cbranch_scc1(loop);
     b.bind(skip);
   };
-  b.s_mov_b32(k, Imm(0));
   sum_loop(true, bf16_splits);
   sum_loop(false, splits);
 
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
-  VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
+  VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4);
   b.v_rcp_f32(inv, wsum);
   {  // No KV: o = 0 (not 0 * rcp(0) = NaN); lse = -inf + ln(0) = -inf.
     Label nonempty = b.new_label("nonempty");
@@ -164,18 +235,15 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   SReg k7fff = ra.sgpr(1, "k_7fff"), kperm = ra.sgpr(1, "k_perm_hi16");
   b.s_mov_b32(k7fff, Imm(0x7fff));
   b.s_mov_b32(kperm, Imm(0x07060302));
-  for (int i = 0; i < 4; ++i) {
-    emit_pack_bf16_rne(b, packed[i], acc[2 * i], acc[2 * i + 1], t0, t1, k7fff, kperm);
-  }
+  for (int i = 0; i < 4; ++i) emit_pack_bf16_rne(b, packed[i], acc[2 * i], acc[2 * i + 1], t0, t1, k7fff, kperm);
   // Final row = qo_row * heads + row.
   b.s_mul_i32(t[0], qo_row, Imm(s.heads));
   b.s_add_u32(t[0], t[0], row);
   b.s_lshl_b32(t[1], t[0], Imm(10));  // * 512 * 2 bytes
   b.s_add_u32(base[0], ptr(A::o)[0], t[1]);
   b.s_addc_u32(base[1], ptr(A::o)[1], Imm(0));
-  b.make_buffer_resource(rsrc, base, Imm(kMlaVDim * 2));
-  b.v_lshlrev_b32(col_off, Imm(4), b.workitem_ids());  // 8 bf16 per lane
-  b.buffer_store_dwordx4(packed, col_off, rsrc, Imm(0));
+  b.make_buffer_resource(prsrc, base, Imm(kMlaVDim * 2));
+  b.buffer_store_dwordx4(packed, off16, prsrc, Imm(0));
   if (s.return_lse) {
     b.v_log_f32(t0, wsum);
     b.v_mul_f32(t0, FImm{kLn2}, t0);
@@ -183,9 +251,8 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_lshl_b32(t[1], t[0], Imm(2));
     b.s_add_u32(base[0], ptr(A::lse)[0], t[1]);
     b.s_addc_u32(base[1], ptr(A::lse)[1], Imm(0));
-    b.make_buffer_resource(rsrc, base, Imm(4));  // only lane 0's offset 0 is in range
-    b.v_lshlrev_b32(col_off, Imm(2), b.workitem_ids());
-    b.buffer_store_dword(t0, col_off, rsrc, Imm(0));
+    b.make_buffer_resource(prsrc, base, Imm(4));  // only lane 0's offset 0 is in range
+    b.buffer_store_dword(t0, lds_lane, prsrc, Imm(0));
   }
   b.s_endpgm();
 }
