@@ -120,34 +120,6 @@ Figures figures_of(const ref::Reference& want, const ref::Reference& got) {
   return f;
 }
 
-namespace {
-
-// The fp64 scores of request b, [row*heads + head][t] over its tokens, as the reference computes
-// them (the reference's own decoders); each row's softmax then sees tokens [0, len - qseqlen + r + 1).
-std::vector<double> scores_of(const rt::Problem& p, int b, std::vector<double>& qv) {
-  const int H = p.heads, Q = p.qseqlen, len = p.kv_len(b), row0 = p.qo_indptr[b];
-  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
-  qv.resize(size_t(Q) * H * 576);
-  for (int r = 0; r < Q; ++r)
-    for (int h = 0; h < H; ++h)
-      for (int d = 0; d < 576; ++d) qv[(size_t(r) * H + h) * 576 + d] = ref::decode(p.q.bits(p.q_elem(row0 + r, h, d)), p.q_dtype, p.target);
-  std::vector<double> s(size_t(Q) * H * len), k(576);
-  for (int t = 0; t < len; ++t) {
-    for (int d = 0; d < 576; ++d) k[d] = ref::decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
-    for (int m = 0; m < Q * H; ++m) {
-      const double* q = &qv[size_t(m) * 576];
-      double acc = 0;
-      for (int d = 0; d < 576; ++d) acc += q[d] * k[d];
-      double x = scale * acc;
-      if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
-      s[size_t(m) * len + t] = x;
-    }
-  }
-  return s;
-}
-
-}  // namespace
-
 FpModel fp8_p_model(const rt::Problem& p) {
   const int H = p.heads, Q = p.qseqlen;
   FpModel out;
@@ -163,10 +135,10 @@ FpModel fp8_p_model(const rt::Problem& p) {
     const double quantum = std::ldexp(1.0, std::ilogb(x) - 3);
     return std::nearbyint(x / quantum) * quantum;
   };
-  std::vector<double> qv, v(512);
+  std::vector<double> v(512);
   for (int b = 0; b < p.batch(); ++b) {
     const int len = p.kv_len(b), row0 = p.qo_indptr[b];
-    std::vector<double> s = scores_of(p, b, qv);
+    std::vector<double> s = ref::scores(p, b);
     std::vector<double> sum8(size_t(Q) * H, 0.0), sum(size_t(Q) * H, 0.0);
     for (int m = 0; m < Q * H; ++m) {
       double* sm = &s[size_t(m) * len];
@@ -205,10 +177,10 @@ FpModel fp8_p_model(const rt::Problem& p) {
 double median_top_mass(const rt::Problem& p, int b, int k) {
   const int H = p.heads, Q = p.qseqlen;
   if (b < 0 || b >= p.batch()) throw std::invalid_argument(fmt::format("median_top_mass: request {} of {}", b, p.batch()));
-  std::vector<double> shares, qv;
+  std::vector<double> shares;
   {
     const int len = p.kv_len(b);
-    std::vector<double> s = scores_of(p, b, qv);
+    std::vector<double> s = ref::scores(p, b);
     for (int m = 0; m < Q * H; ++m) {
       const int vis = len - Q + m / H + 1;
       std::vector<double> e(s.begin() + size_t(m) * len, s.begin() + size_t(m) * len + vis);

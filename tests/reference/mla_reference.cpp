@@ -63,6 +63,49 @@ uint16_t bf16_bits(double x) {
 
 double bf16_round(double x) { return decode_bf16(bf16_bits(x)); }
 
+namespace {
+
+// Decoders by table: every raw code once (fp8: 256 codes; bf16: decoded on the fly).
+struct Decoders {
+  std::vector<double> qt, kt;
+  explicit Decoders(const rt::Problem& p) : qt(table(p.q_dtype, p.target)), kt(table(p.kv_dtype, p.target)) {}
+  static std::vector<double> table(rt::DType d, rt::Target target) {
+    std::vector<double> t;
+    if (d == rt::DType::fp8) {
+      t.resize(256);
+      for (int c = 0; c < 256; ++c) t[c] = decode(uint16_t(c), d, target);
+    }
+    return t;
+  }
+  double q(const rt::Problem& p, size_t i) const { return qt.empty() ? decode_bf16(p.q.bits(i)) : qt[p.q.bits(i)]; }
+  double kv(const rt::Problem& p, size_t i) const { return kt.empty() ? decode_bf16(p.kv.bits(i)) : kt[p.kv.bits(i)]; }
+};
+
+std::vector<double> scores_with(const rt::Problem& p, int b, const Decoders& dec) {
+  const int H = p.heads, Q = p.qseqlen, len = p.kv_len(b), row0 = p.qo_indptr[b];
+  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
+  std::vector<double> qv(size_t(Q) * H * 576), kv(576), s(size_t(Q) * H * len);
+  for (int r0 = 0; r0 < Q; ++r0)
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < 576; ++d) qv[(size_t(r0) * H + h) * 576 + d] = dec.q(p, p.q_elem(row0 + r0, h, d));
+  for (int t = 0; t < len; ++t) {
+    for (int d = 0; d < 576; ++d) kv[d] = dec.kv(p, p.kv_elem(b, t, d));
+    for (int m = 0; m < Q * H; ++m) {
+      const double* q = &qv[size_t(m) * 576];
+      double acc = 0.0;
+      for (int d = 0; d < 576; ++d) acc += q[d] * kv[d];
+      double x = scale * acc;
+      if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
+      s[size_t(m) * len + t] = x;
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<double> scores(const rt::Problem& p, int b) { return scores_with(p, b, Decoders(p)); }
+
 Reference run_reference(const rt::Problem& p) {
   const int H = p.heads, Q = p.qseqlen;
   Reference r;
@@ -70,40 +113,12 @@ Reference run_reference(const rt::Problem& p) {
   r.heads = H;
   r.o.assign(size_t(r.rows) * H * 512, 0.0);
   r.lse.assign(size_t(r.rows) * H, 0.0);
-
-  // Decode tables: every raw code once (fp8: 256 codes; bf16: decoded on the fly).
-  auto table = [&](rt::DType d) {
-    std::vector<double> t;
-    if (d == rt::DType::fp8) {
-      t.resize(256);
-      for (int c = 0; c < 256; ++c) t[c] = decode(uint16_t(c), d, p.target);
-    }
-    return t;
-  };
-  const std::vector<double> qt = table(p.q_dtype), kt = table(p.kv_dtype);
-  auto qval = [&](size_t i) { return qt.empty() ? decode_bf16(p.q.bits(i)) : qt[p.q.bits(i)]; };
-  auto kval = [&](size_t i) { return kt.empty() ? decode_bf16(p.kv.bits(i)) : kt[p.kv.bits(i)]; };
-
-  const double scale = p.sm_scale * p.q_scale * p.kv_scale;
-  std::vector<double> qv(size_t(Q) * H * 576), kv(576), s;
+  const Decoders dec(p);
+  std::vector<double> kv(576), s;
   for (int b = 0; b < p.batch(); ++b) {
     const int len = p.kv_len(b), row0 = p.qo_indptr[b];
-    for (int r0 = 0; r0 < Q; ++r0)
-      for (int h = 0; h < H; ++h)
-        for (int d = 0; d < 576; ++d) qv[(size_t(r0) * H + h) * 576 + d] = qval(p.q_elem(row0 + r0, h, d));
     // Pass 1: scores of every (row, head) against every token (invisible ones are skipped later).
-    s.assign(size_t(Q) * H * len, 0.0);
-    for (int t = 0; t < len; ++t) {
-      for (int d = 0; d < 576; ++d) kv[d] = kval(p.kv_elem(b, t, d));
-      for (int m = 0; m < Q * H; ++m) {
-        const double* q = &qv[size_t(m) * 576];
-        double acc = 0.0;
-        for (int d = 0; d < 576; ++d) acc += q[d] * kv[d];
-        double x = scale * acc;
-        if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
-        s[size_t(m) * len + t] = x;
-      }
-    }
+    s = scores_with(p, b, dec);
     // Softmax per row over its visible prefix; lse = max + log(sum exp(s - max)).
     std::vector<int> visible(Q);
     for (int r0 = 0; r0 < Q; ++r0) visible[r0] = len - Q + r0 + 1;
@@ -122,7 +137,7 @@ Reference run_reference(const rt::Problem& p) {
     }
     // Pass 2: o = kv_scale * sum_t p_t * v_t.
     for (int t = 0; t < len; ++t) {
-      for (int d = 0; d < 512; ++d) kv[d] = kval(p.kv_elem(b, t, d));
+      for (int d = 0; d < 512; ++d) kv[d] = dec.kv(p, p.kv_elem(b, t, d));
       for (int m = 0; m < Q * H; ++m) {
         if (t >= visible[m / H]) continue;
         double pt = s[size_t(m) * len + t] * p.kv_scale;

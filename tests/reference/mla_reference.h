@@ -34,6 +34,9 @@ struct Reference {
 // s_t = sm_scale*q_scale*kv_scale*<q, kv[t, 0:576]>, s = cap*tanh(s/cap) if cap != 0, softmax over
 // the visible tokens [0, kv_len - qseqlen + r + 1) of query row r, o = kv_scale * sum_t p_t kv[t, 0:512].
 Reference run_reference(const rt::Problem& p);
+// The scores s_t above of request b, [r*heads + h][t] over all its kv_len tokens (row r's softmax
+// sees the first kv_len - qseqlen + r + 1).
+std::vector<double> scores(const rt::Problem& p, int b);
 
 // What the decode kernel must leave in the partial buffers for a plan, and the merge of them.
 // partial_o[p][m][512] is normalised within the split, partial_lse[p][m] is the natural log of
