@@ -65,8 +65,11 @@ inline uint32_t sdwa_extract(uint32_t v, uint8_t sel, bool sext) {
 
 // Fetches nsrc 32-bit sources starting at operand `first`, applying DPP (src0), SDWA selects
 // and float abs/neg. `mask` gets the DPP write mask folded in.
-void fetch(Wave& w, const Inst& in, unsigned first, unsigned nsrc, bool fl, Srcs& S, uint64_t& mask) {
+// float_srcs: bit i set = source i is an f32 operand (abs/neg modifiers, denormal inputs flushed
+// per MODE); a clear bit = an integer operand, taken as its bits.
+void fetch_srcs(Wave& w, const Inst& in, unsigned first, unsigned nsrc, unsigned float_srcs, Srcs& S, uint64_t& mask) {
   for (unsigned i = 0; i < nsrc; ++i) {
+    const bool fl = (float_srcs >> i) & 1;
     S.p[i] = vsrc(w, in, first + i, 0, S.t[i]);
     const Operand& o = in.ops[first + i];
     if (i == 0 && (in.flags & F_DPP)) {
@@ -110,6 +113,10 @@ void fetch(Wave& w, const Inst& in, unsigned first, unsigned nsrc, bool fl, Srcs
       S.p[i] = S.t[i];
     }
   }
+}
+
+void fetch(Wave& w, const Inst& in, unsigned first, unsigned nsrc, bool fl, Srcs& S, uint64_t& mask) {
+  fetch_srcs(w, in, first, nsrc, fl ? ~0u : 0u, S, mask);
 }
 
 inline uint32_t clamp01(uint32_t b) {
@@ -536,10 +543,15 @@ void v_cmp64(Wave& w, const Inst& in) {
   if (X) w.set_exec(r);
 }
 
+// D = S1.u[class of S0.f] (ISA3/ISA4 VOPC V_CMP_CLASS_F32): S1 is a 10-bit mask of classes, an
+// integer, so MODE's f32 denormal flush never applies to it (a mask such as 0x1f8, "finite", has
+// the bits of an f32 denormal). The emulator once flushed it in kernels with
+// .amdhsa_float_denorm_mode_32 0, zeroing aiter's gfx950 bf16 qh64 _v3_ps outputs
+// (docs/aiter-oracle.md, family E); clang-22's isfinite lowering is the test's anchor.
 void v_cmp_class_f32(Wave& w, const Inst& in) {
   Srcs S;
   uint64_t mask = w.exec();
-  fetch(w, in, 1, 2, true, S, mask);
+  fetch_srcs(w, in, 1, 2, 1u, S, mask);
   uint64_t r = 0;
   for (int l = 0; l < 64; ++l) {
     if (!((mask >> l) & 1)) continue;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "sem_harness.h"
@@ -222,6 +223,76 @@ __kernel void udiv(__global uint* out, __global const uint* a, __global const ui
     for (int l = 0; l < 64; ++l) {
       INFO("lane " << l << ": " << a[l] << " / " << b[l]);
       CHECK(q[l] == a[l] / b[l]);
+    }
+  }
+}
+
+// V_CMP_CLASS_F32 (ISA3/ISA4 VOPC: "VCC = IEEE numeric class function specified in S1.u, performed
+// on S0.f"): S1 is an integer mask of ten classes, so MODE's f32 denormal flush never applies to it;
+// its common masks look like f32 denormals (0x1f8 "finite", 0x204 "+-inf", 0x3 "NaN"). The emulator
+// once flushed the mask to 0 in kernels with .amdhsa_float_denorm_mode_32 0, so every value failed
+// its class test and aiter's gfx950 bf16 qh64 _v3_ps kernels, which zero non-finite outputs that
+// way, wrote all zeros (docs/aiter-oracle.md, family E).
+TEST_CASE("semantics: v_cmp_class_f32's class mask is an integer whatever the f32 denormal mode", "[semantics][aiter]") {
+  // Inputs: +1.5, -2, +inf, -inf, qNaN, +0, -0, -1e30 (no denormal input: its flush is not at issue).
+  const uint32_t x[] = {0x3fc00000u, 0xc0000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x0u, 0x80000000u, 0xf149f2cau};
+  const bool finite[] = {true, true, false, false, false, true, true, true};
+  const bool inf[] = {false, false, true, true, false, false, false, false};
+  const bool nan[] = {false, false, false, false, true, false, false, false};
+  for (Gfx g : kTargets)
+    for (int dm : {0, 3}) {
+      INFO(gfx_name(g) << " float_denorm_mode_32 " << dm);
+      KernelOpts o;
+      o.denorm32 = dm;
+      std::vector<uint32_t> in(256);
+      for (int l = 0; l < 64; ++l) in[l * 4] = x[l % 8];
+      auto r = run_wave(g, "cmpclass" + std::to_string(dm),
+                        "  v_mov_b32 v14, 0x1f8\n  v_cmp_class_f32_e64 s[10:11], v10, v14\n"
+                        "  v_cndmask_b32_e64 v20, 0, 1, s[10:11]\n"
+                        "  v_mov_b32 v15, 0x204\n  v_cmp_class_f32_e64 s[10:11], v10, v15\n"
+                        "  v_cndmask_b32_e64 v21, 0, 1, s[10:11]\n"
+                        "  v_cmp_class_f32_e64 s[10:11], v10, 3\n  v_cndmask_b32_e64 v22, 0, 1, s[10:11]\n",
+                        in, std::vector<uint32_t>(256, 0), o);
+      for (int l = 0; l < 64; ++l) {
+        INFO("lane " << l);
+        CHECK(r.at(l, 0) == uint32_t(finite[l % 8]));
+        CHECK(r.at(l, 1) == uint32_t(inf[l % 8]));
+        CHECK(r.at(l, 2) == uint32_t(nan[l % 8]));
+      }
+    }
+}
+
+// The same from the compiler's side: clang-22 lowers __builtin_isfpclass(x, 0x1f8) (llvm.is.fpclass,
+// "finite") with -cl-denorms-are-zero (.amdhsa_float_denorm_mode_32 0) to s_movk_i32 of the mask and
+// v_cmp_class_f32_e64 with it in an SGPR, a lowering LLVM ships for hardware.
+TEST_CASE("semantics: clang-22 is.fpclass finite with f32 denormals flushed classes every value", "[semantics][aiter]") {
+  const char* src = R"(
+__kernel void fin(__global int* out, __global const float* x) {
+  uint i = __builtin_amdgcn_workitem_id_x();
+  out[i] = __builtin_isfpclass(x[i], 0x1f8) ? 7 : 3;
+}
+)";
+  const float vals[] = {1.5f, -2.0f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f, -1e30f};
+  for (Gfx g : kTargets) {
+    INFO(gfx_name(g));
+    std::string name = std::string("fin_daz_") + gfx_name(g).data();
+    std::string s = compile_cl_asm(src, g, name, "-cl-denorms-are-zero");
+    REQUIRE(s.find(".amdhsa_float_denorm_mode_32 0") != std::string::npos);
+    REQUIRE(s.find("v_cmp_class_f32") != std::string::npos);
+    REQUIRE(s.find("0x1f8") != std::string::npos);
+    auto co = assemble(s, g, name);
+    std::vector<float> x(64);
+    for (int l = 0; l < 64; ++l) x[l] = vals[l % 8];
+    Device dev(g);
+    uint64_t px = dev.alloc(256, 256, "x"), po = dev.alloc(256, 256, "out", 0xff);
+    dev.write(px, x.data(), 256);
+    KernargBuilder kb;
+    kb.put<uint64_t>(0, po).put<uint64_t>(8, px);
+    dev.dispatch(co, "fin", {1, 1, 1}, {64, 1, 1}, kb.bytes);
+    auto q = dev.read_vector<int32_t>(po, 64);
+    for (int l = 0; l < 64; ++l) {
+      INFO("lane " << l << ": " << x[l]);
+      CHECK(q[l] == (std::isfinite(x[l]) ? 7 : 3));
     }
   }
 }
