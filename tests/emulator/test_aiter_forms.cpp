@@ -15,6 +15,20 @@ using namespace emutest;
 
 namespace {
 const Gfx kTargets[] = {Gfx::gfx942, Gfx::gfx950};
+// An OpenCL C kernel compiled by clang-22 with -cl-denorms-are-zero (.amdhsa_float_denorm_mode_32
+// 0), whose assembly must hold each of `expect` (the lowering under test), assembled for `g`.
+std::shared_ptr<const mla::emu::CodeObject> compile_daz(const char* src, Gfx g, const std::string& stem,
+                                                        std::initializer_list<const char*> expect) {
+  const std::string name = stem + "_daz_" + std::string(gfx_name(g));
+  const std::string s = compile_cl_asm(src, g, name, "-cl-denorms-are-zero");
+  REQUIRE(s.find(".amdhsa_float_denorm_mode_32 0") != std::string::npos);
+  for (const char* e : expect) {
+    INFO("expected in the assembly: " << e);
+    REQUIRE(s.find(e) != std::string::npos);
+  }
+  return assemble(s, g, name);
+}
+
 }  // namespace
 
 // row_newbcast:N = dpp_ctrl 0x150 + N (LLVM SIDefines.h DppCtrl ROW_NEWBCAST_FIRST/LAST,
@@ -201,12 +215,7 @@ __kernel void udiv(__global uint* out, __global const uint* a, __global const ui
 )";
   for (Gfx g : kTargets) {
     INFO(gfx_name(g));
-    std::string name = std::string("udiv_daz_") + gfx_name(g).data();
-    std::string s = compile_cl_asm(src, g, name, "-cl-denorms-are-zero");
-    REQUIRE(s.find(".amdhsa_float_denorm_mode_32 0") != std::string::npos);
-    REQUIRE(s.find("v_cvt_u32_f32") != std::string::npos);
-    REQUIRE(s.find("0x4f7ffffe") != std::string::npos);
-    auto co = assemble(s, g, name);
+    auto co = compile_daz(src, g, "udiv", {"v_cvt_u32_f32", "0x4f7ffffe"});
     std::vector<uint32_t> a(64), b(64);
     for (int l = 0; l < 64; ++l) {
       a[l] = 1600u + 977u * uint32_t(l) * uint32_t(l) * 31u;
@@ -275,12 +284,7 @@ __kernel void fin(__global int* out, __global const float* x) {
   const float vals[] = {1.5f, -2.0f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f, -1e30f};
   for (Gfx g : kTargets) {
     INFO(gfx_name(g));
-    std::string name = std::string("fin_daz_") + gfx_name(g).data();
-    std::string s = compile_cl_asm(src, g, name, "-cl-denorms-are-zero");
-    REQUIRE(s.find(".amdhsa_float_denorm_mode_32 0") != std::string::npos);
-    REQUIRE(s.find("v_cmp_class_f32") != std::string::npos);
-    REQUIRE(s.find("0x1f8") != std::string::npos);
-    auto co = assemble(s, g, name);
+    auto co = compile_daz(src, g, "fin", {"v_cmp_class_f32", "0x1f8"});
     std::vector<float> x(64);
     for (int l = 0; l < 64; ++l) x[l] = vals[l % 8];
     Device dev(g);
