@@ -342,6 +342,9 @@ class TestFp8Flavour(Case):
         with self.assertRaisesRegex(ValueError, r"q: byte 0x7F at \[1, 3, 7\] is NaN in e4m3fn, the fp8 gfx950 reads, "
                                                 r"but a number in e4m3fnuz"):
             run(dict(p, q=q), sm_scale=SCALE, emulator_target="gfx950")
+        q[0, 2, 1] = 0xFF  # the other e4m3fn NaN (-240 in e4m3fnuz), and the first of the two in q
+        with self.assertRaisesRegex(ValueError, r"q: byte 0xFF at \[0, 2, 1\] is NaN in e4m3fn"):
+            run(dict(p, q=q), sm_scale=SCALE, emulator_target="gfx950")
         q = p["q"].copy()
         q[0, 0, 5] = 0x80  # e4m3fnuz NaN; -0 in e4m3fn: fn bits on gfx942
         with self.assertRaisesRegex(ValueError, r"q: byte 0x80 at \[0, 0, 5\] is NaN in e4m3fnuz, the fp8 gfx942 reads"):
