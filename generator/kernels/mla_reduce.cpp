@@ -1,16 +1,19 @@
 // The MLA reduce kernel: merges the split partials of one request row into the final o.
 //
-// Grid (the plan's reduce capacity, M rows), one wave per workgroup; workgroup x merges entry x of
-// the launch's table (abi::LaunchHeader) or exits when the step has fewer; lane l owns columns
-// 8l .. 8l+7. An entry's partials are slots first + k * stride (abi::ReduceEntry); the first
-// bf16_splits of them hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32. The
-// splits are summed in order k = 0, 1, ... either way, so entries without bf16 partials sum
-// exactly as before.
-// Latency: the loads come in chunks, every load of a chunk in flight at once (lanes carry the
-// chunk's lse, an LDS round trip hands them to every lane), so a row takes ceil(S / 64) +
-// ceil(S / 16) dependent rounds of loads, not 2 S (docs/performance.md, "The reduce's latency").
+// Grid (the plan's reduce capacity, M rows), one workgroup of kReduceWaves waves per row;
+// workgroup x merges entry x of the launch's table (abi::LaunchHeader) or exits when the step has
+// fewer. An entry's partials are slots first + k * stride (abi::ReduceEntry); the first bf16_splits
+// of them hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32.
+// Latency: a row's S splits are cut into contiguous ranges of R = reduce_range_splits(S) (whole
+// sum chunks), one per wave. A wave's loads come in chunks, every load of a chunk in flight at
+// once (lanes carry the chunk's lse, an LDS round trip hands them to every lane): ceil(R / 64)
+// rounds for its lse maximum, ceil(R / 16) (+1 where its range crosses from bf16 to f32) for its
+// weighted sum; the waves meet twice in LDS (the maximum, then wave 0 adds the ranges' sums in
+// range order). 4 rounds at S = 293, 2 at S <= 128 (docs/performance.md, "The reduce's latency").
 //   lse* = max_k lse_k;  w_k = exp(lse_k - lse*);  o = sum_k w_k o_k / sum_k w_k;
 //   lse = lse* + ln(sum_k w_k).
+// Each range sums in split order from 0, the ranges' sums are added in order: the in-launch merge
+// (emit_partial_merge_block) adds in the same order, so the two are equal bit for bit.
 // Partials are normalised within their split (decode wrote o_k = sum p v / sum p), so the
 // weights are exactly the splits' shares of the softmax denominator.
 #include <fmt/format.h>
@@ -28,10 +31,6 @@ namespace mla::gen {
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-// The reduce's chunks: the max reads 64 splits' lse per load (one per lane); the sum keeps 16
-// splits' partial rows in flight (8 VGPRs each).
-constexpr int kLseChunk = 64;
-constexpr int kSumChunk = 16;
 }  // namespace
 
 void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm) {
@@ -50,12 +49,26 @@ void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max) {
   b.v_add_f32(wsum, wsum, w);
 }
 
+void emit_reduce_range_splits(Builder& b, SReg r, SReg splits) {
+  static_assert(kReduceWaves == 8 && kReduceSumChunk == 16, "the shifts below");
+  b.s_add_u32(r, splits, Imm(kReduceWaves - 1));
+  b.s_lshr_b32(r, r, Imm(3));
+  b.s_add_u32(r, r, Imm(kReduceSumChunk - 1));
+  b.s_and_b32(r, r, Imm(int64_t(~uint32_t(kReduceSumChunk - 1))));
+}
+
 void build_mla_reduce(Program& p, const KernelSpec& s) {
   namespace A = mla_reduce_args;
   auto& abi = p.abi;
   declare_kernargs(p, abi::kReduceArgs, s);
-  abi.max_workgroup_size = 64;
-  abi.lds_bytes = kLseChunk * 4;  // 64 f32 handed from lanes to every lane
+  // LDS: per wave 64 f32 handed from lanes to every lane; the waves' maxima; the launch entry
+  // (wave 0 reads it from memory, the others from here, so a row's bytes are one wave's); the
+  // ranges' sums (8 f32 and a weight sum per lane) for wave 0.
+  constexpr uint32_t kBcast = 0, kMaxSlots = kBcast + kReduceWaves * 256, kEntry = kMaxSlots + 4 * kReduceWaves;
+  constexpr uint32_t kAcc = kEntry + 48, kWsum = kAcc + kReduceWaves * 2048, kLds = kWsum + kReduceWaves * 256;
+  static_assert(kAcc % 16 == 0 && kEntry % 16 == 0 && kMaxSlots % 16 == 0, "ds_*_b128 alignment");
+  abi.max_workgroup_size = 64 * kReduceWaves;
+  abi.lds_bytes = kLds;
   abi.workgroup_id_y = true;
   const int M = s.heads * s.qseqlen;
 
@@ -66,38 +79,79 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.s_load_dwordx2(args.sub(8, 2), b.kernarg_ptr(), 32);
   auto ptr = [&](uint32_t off) { return args.sub(int(off / 4), 2); };
   static_assert(abi::reduce_entry::dwords == 8, "the reduce kernel loads a ReduceEntry as 8 dwords");
-  // The launch's header (abi::LaunchHeader): the grid's x is the plan's capacity; workgroups past
-  // this step's entry count exit at once.
-  SReg header = ra.sgpr(2, "launch_header", 2);
-  b.s_load_dwordx2(header, ptr(A::reduce_map), 0);
+  VReg lane = ra.vgpr(1, "lane"), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
+  SReg wave = ra.sgpr(1, "wave"), saved = ra.sgpr(2, "saved_exec");
+  b.v_lshrrev_b32(t0, Imm(6), b.workitem_ids());
+  b.v_readfirstlane_b32(wave, t0);
+  b.v_and_b32(lane, Imm(63), b.workitem_ids());
+  VReg zero = ra.vgpr(1, "zero"), ent = ra.vgpr(12, "entry_lds", 4);
+  b.v_mov_b32(zero, Imm(0));
+  SReg entry = ra.sgpr(8, "entry", 4), has = ra.sgpr(1, "has_entry");
+  {
+    // Wave 0: the launch's header (abi::LaunchHeader; the grid's x is the plan's capacity,
+    // workgroups past this step's entry count exit) and this workgroup's entry, into LDS.
+    Label not_first = b.new_label("not_wave0"), no_entry = b.new_label("no_entry");
+    b.s_cmp_lg_u32(wave, Imm(0));
+    b.s_cbranch_scc1(not_first);
+    SReg header = ra.sgpr(2, "launch_header", 2), eaddr = ra.sgpr(2, "entry_addr");
+    b.s_load_dwordx2(header, ptr(A::reduce_map), 0);
+    b.s_mov_b32(has, Imm(0));
+    b.s_cmp_lt_u32(b.workgroup_id(0), header[abi::launch_header::count]);
+    b.s_cbranch_scc0(no_entry);
+    b.s_mov_b32(has, Imm(1));
+    b.s_lshl_b32(eaddr[0], b.workgroup_id(0), Imm(5));
+    b.s_add_u32(eaddr[0], header[abi::launch_header::entries_offset], eaddr[0]);
+    b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
+    b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
+    b.s_load_dwordx8(entry, eaddr, 0);
+    for (int i = 0; i < 8; ++i) b.v_mov_b32(ent[i], entry[i]);
+    b.bind(no_entry);
+    b.v_mov_b32(ent[8], has);
+    b.s_mov_b64(saved, exec);
+    b.s_mov_exec(Imm(1));
+    b.ds_write_b128(zero, ent.sub(0, 4), kEntry);
+    b.ds_write_b128(zero, ent.sub(4, 4), kEntry + 16);
+    b.ds_write_b32(zero, ent[8], kEntry + 32);
+    b.s_mov_exec(saved);
+    ra.release(header), ra.release(eaddr);
+    b.bind(not_first);
+  }
+  b.s_barrier();
+  b.ds_read_b128(ent.sub(0, 4), zero, kEntry);
+  b.ds_read_b128(ent.sub(4, 4), zero, kEntry + 16);
+  b.ds_read_b32(ent[8], zero, kEntry + 32);
+  for (int i = 0; i < 8; ++i) b.v_readfirstlane_b32(entry[i], ent[i]);
+  b.v_readfirstlane_b32(has, ent[8]);
+  ra.release(ent);
   Label has_entry = b.new_label("has_entry");
-  b.s_cmp_lt_u32(b.workgroup_id(0), header[abi::launch_header::count]);
+  b.s_cmp_eq_u32(has, Imm(1));
   b.s_cbranch_scc1(has_entry);
-  b.s_endpgm();
+  b.s_endpgm();  // every wave of the workgroup, past its only barrier
   b.bind(has_entry);
-  SReg eaddr = ra.sgpr(2, "entry_addr"), entry = ra.sgpr(8, "entry", 4);
-  b.s_lshl_b32(eaddr[0], b.workgroup_id(0), Imm(5));
-  b.s_add_u32(eaddr[0], header[abi::launch_header::entries_offset], eaddr[0]);
-  b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
-  b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
-  ra.release(header);
-  b.s_load_dwordx8(entry, eaddr, 0);
   namespace E = abi::reduce_entry;
   SReg qo_row = entry[E::qo_row], first = entry[E::first_partial], splits = entry[E::num_splits],
        stride = entry[E::partial_stride], bf16_splits = entry[E::bf16_splits];
   SReg row = b.workgroup_id(1);
+  // This wave's splits: [lo, hi) = [wave R, min((wave + 1) R, S)), empty past S.
+  SReg range = ra.sgpr(1, "range"), lo = ra.sgpr(1, "range_lo"), hi = ra.sgpr(1, "range_hi");
+  emit_reduce_range_splits(b, range, splits);
+  b.s_mul_i32(lo, wave, range);
+  b.s_min_u32(lo, lo, splits);
+  b.s_add_u32(hi, lo, range);
+  b.s_min_u32(hi, hi, splits);
 
-  // Lane l owns columns 8l .. 8l+7 of the row and carries split c + l of a chunk's lse; LDS words
-  // 0..63 hand a chunk's values from lanes to every lane.
-  VReg lane = b.workitem_ids();
-  VReg lds_base = ra.vgpr(1, "lds_base"), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
-  b.v_mov_b32(lds_base, Imm(0));
-  VReg lds_lane = ra.vgpr(1, "lds_lane");
+  // Lane l owns columns 8l .. 8l+7 of the row and carries split c + l of a chunk's lse; this
+  // wave's 64 LDS words hand a chunk's values from lanes to every lane.
+  VReg lds_base = ra.vgpr(1, "lds_base"), lds_lane = ra.vgpr(1, "lds_lane");
+  SReg t = ra.sgpr(2, "t");
+  b.s_lshl_b32(t[0], wave, Imm(8));
+  b.v_mov_b32(lds_base, t[0]);
   b.v_lshlrev_b32(lds_lane, Imm(2), lane);
+  b.v_add_u32(lds_lane, t[0], lds_lane);
 
   // Split k's slot is first + k * stride: its lse at partial_lse + ((first + k stride) M + row) 4,
   // its o row at partial_o + the same index * 2048 (a bf16 row in its first 1024 bytes).
-  SReg t = ra.sgpr(2, "t"), base = ra.sgpr(2, "base"), lrsrc = ra.sgpr(4, "lse_rsrc"), prsrc = ra.sgpr(4, "part_rsrc");
+  SReg base = ra.sgpr(2, "base"), lrsrc = ra.sgpr(4, "lse_rsrc"), prsrc = ra.sgpr(4, "part_rsrc");
   SReg lse_step = ra.sgpr(1, "lse_step"), o_step = ra.sgpr(1, "o_step");
   b.s_mul_i32(lse_step, stride, Imm(M * 4));
   b.s_lshl_b32(o_step, lse_step, Imm(9));
@@ -114,7 +168,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   b.make_buffer_resource(prsrc, base, Imm(int64_t(0xffffffffu)));
 
   // lse of splits c + l for lanes l < n = min(size, end - c) (others -inf), one load: lse_v.
-  SReg n = ra.sgpr(1, "chunk_n"), k = ra.sgpr(1, "split"), saved = ra.sgpr(2, "saved_exec"), soff = ra.sgpr(1, "soffset");
+  SReg n = ra.sgpr(1, "chunk_n"), k = ra.sgpr(1, "split"), soff = ra.sgpr(1, "soffset");
   VReg lse_v = ra.vgpr(1, "lse_chunk");
   auto load_lse_chunk = [&](SReg c, SReg end, int size) {
     b.s_sub_u32(n, end, c);
@@ -127,55 +181,69 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.buffer_load_dword(lse_v, t0, lrsrc, Imm(0));
     b.s_mov_exec(saved);
   };
-  VReg data = ra.vgpr(8 * kSumChunk, "partials", 4), wts = ra.vgpr(kLseChunk, "lane_values", 4);
-  // Every lane gets lanes 0 .. count-1's values of v (an LDS round trip) in wts[0 .. count-1].
-  auto broadcast = [&](VReg v, int count) {
-    b.ds_write_b32(lds_lane, v);
-    for (int q = 0; q < count / 4; ++q) b.ds_read_b128(wts.sub(4 * q, 4), lds_base, uint32_t(16 * q));
+  VReg data = ra.vgpr(8 * kReduceSumChunk, "partials", 4), wts = ra.vgpr(kReduceSumChunk, "lane_values", 4);
+  // Every lane gets lanes from .. from+15's values of v (written by broadcast_write) in wts.
+  auto broadcast_write = [&](VReg v) { b.ds_write_b32(lds_lane, v); };
+  auto broadcast_read = [&](int from) {
+    for (int q = 0; q < kReduceSumChunk / 4; ++q) b.ds_read_b128(wts.sub(4 * q, 4), lds_base, uint32_t(4 * from + 16 * q));
   };
 
-  // lse* = max_k lse_k (exact: the order of the maxima does not matter).
+  // lse* = max_k lse_k (exact: the order of the maxima does not matter): this wave's range, then
+  // the waves' maxima through LDS. A request with no KV (num_splits 0) merges nothing: lse* stays
+  // -inf, the sums 0.
   VReg vmax = ra.vgpr(1, "lse_max");
   b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
-  // A request with no KV (num_splits 0) merges nothing: lse* stays -inf, the sums 0.
-  Label max_done = b.new_label("max_done");
-  b.s_cmp_eq_u32(splits, Imm(0));
-  b.s_cbranch_scc1(max_done);
   {
+    Label max_done = b.new_label("max_done");
     VReg lane_max = ra.vgpr(1, "lane_max");
     b.v_mov_b32(lane_max, Imm(int64_t(0xff800000u)));
-    b.s_mov_b32(k, Imm(0));
+    b.s_mov_b32(k, lo);
+    b.s_cmp_ge_u32(k, hi);
+    b.s_cbranch_scc1(max_done);
     Label loop = b.new_label("max_loop");
     b.bind(loop);
-    load_lse_chunk(k, splits, kLseChunk);
+    load_lse_chunk(k, hi, kReduceLseChunk);
     b.v_max_f32(lane_max, lse_v, lane_max);
-    b.s_add_u32(k, k, Imm(kLseChunk));
-    b.s_cmp_lt_u32(k, splits);
+    b.s_add_u32(k, k, Imm(kReduceLseChunk));
+    b.s_cmp_lt_u32(k, hi);
     b.s_cbranch_scc1(loop);
-    broadcast(lane_max, kLseChunk);
-    for (int j = 0; j < kLseChunk; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
+    b.bind(max_done);
+    broadcast_write(lane_max);
+    for (int from = 0; from < 64; from += kReduceSumChunk) {
+      broadcast_read(from);
+      for (int j = 0; j < kReduceSumChunk; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
+    }
+    b.s_mov_b64(saved, exec);
+    b.s_mov_exec(Imm(1));
+    b.s_lshl_b32(t[0], wave, Imm(2));
+    b.v_mov_b32(t0, t[0]);
+    b.ds_write_b32(t0, vmax, kMaxSlots);
+    b.s_mov_exec(saved);
+    b.s_barrier();
+    static_assert(kReduceWaves == 8, "two ds_read_b128 of the waves' maxima");
+    b.ds_read_b128(wts.sub(0, 4), zero, kMaxSlots);
+    b.ds_read_b128(wts.sub(4, 4), zero, kMaxSlots + 16);
+    for (int j = 0; j < kReduceWaves; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
     ra.release(lane_max);
   }
-  b.bind(max_done);
 
-  // Weighted sum of the partial rows in split order, a chunk of up to 16 splits' loads in flight.
+  // This range's weighted sum in split order, a chunk of up to 16 splits' loads in flight.
   VReg acc = ra.vgpr(8, "acc", 4), wsum = ra.vgpr(1, "weight_sum");
   VReg off32 = ra.vgpr(1, "col_offset"), off16 = ra.vgpr(1, "col_offset_bf16");
   b.v_lshlrev_b32(off32, Imm(5), lane);  // 8 f32 per lane
   b.v_lshlrev_b32(off16, Imm(4), lane);  // 8 bf16 per lane
   for (int i = 0; i < 8; ++i) b.v_mov_b32(acc[i], Imm(0));
   b.v_mov_b32(wsum, Imm(0));
-  b.s_mov_b32(k, Imm(0));
   auto sum_loop = [&](bool bf16, SReg end) {
     const std::string kind = bf16 ? "_bf16" : "";
     Label loop = b.new_label("sum_loop" + kind), skip = b.new_label("sum_done" + kind);
-    b.s_cmp_ge_u32(k, end);  // none of this kind (a member with no unique part has no f32 split)
+    b.s_cmp_ge_u32(k, end);  // none of this kind in the range
     b.s_cbranch_scc1(skip);
     b.bind(loop);
-    load_lse_chunk(k, end, kSumChunk);
+    load_lse_chunk(k, end, kReduceSumChunk);
     b.s_mul_i32(soff, k, o_step);
     Label loaded = b.new_label("chunk_loaded" + kind), summed = b.new_label("chunk_summed" + kind);
-    for (int j = 0; j < kSumChunk; ++j) {
+    for (int j = 0; j < kReduceSumChunk; ++j) {
       if (j) {
         b.s_cmp_le_u32(n, Imm(j));
         b.s_cbranch_scc1(loaded);
@@ -196,8 +264,9 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.v_sub_f32(t1, lse_v, vmax);
     b.v_mul_f32(t1, FImm{kLog2e}, t1);
     b.v_exp_f32(t1, t1);
-    broadcast(t1, kSumChunk);
-    for (int j = 0; j < kSumChunk; ++j) {
+    broadcast_write(t1);
+    broadcast_read(0);
+    for (int j = 0; j < kReduceSumChunk; ++j) {
       if (j) {
         b.s_cmp_le_u32(n, Imm(j));
         b.s_cbranch_scc1(summed);
@@ -218,8 +287,48 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_cbranch_scc1(loop);
     b.bind(skip);
   };
-  sum_loop(true, bf16_splits);
-  sum_loop(false, splits);
+  {
+    SReg end = ra.sgpr(1, "bf16_end");
+    b.s_mov_b32(k, lo);
+    b.s_min_u32(end, bf16_splits, hi);
+    sum_loop(true, end);
+    b.s_cmp_gt_u32(bf16_splits, k);  // k = max(k, bf16_splits)
+    b.s_cselect_b32(k, bf16_splits, k);
+    sum_loop(false, hi);
+    ra.release(end);
+  }
+
+  // Waves 1..7 hand their range's sums to wave 0 and end; wave 0 adds the non-empty ranges'
+  // sums to its own in range order (a range is non-empty iff w R < S).
+  {
+    VReg off = ra.vgpr(1, "sum_offset");
+    b.s_lshl_b32(t[0], wave, Imm(11));
+    b.v_lshlrev_b32(off, Imm(5), lane);
+    b.v_add_u32(off, t[0], off);
+    Label wave0 = b.new_label("combine");
+    b.s_cmp_eq_u32(wave, Imm(0));
+    b.s_cbranch_scc1(wave0);
+    b.ds_write_b128(off, acc.sub(0, 4), kAcc);
+    b.ds_write_b128(off, acc.sub(4, 4), kAcc + 16);
+    b.ds_write_b32(lds_lane, wsum, kWsum);  // lds_lane = wave 256 + lane 4
+    b.s_barrier();
+    b.s_endpgm();
+    b.bind(wave0);
+    b.s_barrier();
+    Label combined = b.new_label("combined");
+    for (int w = 1; w < kReduceWaves; ++w) {
+      b.s_mul_i32(t[0], range, Imm(w));
+      b.s_cmp_ge_u32(t[0], splits);
+      b.s_cbranch_scc1(combined);
+      b.ds_read_b128(data.sub(0, 4), off, kAcc + 2048 * w);
+      b.ds_read_b128(data.sub(4, 4), off, kAcc + 2048 * w + 16);
+      b.ds_read_b32(data[8], lds_lane, kWsum + 256 * w);
+      for (int i = 0; i < 8; ++i) b.v_add_f32(acc[i], acc[i], data[i]);
+      b.v_add_f32(wsum, wsum, data[8]);
+    }
+    b.bind(combined);
+    ra.release(off);
+  }
 
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
   VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4);
@@ -252,7 +361,8 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_add_u32(base[0], ptr(A::lse)[0], t[1]);
     b.s_addc_u32(base[1], ptr(A::lse)[1], Imm(0));
     b.make_buffer_resource(prsrc, base, Imm(4));  // only lane 0's offset 0 is in range
-    b.buffer_store_dword(t0, lds_lane, prsrc, Imm(0));
+    b.v_lshlrev_b32(t1, Imm(2), lane);
+    b.buffer_store_dword(t0, t1, prsrc, Imm(0));
   }
   b.s_endpgm();
 }
@@ -270,8 +380,9 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
   VReg data = a.scratch.sub(0, 32), acc = a.scratch.sub(32, 32);
   VReg vmax = a.scratch[64], wsum = a.scratch[65], w = a.scratch[66], lse_k = a.scratch[67];
   VReg lse_off = a.scratch[68], part_off = a.scratch[69], t0 = a.scratch[70], t1 = a.scratch[71];
-  VReg packed = a.scratch.sub(72, 4);
+  VReg packed = a.scratch.sub(72, 4), racc = a.scratch.sub(76, 32), rwsum = a.scratch[108];
   SReg k = ra.sgpr(1, "mb_split"), slot = ra.sgpr(1, "mb_slot"), t = ra.sgpr(2, "mb_t");
+  SReg range = ra.sgpr(1, "mb_range"), rend = ra.sgpr(1, "mb_range_end");
   SReg lrsrc = ra.sgpr(4, "mb_lse_rsrc"), prsrc = ra.sgpr(4, "mb_part_rsrc"), base = ra.sgpr(2, "mb_base");
   SReg k7fff = ra.sgpr(1, "mb_7fff"), kperm = ra.sgpr(1, "mb_perm_hi16");
   // The lane's row of the request (rows >= M: every load and store out of its resource's range).
@@ -309,22 +420,42 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
   b.s_cbranch_scc1(max_loop);
   b.s_mov_b32(k7fff, Imm(0x7fff));
   b.s_mov_b32(kperm, Imm(0x07060302));
+  emit_reduce_range_splits(b, range, a.splits);
   for (int pass = 0; pass < 4; ++pass) {
-    // Columns 128 pass + 32 (l % 4) .. + 31: acc = sum_k w_k o_k, wsum = sum_k w_k, in split order.
+    // Columns 128 pass + 32 (l % 4) .. + 31: acc = sum_k w_k o_k, wsum = sum_k w_k, in the
+    // reduce kernel's order: each range of reduce_range_splits(S) splits in split order, the
+    // ranges' sums added in range order.
+    auto sum_range = [&](VReg sum, VReg weights) {  // splits k .. rend - 1 (at least one)
+      Label loop = b.new_label("mb_sum_loop");
+      b.bind(loop);
+      split_resources();
+      b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
+      for (int j = 0; j < 8; ++j)
+        b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
+      emit_split_weight(b, w, weights, lse_k, vmax);
+      for (int i = 0; i < 32; ++i) b.v_fma_f32(sum[i], w, data[i], sum[i]);
+      b.s_add_u32(k, k, Imm(1));
+      b.s_cmp_lt_u32(k, rend);
+      b.s_cbranch_scc1(loop);
+    };
     for (int i = 0; i < 32; ++i) b.v_mov_b32(acc[i], Imm(0));
     b.v_mov_b32(wsum, Imm(0));
     b.s_mov_b32(k, Imm(0));
-    Label loop = b.new_label("mb_sum_loop");
-    b.bind(loop);
-    split_resources();
-    b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
-    for (int j = 0; j < 8; ++j)
-      b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
-    emit_split_weight(b, w, wsum, lse_k, vmax);
-    for (int i = 0; i < 32; ++i) b.v_fma_f32(acc[i], w, data[i], acc[i]);
-    b.s_add_u32(k, k, Imm(1));
-    b.s_cmp_lt_u32(k, a.splits);
-    b.s_cbranch_scc1(loop);
+    b.s_min_u32(rend, range, a.splits);
+    sum_range(acc, wsum);
+    Label next = b.new_label("mb_next_range"), ranges_done = b.new_label("mb_ranges_done");
+    b.bind(next);
+    b.s_cmp_ge_u32(k, a.splits);
+    b.s_cbranch_scc1(ranges_done);
+    for (int i = 0; i < 32; ++i) b.v_mov_b32(racc[i], Imm(0));
+    b.v_mov_b32(rwsum, Imm(0));
+    b.s_add_u32(rend, k, range);
+    b.s_min_u32(rend, rend, a.splits);
+    sum_range(racc, rwsum);
+    for (int i = 0; i < 32; ++i) b.v_add_f32(acc[i], acc[i], racc[i]);
+    b.v_add_f32(wsum, wsum, rwsum);
+    b.s_branch(next);
+    b.bind(ranges_done);
     // o = acc / wsum as bf16 (round to nearest even) at o + (qo_row * heads + row) * 1024.
     b.v_rcp_f32(w, wsum);
     for (int i = 0; i < 32; ++i) b.v_mul_f32(acc[i], acc[i], w);
@@ -357,7 +488,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
       ra.release(saved);
     }
   }
-  for (SReg r : {k, slot, t, lrsrc, prsrc, base, k7fff, kperm}) ra.release(r);
+  for (SReg r : {k, slot, t, range, rend, lrsrc, prsrc, base, k7fff, kperm}) ra.release(r);
 }
 
 }  // namespace mla::gen

@@ -15,11 +15,23 @@ void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, 
 // A split's merge weight w = exp(lse_k - max) (exp2 of the log2e-scaled difference), added to wsum.
 void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max);
 
+// The reduce's split ranges: a row's S splits are cut into ranges of reduce_range_splits(S) =
+// ceil(ceil(S / 8) / 16) * 16 splits (whole sum chunks), one per wave of the reduce kernel; a
+// range's lse are read 64 per load, its partial rows 16 splits in flight. Each range sums in split
+// order, and the ranges' sums are added in range order, by the reduce and the in-launch merge
+// alike (bit for bit the same result).
+inline constexpr int kReduceWaves = 8, kReduceLseChunk = 64, kReduceSumChunk = 16;
+constexpr int reduce_range_splits(int splits) {
+  return ((splits + kReduceWaves - 1) / kReduceWaves + kReduceSumChunk - 1) / kReduceSumChunk * kReduceSumChunk;
+}
+// r = reduce_range_splits(splits), in SGPRs.
+void emit_reduce_range_splits(Builder& b, SReg r, SReg splits);
+
 // The merge of a 16-row block's split partials by one wave (the decode kernel's in-launch merge):
 // lane l takes row srow + l / 4 and, in each of 4 passes over the splits, its 32 contiguous columns
 // 128 p + 32 (l % 4), 8 loads in flight per split. The arithmetic is the reduce kernel's in the same
-// order (max of the splits' lse; then the weighted sum in split order), so the result is the
-// same bit for bit. f32 partials only (decode kernels'). Rows past M read nothing and store nothing.
+// order (max of the splits' lse; then the weighted sum of each range in split order, the ranges'
+// sums in range order), so the result is the same bit for bit. f32 partials only (decode kernels'). Rows past M read nothing and store nothing.
 struct PartialMergeBlock {
   SReg partial_o, partial_lse, o, lse;   // 64-bit pointers (lse: with return_lse)
   SReg qo_row, first, splits, stride;    // the request's abi::ReduceEntry fields (splits >= 1)
@@ -27,7 +39,7 @@ struct PartialMergeBlock {
   VReg lane;                             // 0..63
   VReg scratch;                          // >= kMergeBlockVgprs VGPRs, the first 4-aligned
 };
-inline constexpr int kMergeBlockVgprs = 76;
+inline constexpr int kMergeBlockVgprs = 109;
 void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMergeBlock& a);
 
 }  // namespace mla::gen

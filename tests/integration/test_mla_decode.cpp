@@ -585,20 +585,27 @@ TEST_CASE("mla e2e: fp8 (o, lse) of two halves of the KV merge to the whole requ
 // random workgroup orders any split can be last, and the emulator's memory-model rule (on by
 // default) flags a partial read across XCDs without the writer's release and the reader's
 // acquire. Kernel forms: two row blocks (qseqlen 2), four splits with a one-slot ring, 12 heads
-// in one block with lse; the persistent walk (3 workgroups) and one workgroup per unit. (Empty
+// in one block with lse, and a request of more than 16 splits with lse (two of the reduce's
+// ranges: summing them as one range changes the lse bits, and this test fails); the persistent
+// walk (3 workgroups) and one workgroup per unit. (Empty
 // requests, which problem files cannot hold: tests/runtime, "MLA_OPTION_MERGE".)
 TEST_CASE("mla e2e: the merge in the decode launch, under random workgroup orders and XCDs") {
   std::vector<rt::ProblemParams> runs = {params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 2, 16, {77, 130, 40}, 31),
                                          params(rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1, 16, {300, 45}, 32),
-                                         params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 1, {300, 45, 129}, 33)};
-  runs[2].return_lse = true;
-  for (const rt::ProblemParams& p : runs) {
+                                         params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 1, 1, {300, 45, 129}, 33),
+                                         params(rt::Target::gfx942, rt::DType::fp8, rt::DType::fp8, 16, 1, 16, {1200, 90}, 34)};
+  runs[2].return_lse = runs[3].return_lse = true;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const rt::ProblemParams& p = runs[r];
     rt::EmulatorRunOptions two;
-    two.num_cus = 8;  // several splits per request
+    // Several splits per request; the last run over 40 CUs: more than 16 splits, more than one
+    // of the reduce's ranges (reduce_range_splits), whose sums both merges add in range order.
+    two.num_cus = r == 3 ? 40 : 8;
     two.cascade = rt::CascadePolicy::never;
     auto a = test::run_e2e(p, two);
     check(a);
     REQUIRE(a.result.ran_reduce);
+    if (r == 3) REQUIRE(a.result.plan.splits[0] > 16);
     for (int grid : {0, 3})
       for (uint64_t order : {1u, 2u, 5u}) {
         rt::EmulatorRunOptions one = two;
