@@ -308,6 +308,7 @@ AiterLaunch aiter_launch_for(const BenchShape& s, int num_cu) {
     if (items.size() > 1) {
       l.reduce_entries += 1;
       l.reduce_splits += int(items.size());
+      l.reduce_max_splits = std::max(l.reduce_max_splits, int(items.size()));
     }
   }
   l.cu_of_item = aiter_v1_0_cu_of_items(int(l.item_tokens.size()), num_cu);
@@ -320,7 +321,7 @@ AiterLaunch aiter_v1_2_launch_for(const BenchShape& s, int num_cu, int gran) {
   l.item_tokens.clear();
   l.item_partial.clear();
   l.cu_of_item.clear();
-  l.reduce_entries = l.reduce_splits = 0;
+  l.reduce_entries = l.reduce_splits = l.reduce_max_splits = 0;
   const int overhead = 16;  // fixed_over_head_num_blocks = max(1, ceil(16 / page_size)) at page size 1
   const int B = int(s.kv_lens.size());
   auto blocks = [&](int b) { return (s.kv_lens[size_t(b)] + gran - 1) / gran; };
@@ -370,6 +371,7 @@ AiterLaunch aiter_v1_2_launch_for(const BenchShape& s, int num_cu, int gran) {
     if (n[size_t(b)] > 1) {
       l.reduce_entries += 1;
       l.reduce_splits += n[size_t(b)];
+      l.reduce_max_splits = std::max(l.reduce_max_splits, n[size_t(b)]);
     }
   }
   l.launch = fmt::format("v1_2 (fast_mode, get_mla_metadata_v1's default): payload {} blocks of {} tokens per CU "
@@ -430,7 +432,7 @@ AiterSide aiter_side(const BenchShape& s, const std::shared_ptr<const AiterKerne
   a.cus_used = int(std::set<int>(l.cu_of_item.begin(), l.cu_of_item.end()).size());
   a.reduce_bytes = a.facts.reduce_per_entry * l.reduce_entries + a.facts.reduce_per_split * l.reduce_splits;
   a.modeled = model_time_assigned(m, a.facts, units, l.cu_of_item, l.reduce_entries, l.reduce_splits,
-                                  int(s.kv_lens.size()));
+                                  int(s.kv_lens.size()), 0, l.reduce_rounds());
   a.published_us = s.pub_aiter_us;
   if (a.published_us) a.model_over_published = a.modeled.total_s * 1e6 / *a.published_us;
   a.ours_over_aiter_modeled = ours_total_s / a.modeled.total_s;

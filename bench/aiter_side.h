@@ -110,6 +110,10 @@ struct AiterLaunch {
   std::vector<bool> item_partial;
   std::vector<int> cu_of_item;
   int reduce_entries = 0, reduce_splits = 0, kernel_heads = 16;
+  int reduce_max_splits = 0;  // the most splits of one reduce entry
+  // aiter's reduce (csrc/kernels/mla/reduce.cu): the lse of an entry's splits in one round (through
+  // LDS), then its partial rows two splits in flight: 1 + ceil(S / 2) dependent rounds.
+  int reduce_rounds() const { return reduce_max_splits ? 1 + (reduce_max_splits + 1) / 2 : 0; }
 };
 AiterLaunch aiter_launch_for(const BenchShape& s, int num_cu);
 

@@ -96,6 +96,7 @@ struct Machine {
   double little_latency_s = 0;      // loaded HBM latency for Little's law (DESIGN.md: ~2 us)
   double cu_port_bytes_per_clk = 0; // L2 -> CU read port, per CU
   double unit_fill_s = 0;           // per work unit: page id then KV row, 2 dependent ~500 ns trips
+  double trip_s() const { return unit_fill_s / 2; }  // one dependent memory trip (the fill's half)
   // Per kernel launch: generator/target's kernel_fixed_s - unit_fill_s (machine_for), with its source.
   double launch_s = 5e-6;
   std::string launch_source;
@@ -182,9 +183,15 @@ struct ModeledTime {
 // Units are handed to CU (i mod C) in launch order (the planner's dispatch assumption).
 // q_groups: distinct (request, row group) pairs, whose Q the launch reads from HBM once.
 // reduce_bf16_splits: of the reduce_splits, the bf16 partials (priced by reduce_per_bf16_split).
+// reduce_rounds: the reduce's dependent rounds of loads for its longest entry, after the entry's
+// fetch (reduce_rounds(plan) for ours); the reduce takes at least the unit fill (the entry's two
+// trips) plus one trip per round, however few its bytes (docs/performance.md, "The reduce's latency").
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits = 0);
+                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits = 0,
+                       int reduce_rounds = 0);
 std::vector<ModelUnit> model_units(const rt::Plan& plan);
+// Our reduce kernel's rounds for a plan: the most of gen::reduce_load_rounds over its entries.
+int reduce_rounds(const rt::Plan& plan);
 // Workgroups of a non-persistent grid go to CUs round robin in launch order: cu = i mod num_cu.
 std::vector<int> round_robin_cus(int items, int num_cu);
 
@@ -193,7 +200,7 @@ std::vector<int> round_robin_cus(int items, int num_cu);
 // with round_robin_cus.
 ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
                                 const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups,
-                                int reduce_bf16_splits = 0);
+                                int reduce_bf16_splits = 0, int reduce_rounds = 0);
 
 
 // Brute force: every request split into s near-equal whole-tile runs, for s = 1..max_splits,

@@ -401,7 +401,8 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
   auto price = [&](const Machine& at) {
     ModeledTime d;
     if (!plan.units.empty()) d = model_time(at, r.facts, model_units(plan), 0, 0, decode_q_blocks(plan));
-    return std::pair{d, model_time(at, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan), b.reduce_bf16_splits)};
+    return std::pair{d, model_time(at, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan), b.reduce_bf16_splits,
+                                   reduce_rounds(plan))};
   };
   std::tie(b.decode, b.prefix) = price(m);
   b.total_s = b.decode.total_s + b.prefix.total_s;

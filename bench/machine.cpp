@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench.h"
+#include "kernels/mla_reduce.h"
 #include "target/target.h"
 
 namespace mla::bench {
@@ -82,7 +83,7 @@ std::vector<int> round_robin_cus(int items, int num_cu) {
 
 ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
                                 const std::vector<int>& cu_of_unit, int reduce_entries, int reduce_splits, int q_groups,
-                                int reduce_bf16_splits) {
+                                int reduce_bf16_splits, int reduce_rounds) {
   if (cu_of_unit.size() != units.size())
     throw std::invalid_argument("model_time_assigned: one CU per unit expected");
   const int C = m.cus;
@@ -180,7 +181,7 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
   if (reduce_entries > 0) {
     const double rb = f.reduce_per_entry * reduce_entries + f.reduce_per_split * (reduce_splits - reduce_bf16_splits) +
                       f.reduce_per_bf16_split * reduce_bf16_splits;
-    t.reduce_s = std::max(rb / m.hbm_bytes_per_s, m.unit_fill_s);
+    t.reduce_s = std::max(rb / m.hbm_bytes_per_s, m.unit_fill_s + m.trip_s() * reduce_rounds);
     t.launch_s += m.launch_s;
   }
   t.total_s = t.launch_s + t.decode_s + t.reduce_s;
@@ -188,9 +189,15 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
 }
 
 ModeledTime model_time(const Machine& m, const KernelFacts& f, const std::vector<ModelUnit>& units,
-                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits) {
+                       int reduce_entries, int reduce_splits, int q_groups, int reduce_bf16_splits, int reduce_rounds) {
   return model_time_assigned(m, f, units, round_robin_cus(int(units.size()), m.cus), reduce_entries, reduce_splits, q_groups,
-                             reduce_bf16_splits);
+                             reduce_bf16_splits, reduce_rounds);
+}
+
+int reduce_rounds(const rt::Plan& plan) {
+  int most = 0;
+  for (const auto& e : plan.reduces) most = std::max(most, gen::reduce_load_rounds(e.num_splits, e.bf16_splits));
+  return most;
 }
 
 BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits) {
@@ -198,13 +205,14 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
   const int T = f.tile_tokens;
   for (int s = 1; s <= max_splits; ++s) {
     std::vector<ModelUnit> units;
-    int entries = 0, splits = 0;
+    int entries = 0, splits = 0, rounds = 0;
     for (int len : kv_lens) {
       const int tiles = (len + T - 1) / T;
       const int k = std::min(s, tiles);
       if (k > 1) {
         ++entries;
         splits += k;
+        rounds = std::max(rounds, gen::reduce_load_rounds(k, 0));
       }
       int start = 0;
       for (int j = 0; j < k; ++j) {
@@ -216,7 +224,7 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
     }
     // Longest first; unit i goes to CU i mod C (one unit per CU per round).
     std::stable_sort(units.begin(), units.end(), [](const ModelUnit& a, const ModelUnit& b) { return a.tokens > b.tokens; });
-    const double t = model_time(m, f, units, entries, splits, int(kv_lens.size()) * f.row_groups).total_s;
+    const double t = model_time(m, f, units, entries, splits, int(kv_lens.size()) * f.row_groups, 0, rounds).total_s;
     bf.tried.push_back({s, t});
     if (bf.best_splits == 0 || t < bf.best_s) {
       bf.best_s = t;

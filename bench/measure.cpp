@@ -547,7 +547,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
 
   // Modeled.
   auto price = [&](const Machine& at) {
-    return model_time(at, f, model_units(plan), r.reduce_entries, r.reduce_splits, int(bs.kv_lens.size()) * plan.row_groups);
+    return model_time(at, f, model_units(plan), r.reduce_entries, r.reduce_splits, int(bs.kv_lens.size()) * plan.row_groups,
+                      0, reduce_rounds(plan));
   };
   r.modeled = price(m);
   r.modeled_at_peak_s = price(at_datasheet_peak(m)).total_s;  // what-if (PlanSide::total_at_peak_s)

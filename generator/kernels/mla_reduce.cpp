@@ -18,6 +18,7 @@
 // weights are exactly the splits' shares of the softmax denominator.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "kernels/kernargs.h"
@@ -47,6 +48,18 @@ void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max) {
   b.v_mul_f32(w, FImm{kLog2e}, w);
   b.v_exp_f32(w, w);
   b.v_add_f32(wsum, wsum, w);
+}
+
+int reduce_load_rounds(int splits, int bf16_splits) {
+  const int range = reduce_range_splits(splits);
+  auto chunks = [](int n, int size) { return (std::max(0, n) + size - 1) / size; };
+  int most = 0;
+  for (int lo = 0; lo < splits; lo += range) {
+    const int hi = std::min(lo + range, splits), b16 = std::max(0, std::min(hi, bf16_splits) - lo);
+    most = std::max(most, chunks(hi - lo, kReduceLseChunk) + chunks(b16, kReduceSumChunk) +
+                              chunks(hi - lo - b16, kReduceSumChunk));
+  }
+  return most;
 }
 
 void emit_reduce_range_splits(Builder& b, SReg r, SReg splits) {

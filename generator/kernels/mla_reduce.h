@@ -24,6 +24,11 @@ inline constexpr int kReduceWaves = 8, kReduceLseChunk = 64, kReduceSumChunk = 1
 constexpr int reduce_range_splits(int splits) {
   return ((splits + kReduceWaves - 1) / kReduceWaves + kReduceSumChunk - 1) / kReduceSumChunk * kReduceSumChunk;
 }
+// The reduce kernel's dependent rounds of loads for one entry of `splits` partials, the first
+// `bf16_splits` of them bf16, after the entry's own fetch: its longest wave's lse loads (64 per
+// load) and partial-row chunks (16 in flight, per kind). mlabench prices each round at one
+// dependent memory trip (docs/performance.md, "The reduce's latency").
+int reduce_load_rounds(int splits, int bf16_splits);
 // r = reduce_range_splits(splits), in SGPRs.
 void emit_reduce_range_splits(Builder& b, SReg r, SReg splits);
 
