@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bench/bench.h"
+#include "kernels/mla_reduce.h"
 
 using namespace mla;
 using namespace mla::bench;
@@ -687,6 +688,36 @@ TEST_CASE("bench: the one-read bound is the least layer time over the prefix CUs
   CHECK_THROWS_WITH(one_read_bound(m, in, 0.9, "hand"), Catch::Contains("kv_ratio 0.9"));
   in.rows = 0;
   CHECK_THROWS_WITH(one_read_bound(m, in, 1.0, "hand"), Catch::Contains("rows 0"));
+}
+
+// The reduce kernel's rounds, counted by hand from its structure (mla_reduce.cpp): 8 waves, a
+// range of R = ceil(ceil(S/8)/16) x 16 splits each, 64 lse per load, 16 partial rows per chunk
+// and per kind.
+TEST_CASE("bench: the reduce's dependent load rounds, and the model's reduce floor (by hand)") {
+  CHECK(gen::reduce_range_splits(0) == 0);
+  CHECK(gen::reduce_range_splits(1) == 16);
+  CHECK(gen::reduce_range_splits(128) == 16);
+  CHECK(gen::reduce_range_splits(129) == 32);  // ceil(129 / 8) = 17
+  CHECK(gen::reduce_range_splits(293) == 48);  // ceil(293 / 8) = 37
+  CHECK(gen::reduce_load_rounds(0, 0) == 0);
+  CHECK(gen::reduce_load_rounds(2, 0) == 2);      // one lse load, one chunk
+  CHECK(gen::reduce_load_rounds(128, 0) == 2);    // 8 ranges of 16
+  CHECK(gen::reduce_load_rounds(293, 0) == 4);    // 1 + 3 (32K x1: 293 splits on 304 CUs)
+  CHECK(gen::reduce_load_rounds(20, 10) == 3);    // range 0: 10 bf16 + 6 f32 = 1 + 1 + 1
+  CHECK(gen::reduce_load_rounds(600, 100) == 8);  // range 1 (80..159): 2 lse + 2 bf16 + 4 f32 chunks
+  CHECK(gen::reduce_load_rounds(600, 0) == 7);    // 2 + 5
+  // The model's reduce: max(bytes / HBM, unit fill + rounds x trip), a trip half the fill.
+  Machine m = machine_for(rt::Target::gfx942);
+  m.hbm_bytes_per_s = 4e12, m.unit_fill_s = 1e-6, m.launch_s = 2e-6, m.cus = 4;
+  KernelFacts f;
+  f.tile_tokens = 16, f.read_per_token = 100, f.distinct_per_token = 100, f.inflight_bytes_per_wg = 1e9;
+  f.reduce_per_entry = 1000, f.reduce_per_split = 1000;
+  const std::vector<ModelUnit> units(4, ModelUnit{.tokens = 160, .partial = true});
+  CHECK(model_time(m, f, units, 1, 4, 1, 0, 0).reduce_s == Approx(1e-6));
+  CHECK(model_time(m, f, units, 1, 4, 1, 0, 4).reduce_s == Approx(3e-6));
+  f.reduce_per_split = 4e6;  // 16 MB: 4 us of bytes, more than 1 + 4 x 0.5 us
+  CHECK(model_time(m, f, units, 1, 4, 1, 0, 4).reduce_s == Approx(16.001e6 / 4e12));
+  CHECK(model_time(m, f, units, 1, 4, 1, 0, 4).launch_s == Approx(4e-6));  // decode + reduce launches
 }
 
 // MACs per SIMD clock = m n k / (4 x passes), passes from the target description (LLVM's
