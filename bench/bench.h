@@ -408,6 +408,18 @@ struct ShapeResult {
   BruteForce brute;
   double plan_over_best = 0;
   double modeled_tbps = 0;
+  // The layer as the runtime runs it (modeled): its launches are fixed when the plan is made (for
+  // graph capture): decode, the prefix kernel's when the selection has one (cascades on, the
+  // default) and the reduce, each one launch_s whether it has work or not (launches_as_run();
+  // `modeled` prices the decode launch and a reduce launch only with reduce entries).
+  int launches_as_run = 0, launches_priced = 0;
+  double as_run_s = 0;
+  // One launch (MLA_OPTION_MERGE 1, cascades off; modeled): the merging plan's decode launch plus
+  // the in-launch merge of its most-split request, whose last split of a row block merges alone:
+  // 1 + 5 S dependent trips (the arrival, S lse loads, 4 column passes of S partial rows), at least
+  // the merge's bytes at the HBM bandwidth; nothing for single-split requests.
+  int one_launch_max_splits = 0;
+  double one_launch_s = 0, one_launch_merge_s = 0;
   std::optional<CascadeResult> cascade;  // shapes with a prefix group
   // The same with the wide prefix kernel (192 rows per workgroup; rt::DecodeShape::prefix_rows),
   // where the catalog has one: its reads against its modeled time (docs/shared-prefix.md).

@@ -286,6 +286,12 @@ nlohmann::json ShapeResult::to_json() const {
   j["modeled"]["brute_force_best_us"] = brute.best_s * 1e6;
   j["modeled"]["plan_over_brute_force_best"] = plan_over_best;
   j["modeled"]["planner_workgroups_per_cu"] = facts.max_resident_wgs;
+  j["modeled"]["as_run"] = {{"launches", launches_as_run}, {"launches_priced_above", launches_priced},
+                            {"total_us", as_run_s * 1e6}};
+  j["modeled"]["one_launch"] = {{"option", "MLA_OPTION_MERGE 1, cascades off"},
+                                {"max_splits", one_launch_max_splits},
+                                {"merge_us", one_launch_merge_s * 1e6},
+                                {"total_us", one_launch_s * 1e6}};
   j["samples"] = nlohmann::json::array();
   for (const auto& s : samples)
     j["samples"].push_back({{"kv_lens", s.kv_lens.size() > 4 ? nlohmann::json(fmt::format("{} x {}", s.kv_lens[0], s.kv_lens.size()))
@@ -552,6 +558,25 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   };
   r.modeled = price(m);
   r.modeled_at_peak_s = price(at_datasheet_peak(m)).total_s;  // what-if (PlanSide::total_at_peak_s)
+  r.launches_as_run = 2 + (k.prefix ? 1 : 0);  // rt::launch_grids: decode, prefix (if any), reduce
+  r.launches_priced = 1 + (r.reduce_entries > 0 ? 1 : 0);
+  r.as_run_s = r.modeled.total_s + (r.launches_as_run - r.launches_priced) * m.launch_s;
+  {
+    rt::PlanInputs in = rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0);
+    in.merge_in_launch = true;
+    in.cascade = rt::CascadePolicy::never;
+    const rt::Plan mp = rt::plan_decode(in);
+    int entries = 0, splits = 0;
+    for (int s : mp.splits) {
+      r.one_launch_max_splits = std::max(r.one_launch_max_splits, s);
+      if (s > 1) ++entries, splits += s;
+    }
+    const ModeledTime d = model_time(m, f, model_units(mp), 0, 0, int(bs.kv_lens.size()) * mp.row_groups);
+    if (r.one_launch_max_splits > 1)
+      r.one_launch_merge_s = std::max((f.reduce_per_entry * entries + f.reduce_per_split * splits) / m.hbm_bytes_per_s,
+                                      (1 + 5 * r.one_launch_max_splits) * m.trip_s());
+    r.one_launch_s = d.total_s + r.one_launch_merge_s;
+  }
   r.modeled_tbps = minimum / r.modeled.total_s / 1e12;
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);

@@ -177,6 +177,17 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
                                 : "not run",
         x.aiter && x.aiter->ran ? fmt::format("{:.3f}", x.aiter->ours_over_aiter_modeled) : "not run");
   }
+  s += "\nLaunches per layer (issue #33), all **modeled**: the runtime fixes its launches when a plan is made (graph "
+       "capture): decode, prefix (the selection has a prefix kernel, cascades on: the default) and reduce, each a launch "
+       "whether it has work or not; the table above prices the decode launch and a reduce launch with reduce entries. One "
+       "launch: MLA_OPTION_MERGE 1 (cascades off), the merging plan's decode launch plus the in-launch merge of its most-split "
+       "request (1 + 5 S dependent trips of the last split of a row block, docs/performance.md).\n\n"
+       "| shape | launches as run (priced above) | **modeled** us as run | most splits of a request (one launch) | in-launch merge "
+       "**modeled** us | one launch **modeled** us | one launch / as run |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r)
+    s += fmt::format("| {} | {} ({}) | {:.1f} | {} | {:.1f} | {:.1f} | {:.3f} |\n", x.shape.name, x.launches_as_run,
+                     x.launches_priced, x.as_run_s * 1e6, x.one_launch_max_splits, x.one_launch_merge_s * 1e6,
+                     x.one_launch_s * 1e6, x.one_launch_s / x.as_run_s);
   if (!g.empty()) {
     s += "\nSame total bytes (seed 001 groups): **modeled** time range and spread, next to the seed's published "
          "figures.\n\n| group | **modeled** us | **modeled** spread | published seed kernel us | published aiter us |\n"

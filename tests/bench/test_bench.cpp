@@ -176,6 +176,28 @@ TEST_CASE("bench: the runtime's default plan is modeled within 1.02 of the best 
   }
 }
 
+// The launches as run are the C runtime's own count (mla_plan_info through measure_host_costs),
+// and the one-launch price is its decode launch plus 1 + 5 S trips (by hand).
+TEST_CASE("bench: launches per layer as the runtime runs them, and the one-launch price", "[shared-fixture]") {
+  std::vector<BenchShape> shapes;
+  for (const auto& x : seed_results()) shapes.push_back(x.shape);
+  const std::vector<HostCost> host = measure_host_costs(shapes, 2);
+  REQUIRE(host.size() == seed_results().size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    const ShapeResult& x = seed_results()[i];
+    INFO(x.shape.name);
+    const Machine m = machine_for(x.shape.shape.target);
+    CHECK(x.launches_as_run == host[i].launches);
+    CHECK(x.launches_priced == (x.reduce_entries > 0 ? 2 : 1));
+    CHECK(x.as_run_s == Approx(x.modeled.total_s + (host[i].launches - x.launches_priced) * m.launch_s));
+    // Every seed shape splits a request (>= 2 partials), so one launch pays the merge's trips:
+    // 1 + 5 S of half a unit fill, more than the merge's bytes at HBM bandwidth here.
+    REQUIRE(x.one_launch_max_splits >= 2);
+    CHECK(x.one_launch_merge_s == Approx((1 + 5 * x.one_launch_max_splits) * m.unit_fill_s / 2));
+    CHECK(x.one_launch_s > x.one_launch_merge_s + m.launch_s);
+  }
+}
+
 TEST_CASE("bench: modeled time spread within each same-total-bytes group <= 1.03", "[shared-fixture]") {
   auto g = same_bytes_groups(seed_results());
   REQUIRE(g.size() == 6);
