@@ -231,18 +231,24 @@ class MlaDecodeMetadata:
     emulator_target: for CPU tensors, 'gfx942' or 'gfx950' (default $MLA_EMULATOR_TARGET, else gfx950).
     merge_in_launch: merge the splits inside the decode launch (MLA_OPTION_MERGE 1): one launch per
     layer, no cascades (update() then refuses prefix_groups and detect_shared_prefixes).
+    cascades=False: an engine that never shares prefixes (MLA_OPTION_CASCADE 2 at creation): no
+    prefix launch, so a layer is 2 launches (decode, reduce) instead of 3; the launches are fixed
+    with the plan for graph capture, and with cascades on the prefix kernel is launched every
+    layer, with no work in a step without a shared prefix (docs/performance.md, "As the runtime runs
+    a layer"). update() then refuses prefix_groups and detect_shared_prefixes.
     .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
     get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
                  logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
-                 emulator_target=None, merge_in_launch=False):
+                 emulator_target=None, merge_in_launch=False, cascades=True):
         self.max_batch, self.qseqlen, self.heads = int(max_batch), int(max_seqlen_q), int(num_heads)
         self.q_dtype, self.kv_dtype = _dtype_name(q_dtype, "q_dtype"), _dtype_name(kv_dtype, "kv_dtype")
         self.page_size, self.return_lse, self.logit_cap = int(page_size), bool(return_lse), bool(logit_cap)
         self.max_total_tokens = int(max_total_tokens)
         self.merge_in_launch = bool(merge_in_launch)
+        self.cascades = bool(cascades) and not self.merge_in_launch
         self.device = _device_name(device)
         self.runtime = _runtime_for(self.device, catalog_dir, emulator_target)
         self.batch = 0  # requests of the last update()
@@ -265,8 +271,10 @@ class MlaDecodeMetadata:
                 raise C.MlaInputError(e.status, str(e).split(": ", 1)[1] + "\n(from Python: allow_padding=True "
                                       "runs it on a larger kernel)") from None
             ctx = self.runtime.ctx
-            if self.merge_in_launch:  # options the plan reads at creation, set on the shared context only for it
+            # Options the plan reads at creation, set on the shared context only for it.
+            if not self.cascades:
                 C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 2), "mla_context_set_option")
+            if self.merge_in_launch:
                 C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 1), "mla_context_set_option")
             try:
                 C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.max_batch,
@@ -274,6 +282,7 @@ class MlaDecodeMetadata:
             finally:
                 if self.merge_in_launch:
                     C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 0), "mla_context_set_option")
+                if not self.cascades:
                     C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 0), "mla_context_set_option")
             size = ctypes.c_size_t()
             C.check(L.mla_plan_workspace_size(self._plan, ctypes.byref(size)), "mla_plan_workspace_size")
@@ -325,6 +334,9 @@ class MlaDecodeMetadata:
         if self.merge_in_launch and (prefix_groups is not None or detect_shared_prefixes):
             raise ValueError("prefix_groups / detect_shared_prefixes: this metadata merges in the decode launch "
                              "(merge_in_launch=True), which runs no cascade; make it with merge_in_launch=False")
+        if not self.cascades and (prefix_groups is not None or detect_shared_prefixes):
+            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata was made with cascades=False "
+                             "(no prefix launch); make it with cascades=True to share prefixes")
         if seq_lens is not None:
             if any(a is not None for a in (qo_indptr, kv_indptr, kv_last_page_lens)):
                 raise ValueError("seq_lens: given with qo_indptr / kv_indptr / kv_last_page_lens; pass one or the other")
@@ -454,16 +466,17 @@ def _seq_lens(seq_lens, qseqlen):
 
 def get_mla_metadata_info(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, *, page_size=1, return_lse=False,
                           logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
-                          emulator_target=None):
+                          emulator_target=None, cascades=True):
     """Once per capacity, where an engine calls aiter's get_mla_metadata_info_v1 and allocates
     the buffers it sizes: selects the kernels and allocates the plan's fixed buffers (the
     workspace, sized by max_batch and max_total_tokens). Returns the MlaDecodeMetadata that owns
     them; pass it to get_mla_metadata() every step and to mla_decode_fwd(metadata=) (or its
-    .handle to the registered op). .workspace_bytes and .plan_info() give the sizes and grids."""
+    .handle to the registered op). .workspace_bytes and .plan_info() give the sizes and grids.
+    cascades=False for an engine that never shares prefixes: 2 launches per layer, not 3."""
     return MlaDecodeMetadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=page_size,
                              return_lse=return_lse, logit_cap=logit_cap, max_total_tokens=max_total_tokens,
                              device=device, catalog_dir=catalog_dir, allow_padding=allow_padding,
-                             emulator_target=emulator_target)
+                             emulator_target=emulator_target, cascades=cascades)
 
 
 def get_mla_metadata(metadata, qo_indptr=None, kv_indptr=None, kv_last_page_lens=None, *, seq_lens=None,

@@ -351,6 +351,30 @@ class TestEmptyRequests(Case):
         one.close()
         two.close()
 
+    def test_without_cascades_two_launches_and_the_same_bits(self):
+        # An engine that never shares prefixes: no prefix launch (MLA_OPTION_CASCADE 2 at creation).
+        three = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096)
+        two = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096, cascades=False)
+        self.assertEqual(three.plan_info()["num_launches"], 3)
+        self.assertEqual(two.plan_info()["num_launches"], 2)
+        self.assertEqual(two.plan_info()["prefix_grid"][0], 0)
+        for step, lens in enumerate([[300, 0, 45], [301, 46, 0, 700]]):
+            p = make_problem(np.random.default_rng(70 + step), "fp8", "fp8", 16, lens)
+            for meta in (three, two):
+                meta.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"])
+            o3, lse3 = run(p, sm_scale=SCALE, return_lse=True, metadata=three)
+            o2, lse2 = run(p, sm_scale=SCALE, return_lse=True, metadata=two)
+            self.assertClose(o2, p, True, lse2)
+            np.testing.assert_array_equal(o2, o3)
+            np.testing.assert_array_equal(lse2, lse3)
+        with self.assertRaisesRegex(ValueError, r"cascades=False"):
+            two.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"], detect_shared_prefixes=True)
+        # The shared context's option is back to its default: a later metadata cascades again.
+        again = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", max_total_tokens=4096)
+        self.assertEqual(again.plan_info()["num_launches"], 3)
+        for meta in (three, two, again):
+            meta.close()
+
 
 # ---- bad input: the argument, what it got, what is allowed --------------------------------------
 
