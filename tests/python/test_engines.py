@@ -350,6 +350,22 @@ class TestFp8Flavour(Case):
         with self.assertRaisesRegex(ValueError, r"q: byte 0x80 at \[0, 0, 5\] is NaN in e4m3fnuz, the fp8 gfx942 reads"):
             run(dict(p, q=q), sm_scale=SCALE, emulator_target="gfx942")
 
+    def test_the_nan_byte_scan_finds_the_first_across_its_blocks(self):
+        from mla_decode.decode import _first_nan_byte
+        rng = np.random.default_rng(143)
+        for flavour, nans in (("float8_e4m3fn", (0x7F, 0xFF)), ("float8_e4m3fnuz", (0x80,))):
+            for n in (1, 65535, 65536, 65537, 200003):  # the scan's blocks are 65536 bytes
+                a = rng.integers(0, 256, size=n, dtype=np.uint8)
+                for b in nans:
+                    a[a == b] = 0
+                self.assertIsNone(_first_nan_byte(a, flavour))
+                for pos in sorted({0, n // 2, 65535 % n, 65536 % n, n - 1}):
+                    for b in nans:
+                        c = a.copy()
+                        c[pos] = b
+                        c[-1] = nans[0]  # a later NaN byte: the first one is reported
+                        self.assertEqual(_first_nan_byte(c, flavour), pos, (flavour, n, pos, b))
+
     def test_torch_float8_dtype_of_the_wrong_flavour(self):
         # Debian's torch 1.13 has no float8 dtype; the check is then run on a stand-in whose dtype
         # name is the wrong flavour's (the same code path reads Tensor.dtype).
