@@ -330,20 +330,26 @@ class TestEmptyRequests(Case):
         meta.close()
 
 
+    def same_bits_over_two_steps(self, ref, meta, seed):
+        """Two steps (empty requests included) through both metadata: meta's output matches the
+        reference and ref's bit for bit; returns the last step's problem."""
+        for step, lens in enumerate([[300, 0, 45], [301, 46, 0, 700]]):
+            p = make_problem(np.random.default_rng(seed + step), "fp8", "fp8", 16, lens)
+            for m in (ref, meta):
+                m.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"])
+            o_ref, lse_ref = run(p, sm_scale=SCALE, return_lse=True, metadata=ref)
+            o, lse = run(p, sm_scale=SCALE, return_lse=True, metadata=meta)
+            self.assertClose(o, p, True, lse)
+            np.testing.assert_array_equal(o, o_ref)
+            np.testing.assert_array_equal(lse, lse_ref)
+            self.assertGreater(meta.plan_info()["num_partials"], 0)  # requests were split: merges ran
+        return p
+
     def test_merge_in_launch_is_one_launch_and_the_same_bits(self):
         # Issue #33: the decode launch merges the splits (MLA_OPTION_MERGE); empty requests included.
         two = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096)
         one = MlaDecodeMetadata(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=4096, merge_in_launch=True)
-        for step, lens in enumerate([[300, 0, 45], [301, 46, 0, 700]]):
-            p = make_problem(np.random.default_rng(60 + step), "fp8", "fp8", 16, lens)
-            for meta in (two, one):
-                meta.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"])
-            o2, lse2 = run(p, sm_scale=SCALE, return_lse=True, metadata=two)
-            o1, lse1 = run(p, sm_scale=SCALE, return_lse=True, metadata=one)
-            self.assertClose(o1, p, True, lse1)
-            np.testing.assert_array_equal(o1, o2)
-            np.testing.assert_array_equal(lse1, lse2)
-            self.assertGreater(one.plan_info()["num_partials"], 0)  # requests were split: merges ran
+        p = self.same_bits_over_two_steps(two, one, 60)
         self.assertEqual(one.plan_info()["num_launches"], 1)
         self.assertEqual(two.plan_info()["num_launches"], 3)
         with self.assertRaisesRegex(ValueError, r"merge_in_launch=True"):
@@ -358,15 +364,7 @@ class TestEmptyRequests(Case):
         self.assertEqual(three.plan_info()["num_launches"], 3)
         self.assertEqual(two.plan_info()["num_launches"], 2)
         self.assertEqual(two.plan_info()["prefix_grid"][0], 0)
-        for step, lens in enumerate([[300, 0, 45], [301, 46, 0, 700]]):
-            p = make_problem(np.random.default_rng(70 + step), "fp8", "fp8", 16, lens)
-            for meta in (three, two):
-                meta.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"])
-            o3, lse3 = run(p, sm_scale=SCALE, return_lse=True, metadata=three)
-            o2, lse2 = run(p, sm_scale=SCALE, return_lse=True, metadata=two)
-            self.assertClose(o2, p, True, lse2)
-            np.testing.assert_array_equal(o2, o3)
-            np.testing.assert_array_equal(lse2, lse3)
+        p = self.same_bits_over_two_steps(three, two, 70)
         with self.assertRaisesRegex(ValueError, r"cascades=False"):
             two.update(p["qo_indptr"], p["kv_indptr"], p["kv_last_page_lens"], detect_shared_prefixes=True)
         # The shared context's option is back to its default: a later metadata cascades again.
