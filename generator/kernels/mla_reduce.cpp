@@ -9,7 +9,7 @@
 // once (lanes carry the chunk's lse, an LDS round trip hands them to every lane): ceil(R / 64)
 // rounds for its lse maximum, ceil(R / 16) (+1 where its range crosses from bf16 to f32) for its
 // weighted sum; the waves meet twice in LDS (the maximum, then wave 0 adds the ranges' sums in
-// range order). 4 rounds at S = 293, 2 at S <= 128 (docs/performance.md, "The reduce's latency").
+// range order). 4 rounds at S = 304 (32K x1), 2 at S <= 128 (docs/performance.md, "The reduce's latency").
 //   lse* = max_k lse_k;  w_k = exp(lse_k - lse*);  o = sum_k w_k o_k / sum_k w_k;
 //   lse = lse* + ln(sum_k w_k).
 // Each range sums in split order from 0, the ranges' sums are added in order: the in-launch merge

@@ -720,11 +720,11 @@ TEST_CASE("bench: the reduce's dependent load rounds, and the model's reduce flo
   CHECK(gen::reduce_range_splits(1) == 16);
   CHECK(gen::reduce_range_splits(128) == 16);
   CHECK(gen::reduce_range_splits(129) == 32);  // ceil(129 / 8) = 17
-  CHECK(gen::reduce_range_splits(293) == 48);  // ceil(293 / 8) = 37
+  CHECK(gen::reduce_range_splits(304) == 48);  // ceil(304 / 8) = 38
   CHECK(gen::reduce_load_rounds(0, 0) == 0);
   CHECK(gen::reduce_load_rounds(2, 0) == 2);      // one lse load, one chunk
   CHECK(gen::reduce_load_rounds(128, 0) == 2);    // 8 ranges of 16
-  CHECK(gen::reduce_load_rounds(293, 0) == 4);    // 1 + 3 (32K x1: 293 splits on 304 CUs)
+  CHECK(gen::reduce_load_rounds(304, 0) == 4);    // 1 + 3 (32K x1: 304 splits, one per CU)
   CHECK(gen::reduce_load_rounds(20, 10) == 3);    // range 0: 10 bf16 + 6 f32 = 1 + 1 + 1
   CHECK(gen::reduce_load_rounds(600, 100) == 8);  // range 1 (80..159): 2 lse + 2 bf16 + 4 f32 chunks
   CHECK(gen::reduce_load_rounds(600, 0) == 7);    // 2 + 5
