@@ -122,8 +122,6 @@ def _device_name(device):
 # fp8 formats by name: the flavour of e4m3 a tensor's bits are in.
 FP8_FORMATS = {"e4m3fnuz": "float8_e4m3fnuz", "e4m3fn": "float8_e4m3fn",
                "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e4m3fn": "float8_e4m3fn"}
-# Byte values that are NaN in a target's flavour but numbers in the other one: q holding one is
-# q in the other flavour (a NaN is never a valid query).
 def _fp8_format_name(fp8_format):
     """"float8_e4m3fn[uz]" from "e4m3fn[uz]", "float8_e4m3fn[uz]" or a torch dtype; None stays None."""
     if fp8_format is None:
@@ -168,7 +166,8 @@ def _check_fp8_flavour(tensors, target, fp8_format):
 
 def _first_nan_byte(flat, flavour, block=1 << 16):
     """Index of the first byte of flat (uint8) that is NaN in flavour (e4m3fn: 0x7F and 0xFF, all 7
-    low bits set; e4m3fnuz: 0x80), or None. One pass in 64 KiB blocks with one reused buffer:
+    low bits set; e4m3fnuz: 0x80), or None: numbers in the other flavour, so q holding one is q in
+    the other flavour (a NaN is never a valid query). One pass in 64 KiB blocks with one reused buffer:
     q-sized temporaries cost more than the scan (fresh pages), about 190 us for 1.8 MB here."""
     tmp = np.empty(min(block, flat.size), np.uint8)
     for s in range(0, flat.size, block):
