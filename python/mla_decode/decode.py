@@ -122,6 +122,8 @@ def _device_name(device):
 # fp8 formats by name: the flavour of e4m3 a tensor's bits are in.
 FP8_FORMATS = {"e4m3fnuz": "float8_e4m3fnuz", "e4m3fn": "float8_e4m3fn",
                "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e4m3fn": "float8_e4m3fn"}
+
+
 def _fp8_format_name(fp8_format):
     """"float8_e4m3fn[uz]" from "e4m3fn[uz]", "float8_e4m3fn[uz]" or a torch dtype; None stays None."""
     if fp8_format is None:
