@@ -29,6 +29,19 @@ std::shared_ptr<const mla::emu::CodeObject> compile_daz(const char* src, Gfx g, 
   return assemble(s, g, name);
 }
 
+// fn(g, dm, opts) on every target in both f32 denormal modes (.amdhsa_float_denorm_mode_32 0:
+// flushed, 3: kept), opts carrying the mode.
+template <class F>
+void for_targets_and_denorm_modes(F&& fn) {
+  for (Gfx g : kTargets)
+    for (int dm : {0, 3}) {
+      INFO(gfx_name(g) << " float_denorm_mode_32 " << dm);
+      KernelOpts o;
+      o.denorm32 = dm;
+      fn(g, dm, o);
+    }
+}
+
 }  // namespace
 
 // row_newbcast:N = dpp_ctrl 0x150 + N (LLVM SIDefines.h DppCtrl ROW_NEWBCAST_FIRST/LAST,
@@ -178,28 +191,24 @@ TEST_CASE("semantics: v_cvt_u32_f32 / v_cvt_i32_f32 results are integers whateve
   const uint32_t want_u[] = {8388607u, 5u, 0u, 1u, 8388608u, 0xffffffffu, 0u, 3000000000u};
   const float in_i[] = {-5.9f, 100.0f, -8388607.0f, 3e9f, -3e9f, 0.25f, 8388607.0f, -0.5f};
   const int32_t want_i[] = {-5, 100, -8388607, INT32_MAX, INT32_MIN, 0, 8388607, 0};
-  for (Gfx g : kTargets)
-    for (int dm : {0, 3}) {
-      INFO(gfx_name(g) << " float_denorm_mode_32 " << dm);
-      KernelOpts o;
-      o.denorm32 = dm;
-      std::vector<uint32_t> in(256);
-      for (int l = 0; l < 64; ++l) {
-        in[l * 4] = fbits(in_u[l % 8]);
-        in[l * 4 + 1] = fbits(in_i[l % 8]);
-        in[l * 4 + 2] = 0x00000001u;  // an f32 denormal input: 0 when flushed, still 0 when kept
-      }
-      auto r = run_wave(g, "cvtint" + std::to_string(dm),
-                        "  v_cvt_u32_f32 v20, v10\n  v_cvt_i32_f32 v21, v11\n  v_cvt_u32_f32 v22, v12\n"
-                        "  v_cvt_u32_f32_e64 v23, v10\n",
-                        in, std::vector<uint32_t>(256, 0), o);
-      for (int l = 0; l < 64; ++l) {
-        CHECK(r.at(l, 0) == want_u[l % 8]);
-        CHECK(int32_t(r.at(l, 1)) == want_i[l % 8]);
-        CHECK(r.at(l, 2) == 0u);
-        CHECK(r.at(l, 3) == want_u[l % 8]);
-      }
+  for_targets_and_denorm_modes([&](Gfx g, int dm, const KernelOpts& o) {
+    std::vector<uint32_t> in(256);
+    for (int l = 0; l < 64; ++l) {
+      in[l * 4] = fbits(in_u[l % 8]);
+      in[l * 4 + 1] = fbits(in_i[l % 8]);
+      in[l * 4 + 2] = 0x00000001u;  // an f32 denormal input: 0 when flushed, still 0 when kept
     }
+    auto r = run_wave(g, "cvtint" + std::to_string(dm),
+                      "  v_cvt_u32_f32 v20, v10\n  v_cvt_i32_f32 v21, v11\n  v_cvt_u32_f32 v22, v12\n"
+                      "  v_cvt_u32_f32_e64 v23, v10\n",
+                      in, std::vector<uint32_t>(256, 0), o);
+    for (int l = 0; l < 64; ++l) {
+      CHECK(r.at(l, 0) == want_u[l % 8]);
+      CHECK(int32_t(r.at(l, 1)) == want_i[l % 8]);
+      CHECK(r.at(l, 2) == 0u);
+      CHECK(r.at(l, 3) == want_u[l % 8]);
+    }
+  });
 }
 
 // The same from the compiler's side: clang-22 compiles a 32-bit unsigned division with
@@ -248,27 +257,23 @@ TEST_CASE("semantics: v_cmp_class_f32's class mask is an integer whatever the f3
   const bool finite[] = {true, true, false, false, false, true, true, true};
   const bool inf[] = {false, false, true, true, false, false, false, false};
   const bool nan[] = {false, false, false, false, true, false, false, false};
-  for (Gfx g : kTargets)
-    for (int dm : {0, 3}) {
-      INFO(gfx_name(g) << " float_denorm_mode_32 " << dm);
-      KernelOpts o;
-      o.denorm32 = dm;
-      std::vector<uint32_t> in(256);
-      for (int l = 0; l < 64; ++l) in[l * 4] = x[l % 8];
-      auto r = run_wave(g, "cmpclass" + std::to_string(dm),
-                        "  v_mov_b32 v14, 0x1f8\n  v_cmp_class_f32_e64 s[10:11], v10, v14\n"
-                        "  v_cndmask_b32_e64 v20, 0, 1, s[10:11]\n"
-                        "  v_mov_b32 v15, 0x204\n  v_cmp_class_f32_e64 s[10:11], v10, v15\n"
-                        "  v_cndmask_b32_e64 v21, 0, 1, s[10:11]\n"
-                        "  v_cmp_class_f32_e64 s[10:11], v10, 3\n  v_cndmask_b32_e64 v22, 0, 1, s[10:11]\n",
-                        in, std::vector<uint32_t>(256, 0), o);
-      for (int l = 0; l < 64; ++l) {
-        INFO("lane " << l);
-        CHECK(r.at(l, 0) == uint32_t(finite[l % 8]));
-        CHECK(r.at(l, 1) == uint32_t(inf[l % 8]));
-        CHECK(r.at(l, 2) == uint32_t(nan[l % 8]));
-      }
+  for_targets_and_denorm_modes([&](Gfx g, int dm, const KernelOpts& o) {
+    std::vector<uint32_t> in(256);
+    for (int l = 0; l < 64; ++l) in[l * 4] = x[l % 8];
+    auto r = run_wave(g, "cmpclass" + std::to_string(dm),
+                      "  v_mov_b32 v14, 0x1f8\n  v_cmp_class_f32_e64 s[10:11], v10, v14\n"
+                      "  v_cndmask_b32_e64 v20, 0, 1, s[10:11]\n"
+                      "  v_mov_b32 v15, 0x204\n  v_cmp_class_f32_e64 s[10:11], v10, v15\n"
+                      "  v_cndmask_b32_e64 v21, 0, 1, s[10:11]\n"
+                      "  v_cmp_class_f32_e64 s[10:11], v10, 3\n  v_cndmask_b32_e64 v22, 0, 1, s[10:11]\n",
+                      in, std::vector<uint32_t>(256, 0), o);
+    for (int l = 0; l < 64; ++l) {
+      INFO("lane " << l);
+      CHECK(r.at(l, 0) == uint32_t(finite[l % 8]));
+      CHECK(r.at(l, 1) == uint32_t(inf[l % 8]));
+      CHECK(r.at(l, 2) == uint32_t(nan[l % 8]));
     }
+  });
 }
 
 // The same from the compiler's side: clang-22 lowers __builtin_isfpclass(x, 0x1f8) (llvm.is.fpclass,
