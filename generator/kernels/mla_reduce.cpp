@@ -16,10 +16,26 @@
 // (emit_partial_merge_block) adds in the same order, so the two are equal bit for bit.
 // Partials are normalised within their split (decode wrote o_k = sum p v / sum p), so the
 // weights are exactly the splits' shares of the softmax denominator.
+//
+// The builder is a plan plus one emitter per phase, as the decode builder is: ReducePlan (what
+// the spec decides; ReduceLds, the LDS layout) is computed first, then class Reduce emits, one
+// method per phase in program order:
+//   arguments       kernel arguments, the wave and the lane;
+//   fetch_entry     wave 0 copies the launch entry into LDS, every wave reads it (or ends);
+//   wave_range      this wave's splits [lo, hi);
+//   addresses       the LDS hand-over addresses, the lse and partial-row buffer resources
+//                   (and the chunk loops' registers);
+//   lse_max         lse* over the wave's range, then over the waves through LDS;
+//   weighted_sum    the range's sums of w_k o_k and w_k, its bf16 splits then its f32 splits;
+//   combine_ranges  waves 1..7 hand their sums to wave 0, which adds them in range order;
+//   store           o as bf16, and lse.
+// The helpers the reduce shares with the in-launch merge come before it, the in-launch merge
+// (emit_partial_merge_block) after it.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/kernargs.h"
 #include "kernels/mla_geometry.h"
@@ -70,39 +86,113 @@ void emit_reduce_range_splits(Builder& b, SReg r, SReg splits) {
   b.s_and_b32(r, r, Imm(int64_t(~uint32_t(kReduceSumChunk - 1))));
 }
 
-void build_mla_reduce(Program& p, const KernelSpec& s) {
-  namespace A = mla_reduce_args;
-  auto& abi = p.abi;
-  declare_kernargs(p, abi::kReduceArgs, s);
-  // LDS: per wave 64 f32 handed from lanes to every lane; the waves' maxima; the launch entry
-  // (wave 0 reads it from memory, the others from here, so a row's bytes are one wave's); the
-  // ranges' sums (8 f32 and a weight sum per lane) for wave 0.
-  constexpr uint32_t kBcast = 0, kMaxSlots = kBcast + kReduceWaves * 256, kEntry = kMaxSlots + 4 * kReduceWaves;
-  constexpr uint32_t kAcc = kEntry + 48, kWsum = kAcc + kReduceWaves * 2048, kLds = kWsum + kReduceWaves * 256;
-  static_assert(kAcc % 16 == 0 && kEntry % 16 == 0 && kMaxSlots % 16 == 0, "ds_*_b128 alignment");
-  abi.max_workgroup_size = 64 * kReduceWaves;
-  abi.lds_bytes = kLds;
-  abi.workgroup_id_y = true;
-  const int M = s.heads * s.qseqlen;
+namespace {
 
-  Builder b(p);
-  auto& ra = b.regs();
-  SReg args = ra.sgpr(10, "kernargs");
-  b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
-  b.s_load_dwordx2(args.sub(8, 2), b.kernarg_ptr(), 32);
-  auto ptr = [&](uint32_t off) { return args.sub(int(off / 4), 2); };
-  static_assert(abi::reduce_entry::dwords == 8, "the reduce kernel loads a ReduceEntry as 8 dwords");
-  VReg lane = ra.vgpr(1, "lane"), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
-  SReg wave = ra.sgpr(1, "wave"), saved = ra.sgpr(2, "saved_exec");
-  b.v_lshrrev_b32(t0, Imm(6), b.workitem_ids());
-  b.v_readfirstlane_b32(wave, t0);
-  b.v_and_b32(lane, Imm(63), b.workitem_ids());
-  VReg zero = ra.vgpr(1, "zero"), ent = ra.vgpr(12, "entry_lds", 4);
-  b.v_mov_b32(zero, Imm(0));
-  SReg entry = ra.sgpr(8, "entry", 4), has = ra.sgpr(1, "has_entry");
-  {
-    // Wave 0: the launch's header (abi::LaunchHeader; the grid's x is the plan's capacity,
-    // workgroups past this step's entry count exit) and this workgroup's entry, into LDS.
+namespace A = mla_reduce_args;
+namespace E = abi::reduce_entry;
+
+// LDS of the reduce kernel, in bytes: per wave 64 f32 handed from lanes to every lane (bcast);
+// the waves' maxima; the launch entry (wave 0 reads it from memory, the others from here, so a
+// row's bytes are one wave's); the ranges' sums (8 f32 and a weight sum per lane) for wave 0.
+struct ReduceLds {
+  static constexpr uint32_t bcast = 0, max_slots = bcast + kReduceWaves * 256, entry = max_slots + 4 * kReduceWaves;
+  static constexpr uint32_t acc = entry + 48, wsum = acc + kReduceWaves * 2048, bytes = wsum + kReduceWaves * 256;
+  static_assert(acc % 16 == 0 && entry % 16 == 0 && max_slots % 16 == 0, "ds_*_b128 alignment");
+};
+
+// Every decision of the reduce kernel, a value computed from the spec before any instruction is
+// emitted; the emitter below only executes it. The split ranges, chunk sizes and LDS layout are
+// the same for every shape (mla_reduce.h, ReduceLds); what a spec changes is here.
+struct ReducePlan {
+  int heads = 0;             // request row r's final row is qo_row * heads + r
+  int rows = 0;              // M = heads * qseqlen rows per partial slot
+  bool return_lse = false;   // the merged lse is stored too
+  uint32_t workgroup_size = 64 * kReduceWaves;
+  uint32_t lds_bytes = ReduceLds::bytes;
+  int lse_slot_bytes() const { return rows * 4; }  // one slot's lse, an f32 per row
+};
+
+ReducePlan reduce_plan(const KernelSpec& s) {
+  ReducePlan p;
+  p.heads = s.heads;
+  p.rows = s.heads * s.qseqlen;
+  p.return_lse = s.return_lse;
+  return p;
+}
+
+// The kernel arguments and launch facts, before the builder reads them.
+Program& declare_abi(Program& p, const KernelSpec& s, const ReducePlan& pl) {
+  declare_kernargs(p, abi::kReduceArgs, s);
+  p.abi.max_workgroup_size = pl.workgroup_size;
+  p.abi.lds_bytes = pl.lds_bytes;
+  p.abi.workgroup_id_y = true;
+  return p;
+}
+
+// The reduce kernel's emitter: one method per phase, in program order (emit()). Register
+// allocation order is emission order, so the phases run in the order emit() calls them.
+class Reduce {
+ public:
+  Reduce(Program& p, const KernelSpec& s) : pl(reduce_plan(s)), b(declare_abi(p, s, pl)), ra(b.regs()) {}
+
+  void emit() {
+    arguments();
+    fetch_entry();
+    wave_range();
+    addresses();
+    lse_max();
+    weighted_sum();
+    combine_ranges();
+    store();
+  }
+
+ private:
+  SReg ptr(uint32_t off) const { return args.sub(int(off / 4), 2); }
+  // The workgroup's abi::ReduceEntry, one SGPR per field, and its row of the request.
+  SReg qo_row() const { return entry[E::qo_row]; }
+  SReg first() const { return entry[E::first_partial]; }
+  SReg splits() const { return entry[E::num_splits]; }
+  SReg stride() const { return entry[E::partial_stride]; }
+  SReg bf16_splits() const { return entry[E::bf16_splits]; }
+  SReg row() const { return b.workgroup_id(1); }
+
+  // Kernel arguments; the wave and the lane.
+  void arguments() {
+    args = ra.sgpr(10, "kernargs");
+    b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
+    b.s_load_dwordx2(args.sub(8, 2), b.kernarg_ptr(), 32);
+    lane = ra.vgpr(1, "lane"), t0 = ra.vgpr(1, "t0"), t1 = ra.vgpr(1, "t1");
+    wave = ra.sgpr(1, "wave"), saved = ra.sgpr(2, "saved_exec");
+    b.v_lshrrev_b32(t0, Imm(6), b.workitem_ids());
+    b.v_readfirstlane_b32(wave, t0);
+    b.v_and_b32(lane, Imm(63), b.workitem_ids());
+  }
+
+  // The workgroup's entry, in SGPRs of every wave (wave 0 fetches it, entry_to_lds); the
+  // workgroup ends here when the step has no entry for it.
+  void fetch_entry() {
+    zero = ra.vgpr(1, "zero");
+    VReg ent = ra.vgpr(12, "entry_lds", 4);
+    b.v_mov_b32(zero, Imm(0));
+    entry = ra.sgpr(8, "entry", 4), has = ra.sgpr(1, "has_entry");
+    entry_to_lds(ent);
+    b.s_barrier();
+    b.ds_read_b128(ent.sub(0, 4), zero, ReduceLds::entry);
+    b.ds_read_b128(ent.sub(4, 4), zero, ReduceLds::entry + 16);
+    b.ds_read_b32(ent[8], zero, ReduceLds::entry + 32);
+    for (int i = 0; i < 8; ++i) b.v_readfirstlane_b32(entry[i], ent[i]);
+    b.v_readfirstlane_b32(has, ent[8]);
+    ra.release(ent);
+    Label has_entry = b.new_label("has_entry");
+    b.s_cmp_eq_u32(has, Imm(1));
+    b.s_cbranch_scc1(has_entry);
+    b.s_endpgm();  // every wave of the workgroup, past its only barrier
+    b.bind(has_entry);
+  }
+
+  // Wave 0: the launch's header (abi::LaunchHeader; the grid's x is the plan's capacity,
+  // workgroups past this step's entry count exit) and this workgroup's entry, into LDS.
+  void entry_to_lds(VReg ent) {
     Label not_first = b.new_label("not_wave0"), no_entry = b.new_label("no_entry");
     b.s_cmp_lg_u32(wave, Imm(0));
     b.s_cbranch_scc1(not_first);
@@ -116,74 +206,67 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_add_u32(eaddr[0], header[abi::launch_header::entries_offset], eaddr[0]);
     b.s_add_u32(eaddr[0], ptr(A::reduce_map)[0], eaddr[0]);
     b.s_addc_u32(eaddr[1], ptr(A::reduce_map)[1], Imm(0));
+    static_assert(abi::reduce_entry::dwords == 8, "the reduce kernel loads a ReduceEntry as 8 dwords");
     b.s_load_dwordx8(entry, eaddr, 0);
     for (int i = 0; i < 8; ++i) b.v_mov_b32(ent[i], entry[i]);
     b.bind(no_entry);
     b.v_mov_b32(ent[8], has);
     b.s_mov_b64(saved, exec);
     b.s_mov_exec(Imm(1));
-    b.ds_write_b128(zero, ent.sub(0, 4), kEntry);
-    b.ds_write_b128(zero, ent.sub(4, 4), kEntry + 16);
-    b.ds_write_b32(zero, ent[8], kEntry + 32);
+    b.ds_write_b128(zero, ent.sub(0, 4), ReduceLds::entry);
+    b.ds_write_b128(zero, ent.sub(4, 4), ReduceLds::entry + 16);
+    b.ds_write_b32(zero, ent[8], ReduceLds::entry + 32);
     b.s_mov_exec(saved);
     ra.release(header), ra.release(eaddr);
     b.bind(not_first);
   }
-  b.s_barrier();
-  b.ds_read_b128(ent.sub(0, 4), zero, kEntry);
-  b.ds_read_b128(ent.sub(4, 4), zero, kEntry + 16);
-  b.ds_read_b32(ent[8], zero, kEntry + 32);
-  for (int i = 0; i < 8; ++i) b.v_readfirstlane_b32(entry[i], ent[i]);
-  b.v_readfirstlane_b32(has, ent[8]);
-  ra.release(ent);
-  Label has_entry = b.new_label("has_entry");
-  b.s_cmp_eq_u32(has, Imm(1));
-  b.s_cbranch_scc1(has_entry);
-  b.s_endpgm();  // every wave of the workgroup, past its only barrier
-  b.bind(has_entry);
-  namespace E = abi::reduce_entry;
-  SReg qo_row = entry[E::qo_row], first = entry[E::first_partial], splits = entry[E::num_splits],
-       stride = entry[E::partial_stride], bf16_splits = entry[E::bf16_splits];
-  SReg row = b.workgroup_id(1);
+
   // This wave's splits: [lo, hi) = [wave R, min((wave + 1) R, S)), empty past S.
-  SReg range = ra.sgpr(1, "range"), lo = ra.sgpr(1, "range_lo"), hi = ra.sgpr(1, "range_hi");
-  emit_reduce_range_splits(b, range, splits);
-  b.s_mul_i32(lo, wave, range);
-  b.s_min_u32(lo, lo, splits);
-  b.s_add_u32(hi, lo, range);
-  b.s_min_u32(hi, hi, splits);
+  void wave_range() {
+    range = ra.sgpr(1, "range"), lo = ra.sgpr(1, "range_lo"), hi = ra.sgpr(1, "range_hi");
+    emit_reduce_range_splits(b, range, splits());
+    b.s_mul_i32(lo, wave, range);
+    b.s_min_u32(lo, lo, splits());
+    b.s_add_u32(hi, lo, range);
+    b.s_min_u32(hi, hi, splits());
+  }
 
-  // Lane l owns columns 8l .. 8l+7 of the row and carries split c + l of a chunk's lse; this
-  // wave's 64 LDS words hand a chunk's values from lanes to every lane.
-  VReg lds_base = ra.vgpr(1, "lds_base"), lds_lane = ra.vgpr(1, "lds_lane");
-  SReg t = ra.sgpr(2, "t");
-  b.s_lshl_b32(t[0], wave, Imm(8));
-  b.v_mov_b32(lds_base, t[0]);
-  b.v_lshlrev_b32(lds_lane, Imm(2), lane);
-  b.v_add_u32(lds_lane, t[0], lds_lane);
+  void addresses() {
+    // Lane l owns columns 8l .. 8l+7 of the row and carries split c + l of a chunk's lse; this
+    // wave's 64 LDS words hand a chunk's values from lanes to every lane.
+    lds_base = ra.vgpr(1, "lds_base"), lds_lane = ra.vgpr(1, "lds_lane");
+    t = ra.sgpr(2, "t");
+    b.s_lshl_b32(t[0], wave, Imm(8));
+    b.v_mov_b32(lds_base, t[0]);
+    b.v_lshlrev_b32(lds_lane, Imm(2), lane);
+    b.v_add_u32(lds_lane, t[0], lds_lane);
 
-  // Split k's slot is first + k * stride: its lse at partial_lse + ((first + k stride) M + row) 4,
-  // its o row at partial_o + the same index * 2048 (a bf16 row in its first 1024 bytes).
-  SReg base = ra.sgpr(2, "base"), lrsrc = ra.sgpr(4, "lse_rsrc"), prsrc = ra.sgpr(4, "part_rsrc");
-  SReg lse_step = ra.sgpr(1, "lse_step"), o_step = ra.sgpr(1, "o_step");
-  b.s_mul_i32(lse_step, stride, Imm(M * 4));
-  b.s_lshl_b32(o_step, lse_step, Imm(9));
-  b.s_mul_i32(t[0], first, Imm(M));
-  b.s_add_u32(t[0], t[0], row);  // index of split 0's row
-  b.s_lshl_b32(t[1], t[0], Imm(2));
-  b.s_add_u32(base[0], ptr(A::partial_lse)[0], t[1]);
-  b.s_addc_u32(base[1], ptr(A::partial_lse)[1], Imm(0));
-  b.make_buffer_resource(lrsrc, base, Imm(int64_t(0xffffffffu)));  // every lane's load is masked to a real split
-  b.s_lshl_b32(t[1], t[0], Imm(11));
-  b.s_lshr_b32(t[0], t[0], Imm(21));
-  b.s_add_u32(base[0], ptr(A::partial_o)[0], t[1]);
-  b.s_addc_u32(base[1], ptr(A::partial_o)[1], t[0]);
-  b.make_buffer_resource(prsrc, base, Imm(int64_t(0xffffffffu)));
+    // Split k's slot is first + k * stride: its lse at partial_lse + ((first + k stride) M + row) 4,
+    // its o row at partial_o + the same index * 2048 (a bf16 row in its first 1024 bytes).
+    base = ra.sgpr(2, "base"), lrsrc = ra.sgpr(4, "lse_rsrc"), prsrc = ra.sgpr(4, "part_rsrc");
+    lse_step = ra.sgpr(1, "lse_step"), o_step = ra.sgpr(1, "o_step");
+    b.s_mul_i32(lse_step, stride(), Imm(pl.lse_slot_bytes()));
+    b.s_lshl_b32(o_step, lse_step, Imm(9));
+    b.s_mul_i32(t[0], first(), Imm(pl.rows));
+    b.s_add_u32(t[0], t[0], row());  // index of split 0's row
+    b.s_lshl_b32(t[1], t[0], Imm(2));
+    b.s_add_u32(base[0], ptr(A::partial_lse)[0], t[1]);
+    b.s_addc_u32(base[1], ptr(A::partial_lse)[1], Imm(0));
+    b.make_buffer_resource(lrsrc, base, Imm(int64_t(0xffffffffu)));  // every lane's load is masked to a real split
+    b.s_lshl_b32(t[1], t[0], Imm(11));
+    b.s_lshr_b32(t[0], t[0], Imm(21));
+    b.s_add_u32(base[0], ptr(A::partial_o)[0], t[1]);
+    b.s_addc_u32(base[1], ptr(A::partial_o)[1], t[0]);
+    b.make_buffer_resource(prsrc, base, Imm(int64_t(0xffffffffu)));
+
+    // The chunk loops' registers (load_lse_chunk, the broadcast, a chunk's partial rows).
+    n = ra.sgpr(1, "chunk_n"), k = ra.sgpr(1, "split"), soff = ra.sgpr(1, "soffset");
+    lse_v = ra.vgpr(1, "lse_chunk");
+    data = ra.vgpr(8 * kReduceSumChunk, "partials", 4), wts = ra.vgpr(kReduceSumChunk, "lane_values", 4);
+  }
 
   // lse of splits c + l for lanes l < n = min(size, end - c) (others -inf), one load: lse_v.
-  SReg n = ra.sgpr(1, "chunk_n"), k = ra.sgpr(1, "split"), soff = ra.sgpr(1, "soffset");
-  VReg lse_v = ra.vgpr(1, "lse_chunk");
-  auto load_lse_chunk = [&](SReg c, SReg end, int size) {
+  void load_lse_chunk(SReg c, SReg end, int size) {
     b.s_sub_u32(n, end, c);
     b.s_min_u32(n, n, Imm(size));
     b.v_mov_b32(lse_v, Imm(int64_t(0xff800000u)));
@@ -193,20 +276,20 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_and_saveexec_b64(saved, vcc);
     b.buffer_load_dword(lse_v, t0, lrsrc, Imm(0));
     b.s_mov_exec(saved);
-  };
-  VReg data = ra.vgpr(8 * kReduceSumChunk, "partials", 4), wts = ra.vgpr(kReduceSumChunk, "lane_values", 4);
+  }
+
   // Every lane gets lanes from .. from+15's values of v (written by broadcast_write) in wts.
-  auto broadcast_write = [&](VReg v) { b.ds_write_b32(lds_lane, v); };
-  auto broadcast_read = [&](int from) {
+  void broadcast_write(VReg v) { b.ds_write_b32(lds_lane, v); }
+  void broadcast_read(int from) {
     for (int q = 0; q < kReduceSumChunk / 4; ++q) b.ds_read_b128(wts.sub(4 * q, 4), lds_base, uint32_t(4 * from + 16 * q));
-  };
+  }
 
   // lse* = max_k lse_k (exact: the order of the maxima does not matter): this wave's range, then
   // the waves' maxima through LDS. A request with no KV (num_splits 0) merges nothing: lse* stays
   // -inf, the sums 0.
-  VReg vmax = ra.vgpr(1, "lse_max");
-  b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
-  {
+  void lse_max() {
+    vmax = ra.vgpr(1, "lse_max");
+    b.v_mov_b32(vmax, Imm(int64_t(0xff800000u)));
     Label max_done = b.new_label("max_done");
     VReg lane_max = ra.vgpr(1, "lane_max");
     b.v_mov_b32(lane_max, Imm(int64_t(0xff800000u)));
@@ -230,24 +313,37 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.s_mov_exec(Imm(1));
     b.s_lshl_b32(t[0], wave, Imm(2));
     b.v_mov_b32(t0, t[0]);
-    b.ds_write_b32(t0, vmax, kMaxSlots);
+    b.ds_write_b32(t0, vmax, ReduceLds::max_slots);
     b.s_mov_exec(saved);
     b.s_barrier();
     static_assert(kReduceWaves == 8, "two ds_read_b128 of the waves' maxima");
-    b.ds_read_b128(wts.sub(0, 4), zero, kMaxSlots);
-    b.ds_read_b128(wts.sub(4, 4), zero, kMaxSlots + 16);
+    b.ds_read_b128(wts.sub(0, 4), zero, ReduceLds::max_slots);
+    b.ds_read_b128(wts.sub(4, 4), zero, ReduceLds::max_slots + 16);
     for (int j = 0; j < kReduceWaves; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
     ra.release(lane_max);
   }
 
-  // This range's weighted sum in split order, a chunk of up to 16 splits' loads in flight.
-  VReg acc = ra.vgpr(8, "acc", 4), wsum = ra.vgpr(1, "weight_sum");
-  VReg off32 = ra.vgpr(1, "col_offset"), off16 = ra.vgpr(1, "col_offset_bf16");
-  b.v_lshlrev_b32(off32, Imm(5), lane);  // 8 f32 per lane
-  b.v_lshlrev_b32(off16, Imm(4), lane);  // 8 bf16 per lane
-  for (int i = 0; i < 8; ++i) b.v_mov_b32(acc[i], Imm(0));
-  b.v_mov_b32(wsum, Imm(0));
-  auto sum_loop = [&](bool bf16, SReg end) {
+  // This range's weighted sum in split order, a chunk of up to 16 splits' loads in flight: its
+  // bf16 splits [lo, min(bf16_splits, hi)), then its f32 splits [max(lo, bf16_splits), hi).
+  void weighted_sum() {
+    acc = ra.vgpr(8, "acc", 4), wsum = ra.vgpr(1, "weight_sum");
+    off32 = ra.vgpr(1, "col_offset"), off16 = ra.vgpr(1, "col_offset_bf16");
+    b.v_lshlrev_b32(off32, Imm(5), lane);  // 8 f32 per lane
+    b.v_lshlrev_b32(off16, Imm(4), lane);  // 8 bf16 per lane
+    for (int i = 0; i < 8; ++i) b.v_mov_b32(acc[i], Imm(0));
+    b.v_mov_b32(wsum, Imm(0));
+    SReg end = ra.sgpr(1, "bf16_end");
+    b.s_mov_b32(k, lo);
+    b.s_min_u32(end, bf16_splits(), hi);
+    sum_splits(true, end);
+    b.s_cmp_gt_u32(bf16_splits(), k);  // k = max(k, bf16_splits)
+    b.s_cselect_b32(k, bf16_splits(), k);
+    sum_splits(false, hi);
+    ra.release(end);
+  }
+
+  // Splits k .. end - 1 of one kind (bf16 or f32 partials) into acc and wsum, chunk by chunk.
+  void sum_splits(bool bf16, SReg end) {
     const std::string kind = bf16 ? "_bf16" : "";
     Label loop = b.new_label("sum_loop" + kind), skip = b.new_label("sum_done" + kind);
     b.s_cmp_ge_u32(k, end);  // none of this kind in the range
@@ -256,6 +352,23 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     load_lse_chunk(k, end, kReduceSumChunk);
     b.s_mul_i32(soff, k, o_step);
     Label loaded = b.new_label("chunk_loaded" + kind), summed = b.new_label("chunk_summed" + kind);
+    load_partials(bf16, loaded);
+    // The weights w_k = exp(lse_k - lse*), lane l computing split k + l's (emit_split_weight's
+    // arithmetic, so the in-launch merge's sums are the same bit for bit).
+    b.v_sub_f32(t1, lse_v, vmax);
+    b.v_mul_f32(t1, FImm{kLog2e}, t1);
+    b.v_exp_f32(t1, t1);
+    broadcast_write(t1);
+    broadcast_read(0);
+    add_partials(bf16, summed);
+    b.s_add_u32(k, k, n);
+    b.s_cmp_lt_u32(k, end);
+    b.s_cbranch_scc1(loop);
+    b.bind(skip);
+  }
+
+  // The chunk's n partial rows (the lane's 8 columns), every load in flight; binds `loaded`.
+  void load_partials(bool bf16, Label loaded) {
     for (int j = 0; j < kReduceSumChunk; ++j) {
       if (j) {
         b.s_cmp_le_u32(n, Imm(j));
@@ -263,7 +376,7 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
         b.s_add_u32(soff, soff, o_step);
       }
       VReg part = data.sub(8 * j, 8);
-      // bf16 -> f32 is exact: the bf16 bits are the f32's high half (widened below).
+      // bf16 -> f32 is exact: the bf16 bits are the f32's high half (widened in add_partials).
       if (bf16) {
         b.buffer_load_dwordx4(part.sub(4, 4), off16, prsrc, soff);
       } else {
@@ -272,13 +385,10 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
       }
     }
     b.bind(loaded);
-    // The weights w_k = exp(lse_k - lse*), lane l computing split k + l's (emit_split_weight's
-    // arithmetic, so the in-launch merge's sums are the same bit for bit).
-    b.v_sub_f32(t1, lse_v, vmax);
-    b.v_mul_f32(t1, FImm{kLog2e}, t1);
-    b.v_exp_f32(t1, t1);
-    broadcast_write(t1);
-    broadcast_read(0);
+  }
+
+  // acc += w_j o_j and wsum += w_j over the chunk's n splits in split order; binds `summed`.
+  void add_partials(bool bf16, Label summed) {
     for (int j = 0; j < kReduceSumChunk; ++j) {
       if (j) {
         b.s_cmp_le_u32(n, Imm(j));
@@ -295,25 +405,11 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
       for (int i = 0; i < 8; ++i) b.v_fma_f32(acc[i], wts[j], part[i], acc[i]);
     }
     b.bind(summed);
-    b.s_add_u32(k, k, n);
-    b.s_cmp_lt_u32(k, end);
-    b.s_cbranch_scc1(loop);
-    b.bind(skip);
-  };
-  {
-    SReg end = ra.sgpr(1, "bf16_end");
-    b.s_mov_b32(k, lo);
-    b.s_min_u32(end, bf16_splits, hi);
-    sum_loop(true, end);
-    b.s_cmp_gt_u32(bf16_splits, k);  // k = max(k, bf16_splits)
-    b.s_cselect_b32(k, bf16_splits, k);
-    sum_loop(false, hi);
-    ra.release(end);
   }
 
   // Waves 1..7 hand their range's sums to wave 0 and end; wave 0 adds the non-empty ranges'
   // sums to its own in range order (a range is non-empty iff w R < S).
-  {
+  void combine_ranges() {
     VReg off = ra.vgpr(1, "sum_offset");
     b.s_lshl_b32(t[0], wave, Imm(11));
     b.v_lshlrev_b32(off, Imm(5), lane);
@@ -321,9 +417,9 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     Label wave0 = b.new_label("combine");
     b.s_cmp_eq_u32(wave, Imm(0));
     b.s_cbranch_scc1(wave0);
-    b.ds_write_b128(off, acc.sub(0, 4), kAcc);
-    b.ds_write_b128(off, acc.sub(4, 4), kAcc + 16);
-    b.ds_write_b32(lds_lane, wsum, kWsum);  // lds_lane = wave 256 + lane 4
+    b.ds_write_b128(off, acc.sub(0, 4), ReduceLds::acc);
+    b.ds_write_b128(off, acc.sub(4, 4), ReduceLds::acc + 16);
+    b.ds_write_b32(lds_lane, wsum, ReduceLds::wsum);  // lds_lane = wave 256 + lane 4
     b.s_barrier();
     b.s_endpgm();
     b.bind(wave0);
@@ -331,11 +427,11 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     Label combined = b.new_label("combined");
     for (int w = 1; w < kReduceWaves; ++w) {
       b.s_mul_i32(t[0], range, Imm(w));
-      b.s_cmp_ge_u32(t[0], splits);
+      b.s_cmp_ge_u32(t[0], splits());
       b.s_cbranch_scc1(combined);
-      b.ds_read_b128(data.sub(0, 4), off, kAcc + 2048 * w);
-      b.ds_read_b128(data.sub(4, 4), off, kAcc + 2048 * w + 16);
-      b.ds_read_b32(data[8], lds_lane, kWsum + 256 * w);
+      b.ds_read_b128(data.sub(0, 4), off, ReduceLds::acc + 2048 * w);
+      b.ds_read_b128(data.sub(4, 4), off, ReduceLds::acc + 2048 * w + 16);
+      b.ds_read_b32(data[8], lds_lane, ReduceLds::wsum + 256 * w);
       for (int i = 0; i < 8; ++i) b.v_add_f32(acc[i], acc[i], data[i]);
       b.v_add_f32(wsum, wsum, data[8]);
     }
@@ -344,29 +440,35 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
   }
 
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
-  VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4);
-  b.v_rcp_f32(inv, wsum);
-  {  // No KV: o = 0 (not 0 * rcp(0) = NaN); lse = -inf + ln(0) = -inf.
-    Label nonempty = b.new_label("nonempty");
-    b.s_cmp_lg_u32(splits, Imm(0));
-    b.s_cbranch_scc1(nonempty);
-    b.v_mov_b32(inv, Imm(0));
-    b.bind(nonempty);
+  void store() {
+    VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4);
+    b.v_rcp_f32(inv, wsum);
+    {  // No KV: o = 0 (not 0 * rcp(0) = NaN); lse = -inf + ln(0) = -inf.
+      Label nonempty = b.new_label("nonempty");
+      b.s_cmp_lg_u32(splits(), Imm(0));
+      b.s_cbranch_scc1(nonempty);
+      b.v_mov_b32(inv, Imm(0));
+      b.bind(nonempty);
+    }
+    for (int i = 0; i < 8; ++i) b.v_mul_f32(acc[i], acc[i], inv);
+    SReg k7fff = ra.sgpr(1, "k_7fff"), kperm = ra.sgpr(1, "k_perm_hi16");
+    b.s_mov_b32(k7fff, Imm(0x7fff));
+    b.s_mov_b32(kperm, Imm(0x07060302));
+    for (int i = 0; i < 4; ++i) emit_pack_bf16_rne(b, packed[i], acc[2 * i], acc[2 * i + 1], t0, t1, k7fff, kperm);
+    // Final row = qo_row * heads + row.
+    b.s_mul_i32(t[0], qo_row(), Imm(pl.heads));
+    b.s_add_u32(t[0], t[0], row());
+    b.s_lshl_b32(t[1], t[0], Imm(10));  // * 512 * 2 bytes
+    b.s_add_u32(base[0], ptr(A::o)[0], t[1]);
+    b.s_addc_u32(base[1], ptr(A::o)[1], Imm(0));
+    b.make_buffer_resource(prsrc, base, Imm(kMlaVDim * 2));
+    b.buffer_store_dwordx4(packed, off16, prsrc, Imm(0));
+    if (pl.return_lse) store_lse();
+    b.s_endpgm();
   }
-  for (int i = 0; i < 8; ++i) b.v_mul_f32(acc[i], acc[i], inv);
-  SReg k7fff = ra.sgpr(1, "k_7fff"), kperm = ra.sgpr(1, "k_perm_hi16");
-  b.s_mov_b32(k7fff, Imm(0x7fff));
-  b.s_mov_b32(kperm, Imm(0x07060302));
-  for (int i = 0; i < 4; ++i) emit_pack_bf16_rne(b, packed[i], acc[2 * i], acc[2 * i + 1], t0, t1, k7fff, kperm);
-  // Final row = qo_row * heads + row.
-  b.s_mul_i32(t[0], qo_row, Imm(s.heads));
-  b.s_add_u32(t[0], t[0], row);
-  b.s_lshl_b32(t[1], t[0], Imm(10));  // * 512 * 2 bytes
-  b.s_add_u32(base[0], ptr(A::o)[0], t[1]);
-  b.s_addc_u32(base[1], ptr(A::o)[1], Imm(0));
-  b.make_buffer_resource(prsrc, base, Imm(kMlaVDim * 2));
-  b.buffer_store_dwordx4(packed, off16, prsrc, Imm(0));
-  if (s.return_lse) {
+
+  // lse = lse* + ln(wsum) at lse + final row * 4 (t[0] holds the final row).
+  void store_lse() {
     b.v_log_f32(t0, wsum);
     b.v_mul_f32(t0, FImm{kLn2}, t0);
     b.v_add_f32(t0, vmax, t0);
@@ -377,8 +479,21 @@ void build_mla_reduce(Program& p, const KernelSpec& s) {
     b.v_lshlrev_b32(t1, Imm(2), lane);
     b.buffer_store_dword(t0, t1, prsrc, Imm(0));
   }
-  b.s_endpgm();
-}
+
+  const ReducePlan pl;
+  Builder b;
+  RegAllocator& ra;
+  SReg args, wave, saved, entry, has;           // arguments, fetch_entry
+  SReg range, lo, hi;                           // wave_range
+  SReg t, base, lrsrc, prsrc, lse_step, o_step;  // addresses
+  SReg n, k, soff;                              // addresses: the chunk loops'
+  VReg lane, t0, t1, zero, lds_base, lds_lane;
+  VReg lse_v, data, wts, vmax, acc, wsum, off32, off16;
+};
+
+}  // namespace
+
+void build_mla_reduce(Program& p, const KernelSpec& s) { Reduce(p, s).emit(); }
 
 }  // namespace mla::gen
 
