@@ -133,6 +133,8 @@ def library_path():
 def lib():
     """The loaded C library (loaded once; OSError naming where it looked if it is missing)."""
     global _lib
+    if _lib is not None:  # every call asks: no lock once loaded
+        return _lib
     with _lib_lock:
         if _lib is None:
             path = library_path()

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 from . import _capi as C
-from ._tensors import BF16, FP8, FP8_FLAVOUR, Tensor, empty_like_kind
+from ._tensors import BF16, FP8, FP8_FLAVOUR, Tensor, _torch, empty_like_kind, host_int32
 
 LATENT_DIM = 512  # v / o head dim (kv_lora_rank)
 QK_DIM = 576      # 512 latent + 64 rope
@@ -122,6 +122,8 @@ def _device_name(device):
 # fp8 formats by name: the flavour of e4m3 a tensor's bits are in.
 FP8_FORMATS = {"e4m3fnuz": "float8_e4m3fnuz", "e4m3fn": "float8_e4m3fn",
                "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e4m3fn": "float8_e4m3fn"}
+_SHORT_FP8 = {v: k for k, v in FP8_FORMATS.items() if not k.startswith("float8")}  # float8_e4m3fn -> e4m3fn
+_RAW_OR_FP8 = ("uint8", "float8_e4m3fn", "float8_e4m3fnuz")
 
 
 def _fp8_format_name(fp8_format):
@@ -140,12 +142,13 @@ def _check_fp8_flavour(tensors, target, fp8_format):
     e4m3fn): a torch float8 dtype must be that flavour; raw uint8 bits are taken to be in
     fp8_format (default: the target's), which must be the target's; q in raw bits on the host is
     also scanned for a byte that is NaN in the target's flavour (the other flavour's -0 or
-    +-240/448). Returns nothing; raises TypeError / ValueError naming the argument."""
+    +-240/448): CPU tensors and NumPy arrays only, which run on the emulator; a GPU tensor is
+    never read on the host. Returns nothing; raises TypeError / ValueError naming the argument."""
     want = FP8_FLAVOUR.get(target)
     if want is None:
         return
+    short = _SHORT_FP8
     given = _fp8_format_name(fp8_format)
-    short = {v: k for k, v in FP8_FORMATS.items() if not k.startswith("float8")}
     if given is not None and given != want:
         raise ValueError(f"fp8_format: '{short[given]}', but {target} reads fp8 as {short[want]} "
                          f"(gfx942: e4m3fnuz, gfx950: e4m3fn); convert the values to {short[want]} first "
@@ -154,7 +157,7 @@ def _check_fp8_flavour(tensors, target, fp8_format):
         if t.dtype.startswith("float8") and t.dtype != want:
             raise TypeError(f"{t.name}: dtype torch.{t.dtype}, but {target} reads fp8 as {want}; convert it "
                             f"(.to(torch.float32).to(torch.{want})) or run on the target whose flavour it is")
-        if t.name == "q" and t.dtype in ("uint8", "float8_e4m3fn", "float8_e4m3fnuz") and t.on_cpu:
+        if t.name == "q" and t.dtype in _RAW_OR_FP8 and t.on_cpu:
             bits = t.obj.view(np.uint8) if t.kind == "numpy" else t.obj.detach().view(_torch_uint8()).numpy()
             first = _first_nan_byte(bits.reshape(-1), want)
             if first is not None:
@@ -244,6 +247,10 @@ class MlaDecodeMetadata:
     a layer"). update() then refuses prefix_groups and detect_shared_prefixes.
     .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
     get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
+
+    What is the same at every step is made here once: the shape key the decode call compares,
+    a capacity-sized int32 buffer of kv lengths with its ctypes pointer, the reference bytes of
+    qo_indptr (0, qseqlen, 2 qseqlen, ...); update() costs its C calls plus a few microseconds.
     """
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
@@ -255,52 +262,62 @@ class MlaDecodeMetadata:
         self.max_total_tokens = int(max_total_tokens)
         self.merge_in_launch = bool(merge_in_launch)
         self.cascades = bool(cascades) and not self.merge_in_launch
+        self.shape_key = (self.q_dtype, self.kv_dtype, self.heads, self.qseqlen, self.page_size, self.return_lse,
+                          self.logit_cap)
         self.device = _device_name(device)
         self.runtime = _runtime_for(self.device, catalog_dir, emulator_target)
         self.batch = 0  # requests of the last update()
         self.handle = _register(self)  # for the registered op (ops.py): an int the schema can carry
         self._plan = ctypes.c_void_p()
         self._workspace = 0
-        L = C.lib()
+        with self.runtime.lock:
+            self.selection = self._select(allow_padding)
+            self._create_plan()
+        self._lens = np.zeros(max(self.max_batch, 1), np.int32)  # the kv lengths update() passes
+        self._lens_p = self._lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self._qo_bytes = _qo_reference(self.max_batch, self.qseqlen)
+        self._scales = (1.0, 1.0)
+        self.host_scales = (1.0, 1.0)
+
+    def _select(self, allow_padding):
+        """The kernels of the shape (mla_select); MlaInputError saying allow_padding=True if none is exact."""
         shape = C.mla_shape(_MLA_DTYPE[self.q_dtype], _MLA_DTYPE[self.kv_dtype], self.heads, self.qseqlen,
                             self.page_size, int(self.return_lse), int(self.logit_cap))
-        self.selection = C.mla_selection()
+        selection = C.mla_selection()
         flags = C.MLA_SELECT_ALLOW_PADDING if allow_padding else C.MLA_SELECT_EXACT
-        with self.runtime.lock:
-            status = L.mla_select(self.runtime.ctx, ctypes.byref(shape), flags, ctypes.byref(self.selection))
-            try:
-                C.check(status, f"mla_select(catalog {self.runtime.catalog_dir}, target {self.runtime.target})")
-            except C.MlaInputError as e:
-                if status != C.MLA_ERROR_NO_KERNEL or allow_padding:
-                    raise
-                # The C message names the C flag; say what the Python caller passes instead.
-                raise C.MlaInputError(e.status, str(e).split(": ", 1)[1] + "\n(from Python: allow_padding=True "
-                                      "runs it on a larger kernel)") from None
-            ctx = self.runtime.ctx
-            # Options the plan reads at creation, set on the shared context only for it.
-            if not self.cascades:
-                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 2), "mla_context_set_option")
-            if self.merge_in_launch:
-                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 1), "mla_context_set_option")
-            try:
-                C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.max_batch,
-                                          self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
-            finally:
-                if self.merge_in_launch:
-                    C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 0), "mla_context_set_option")
-                if not self.cascades:
-                    C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 0), "mla_context_set_option")
-            size = ctypes.c_size_t()
-            C.check(L.mla_plan_workspace_size(self._plan, ctypes.byref(size)), "mla_plan_workspace_size")
-            self.workspace_bytes = size.value
-            ws = ctypes.c_uint64()
-            C.check(L.mla_malloc(self.runtime.dev, max(self.workspace_bytes, 1), ctypes.byref(ws)), "mla_malloc")
-            self._workspace = ws.value
+        status = C.lib().mla_select(self.runtime.ctx, ctypes.byref(shape), flags, ctypes.byref(selection))
+        try:
+            C.check(status, f"mla_select(catalog {self.runtime.catalog_dir}, target {self.runtime.target})")
+        except C.MlaInputError as e:
+            if status != C.MLA_ERROR_NO_KERNEL or allow_padding:
+                raise
+            # The C message names the C flag; say what the Python caller passes instead.
+            raise C.MlaInputError(e.status, str(e).split(": ", 1)[1] + "\n(from Python: allow_padding=True "
+                                  "runs it on a larger kernel)") from None
+        return selection
 
-    @property
-    def shape_key(self):
-        return (self.q_dtype, self.kv_dtype, self.heads, self.qseqlen, self.page_size, self.return_lse,
-                self.logit_cap)
+    def _create_plan(self):
+        """mla_plan_create with the options it reads at creation (set on the shared context only for
+        it), then the workspace (mla_malloc). Under the runtime's lock."""
+        L, ctx = C.lib(), self.runtime.ctx
+        if not self.cascades:
+            C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 2), "mla_context_set_option")
+        if self.merge_in_launch:
+            C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 1), "mla_context_set_option")
+        try:
+            C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.max_batch,
+                                      self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
+        finally:
+            if self.merge_in_launch:
+                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 0), "mla_context_set_option")
+            if not self.cascades:
+                C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_CASCADE, 0), "mla_context_set_option")
+        size = ctypes.c_size_t()
+        C.check(L.mla_plan_workspace_size(self._plan, ctypes.byref(size)), "mla_plan_workspace_size")
+        self.workspace_bytes = size.value
+        ws = ctypes.c_uint64()
+        C.check(L.mla_malloc(self.runtime.dev, max(self.workspace_bytes, 1), ctypes.byref(ws)), "mla_malloc")
+        self._workspace = ws.value
 
     @property
     def decode_kernel(self):
@@ -337,64 +354,70 @@ class MlaDecodeMetadata:
         share their first shared_tokens tokens (the same page ids), or detect_shared_prefixes=True
         to find them in kv_indices. q_scale / kv_scale (Python numbers): the host scales the
         kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device."""
-        if self.merge_in_launch and (prefix_groups is not None or detect_shared_prefixes):
-            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata merges in the decode launch "
-                             "(merge_in_launch=True), which runs no cascade; make it with merge_in_launch=False")
-        if not self.cascades and (prefix_groups is not None or detect_shared_prefixes):
-            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata was made with cascades=False "
-                             "(no prefix launch); make it with cascades=True to share prefixes")
+        if prefix_groups is not None or detect_shared_prefixes:
+            self._check_cascades()
         if seq_lens is not None:
-            if any(a is not None for a in (qo_indptr, kv_indptr, kv_last_page_lens)):
+            if qo_indptr is not None or kv_indptr is not None or kv_last_page_lens is not None:
                 raise ValueError("seq_lens: given with qo_indptr / kv_indptr / kv_last_page_lens; pass one or the other")
-            kv_lens = _seq_lens(Tensor(seq_lens, "seq_lens"), self.qseqlen)
+            kv_lens = _seq_lens(host_int32(seq_lens, "seq_lens"), self.qseqlen)
         else:
-            missing = [n for n, a in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
-                                      ("kv_last_page_lens", kv_last_page_lens)) if a is None]
-            if missing:
+            if qo_indptr is None or kv_indptr is None or kv_last_page_lens is None:
+                missing = [n for n, a in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr),
+                                          ("kv_last_page_lens", kv_last_page_lens)) if a is None]
                 raise ValueError(f"{missing[0]}: missing; pass qo_indptr, kv_indptr and kv_last_page_lens, or seq_lens=")
-            kv_lens, _ = _kv_lens(Tensor(qo_indptr, "qo_indptr"), Tensor(kv_indptr, "kv_indptr"),
-                                  Tensor(kv_last_page_lens, "kv_last_page_lens"), self.qseqlen, self.page_size)
+            kv_lens, _ = _kv_lens(host_int32(qo_indptr, "qo_indptr"), host_int32(kv_indptr, "kv_indptr"),
+                                  host_int32(kv_last_page_lens, "kv_last_page_lens"), self.qseqlen, self.page_size,
+                                  self._qo_bytes)
         self._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, q_scale, kv_scale)
 
-    def _upload(self, q_scale, kv_scale):
-        for v, name in ((q_scale, "q_scale"), (kv_scale, "kv_scale")):
-            if not isinstance(v, (int, float)):
-                raise TypeError(f"{name}: update() takes the host scale as a Python number, got "
-                                f"{type(v).__name__} (pass scale tensors to mla_decode_fwd)")
-        C.check(C.lib().mla_plan_upload(self.runtime.ctx, self._plan, self._workspace, self.workspace_bytes,
-                                        float(q_scale), float(kv_scale), _stream_of(self.runtime, self.device)),
-                "mla_plan_upload")
-        self.host_scales = (float(np.float32(q_scale)), float(np.float32(kv_scale)))
+    def _check_cascades(self):
+        if self.merge_in_launch:
+            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata merges in the decode launch "
+                             "(merge_in_launch=True), which runs no cascade; make it with merge_in_launch=False")
+        if not self.cascades:
+            raise ValueError("prefix_groups / detect_shared_prefixes: this metadata was made with cascades=False "
+                             "(no prefix launch); make it with cascades=True to share prefixes")
 
     def _update(self, kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, q_scale=1.0, kv_scale=1.0):
-        L = C.lib()
+        """mla_plan_update (or _shared) with kv_lens (an int32/int64 NumPy array), then the upload."""
         batch = len(kv_lens)
-        lens = np.ascontiguousarray(kv_lens, dtype=np.int32)
-        lens_p = lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        shared = prefix_groups is not None or detect_shared_prefixes
+        groups = _prefix_groups(prefix_groups) if prefix_groups is not None else None
+        indices = _detect_indices(kv_indices) if detect_shared_prefixes and prefix_groups is None else None
         with self.runtime.lock:
-            if prefix_groups is None and not detect_shared_prefixes:
-                C.check(L.mla_plan_update(self.runtime.ctx, self._plan, lens_p, batch, 0), "mla_plan_update")
+            if batch <= self.max_batch:  # the capacity-sized buffer; a larger batch is the C call's error
+                self._lens[:batch] = kv_lens
+                lens_p = self._lens_p
             else:
-                host_indices, groups_arr, num_groups = None, None, 0
-                if prefix_groups is not None:
-                    groups = list(prefix_groups)
-                    groups_arr = (C.mla_prefix_group * max(len(groups), 1))()
-                    for i, g in enumerate(groups):
-                        if len(g) != 3:
-                            raise ValueError(f"prefix_groups[{i}]: expected (first, count, shared_tokens), got {g!r}")
-                        groups_arr[i] = C.mla_prefix_group(*(int(v) for v in g))
-                    num_groups = len(groups)
-                else:
-                    if kv_indices is None:
-                        raise ValueError("detect_shared_prefixes: needs kv_indices (its host copy is searched)")
-                    host = Tensor(kv_indices, "kv_indices").host_int32()
-                    host_indices = np.ascontiguousarray(host, dtype=np.int32)
-                indices_p = (host_indices.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-                             if host_indices is not None else None)
+                lens = np.ascontiguousarray(kv_lens, dtype=np.int32)
+                lens_p = lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+            L = C.lib()
+            if not shared:
+                status = L.mla_plan_update(self.runtime.ctx, self._plan, lens_p, batch, 0)
+                if status:
+                    C.check(status, "mla_plan_update")
+            else:
+                groups_arr, num_groups = groups if groups is not None else (None, 0)
+                indices_p = indices.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)) if indices is not None else None
                 C.check(L.mla_plan_update_shared(self.runtime.ctx, self._plan, lens_p, batch, 0, indices_p,
                                                  groups_arr, num_groups), "mla_plan_update_shared")
             self.batch = batch
             self._upload(q_scale, kv_scale)
+
+    def _upload(self, q_scale, kv_scale):
+        """mla_plan_upload with the host scales (Python numbers) on the current stream."""
+        if not isinstance(q_scale, (int, float)) or not isinstance(kv_scale, (int, float)):
+            for v, name in ((q_scale, "q_scale"), (kv_scale, "kv_scale")):
+                if not isinstance(v, (int, float)):
+                    raise TypeError(f"{name}: update() takes the host scale as a Python number, got "
+                                    f"{type(v).__name__} (pass scale tensors to mla_decode_fwd)")
+        status = C.lib().mla_plan_upload(self.runtime.ctx, self._plan, self._workspace, self.workspace_bytes,
+                                         q_scale, kv_scale, _stream_of(self.runtime, self.device))
+        if status:
+            C.check(status, "mla_plan_upload")
+        if (q_scale, kv_scale) != self._scales:  # the float32 values the kernels read, as Python floats
+            self._scales = (q_scale, kv_scale)
+            self.host_scales = (float(np.float32(q_scale)), float(np.float32(kv_scale)))
 
     def close(self):
         """Frees the workspace and the plan (also done when the object is collected)."""
@@ -415,12 +438,75 @@ class MlaDecodeMetadata:
             pass
 
 
+def _prefix_groups(prefix_groups):
+    """(ctypes array of mla_prefix_group, count) from a list of (first, count, shared_tokens)."""
+    groups = list(prefix_groups)
+    arr = (C.mla_prefix_group * max(len(groups), 1))()
+    for i, g in enumerate(groups):
+        if len(g) != 3:
+            raise ValueError(f"prefix_groups[{i}]: expected (first, count, shared_tokens), got {g!r}")
+        arr[i] = C.mla_prefix_group(*(int(v) for v in g))
+    return arr, len(groups)
+
+
+def _detect_indices(kv_indices):
+    """The host copy of kv_indices that mla_plan_update_shared searches for shared prefixes."""
+    if kv_indices is None:
+        raise ValueError("detect_shared_prefixes: needs kv_indices (its host copy is searched)")
+    return np.ascontiguousarray(Tensor(kv_indices, "kv_indices").host_int32(), dtype=np.int32)
+
+
 # ---- aiter's index tensors -> kv lengths --------------------------------------------------------
 
-def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
-    """kv length per request from aiter's tensors, checking what the C API assumes: every request
-    has max_seqlen_q query rows, kv_indptr counts pages from 0, last pages hold 1..page_size."""
-    qo, kvp, last = qo_indptr.host_int32(), kv_indptr.host_int32(), kv_last_page_lens.host_int32()
+_qo_references = {}  # qseqlen -> bytes of the int32 array 0, qseqlen, 2 qseqlen, ... (grown)
+
+
+def _qo_reference(batch, qseqlen):
+    """The bytes of qo_indptr for at least `batch` requests of qseqlen rows each: a qo_indptr is
+    right when they .startswith(its .tobytes()) (one memcmp, ~0.1 us)."""
+    ref = _qo_references.get(qseqlen, b"")
+    if len(ref) < 4 * (batch + 1):
+        ref = _qo_references[qseqlen] = (np.arange(max(2 * batch + 1, 257), dtype=np.int32) * qseqlen).tobytes()
+    return ref
+
+
+def _kv_lens(qo, kvp, last, qseqlen, page_size, qo_bytes=None):
+    """kv length per request and kv_indptr[-1] from aiter's arrays on the host (1-D int32 NumPy),
+    checking what the C API assumes: every request has max_seqlen_q query rows, kv_indptr counts
+    pages from 0, last pages hold 1..page_size. A batch whose every request has pages is checked
+    in a few microseconds (qo_indptr against reference bytes: qo_bytes, or _qo_reference's); any
+    other (requests without KV, bad input) by _kv_lens_checked, which names what is wrong."""
+    batch = len(qo) - 1
+    if batch > 0 and len(kvp) == batch + 1 and len(last) == batch and int(kvp[0]) == 0:
+        total = int(kvp[-1])
+        if qo_bytes is None or len(qo_bytes) < 4 * (batch + 1):
+            qo_bytes = _qo_reference(batch, qseqlen)
+        if total * page_size < 2**31 and batch * qseqlen < 2**31 and qo_bytes.startswith(qo.tobytes()):
+            lens = _full_kv_lens(kvp, last, qseqlen, page_size)
+            if lens is not None:
+                return lens, total
+    return _kv_lens_checked(qo, kvp, last, qseqlen, page_size)
+
+
+def _full_kv_lens(kvp, last, qseqlen, page_size):
+    """The kv lengths (int64) if every request has >= 1 page, its last page 1..page_size tokens
+    and at least qseqlen tokens, else None. The caller checked kv_indptr[-1] * page_size < 2^31:
+    then every length fits int32. Extremes by argmin / argmax (~0.1 us; .min() ~0.7 us)."""
+    k = kvp.astype(np.int64)
+    pages = k[1:] - k[:-1]
+    if int(pages[pages.argmin()]) < 1 or int(last[last.argmin()]) < 1 or int(last[last.argmax()]) > page_size:
+        return None
+    if page_size > 1:  # (pages - 1) * page_size + last, in place; at page size 1 last is 1: the page count
+        pages *= page_size
+        pages += last
+        pages -= page_size
+    if qseqlen > 1 and int(pages[pages.argmin()]) < qseqlen:
+        return None
+    return pages
+
+
+def _kv_lens_checked(qo, kvp, last, qseqlen, page_size):
+    """_kv_lens for any input, with a message naming the first request that is not what the C API takes."""
     if len(qo) < 1:
         raise ValueError(f"qo_indptr: expected [batch + 1] entries, got shape {list(qo.shape)}")
     batch = len(qo) - 1
@@ -456,9 +542,10 @@ def _kv_lens(qo_indptr, kv_indptr, kv_last_page_lens, qseqlen, page_size):
     return lens.astype(np.int32), int(kvp[-1])
 
 
-def _seq_lens(seq_lens, qseqlen):
-    """kv lengths from an engine's host copy of seq_lens (int32, [batch])."""
-    lens = seq_lens.host_int32()
+def _seq_lens(lens, qseqlen):
+    """kv lengths from an engine's host copy of seq_lens (1-D int32 NumPy, [batch])."""
+    if len(lens) == 0 or int(lens[lens.argmin()]) >= (qseqlen if qseqlen > 1 else 0):
+        return lens
     if np.any(lens < 0):
         b = int(np.nonzero(lens < 0)[0][0])
         raise ValueError(f"seq_lens: request {b} has {lens[b]}; allowed 0 (no KV) or >= max_seqlen_q = {qseqlen}")
@@ -467,7 +554,7 @@ def _seq_lens(seq_lens, qseqlen):
         b = int(np.nonzero(short)[0][0])
         raise ValueError(f"seq_lens: request {b} has {lens[b]} tokens, fewer than max_seqlen_q = {qseqlen} "
                          f"(the step's own rows are in the cache; 0: a request with no KV)")
-    return np.ascontiguousarray(lens, dtype=np.int32)
+    return lens
 
 
 def get_mla_metadata_info(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, *, page_size=1, return_lse=False,
@@ -501,27 +588,11 @@ def get_mla_metadata(metadata, qo_indptr=None, kv_indptr=None, kv_last_page_lens
 
 
 def _stream_of(runtime, device):
-    """The stream an upload goes on: the current torch stream of a GPU device, else none."""
+    """The stream an upload or a launch goes on: the current torch stream of a GPU device, else none."""
     if runtime.is_emulator:
         return None
     torch = __import__("torch")
-    return ctypes.c_void_p(torch.cuda.current_stream(torch.device(device)).cuda_stream)
-
-
-def _scale_arg(value, name, device):
-    """(host value, None) for a Python number (or None: 1.0), (None, Tensor) for a one-element
-    float32 tensor on q's device, which the kernels read on the device: never read here."""
-    if value is None:
-        return 1.0, None
-    if isinstance(value, (int, float)):
-        return float(value), None
-    t = Tensor(value, name)
-    if t.numel != 1:
-        raise ValueError(f"{name}: expected a number or a one-element tensor, got shape {list(t.shape)}")
-    t.require_dtype("float32")
-    if t.device != device:
-        raise ValueError(f"{name}: on {t.device}, but q is on {device} (the kernels read it on q's device)")
-    return None, t
+    return torch.cuda.current_stream(torch.device(device)).cuda_stream
 
 
 # Internal metadata of mla_decode_fwd calls without one: per (runtime, shape), grown on demand.
@@ -529,7 +600,7 @@ _cached_metadata = {}
 _cached_lock = threading.Lock()
 
 
-def _cached_for(runtime, catalog_dir, shape_key, allow_padding, batch, total_tokens):
+def _cached_for(runtime, shape_key, allow_padding, batch, total_tokens):
     # The runtime's key names device, emulator target and catalog: all that changes the answer.
     key = (runtime.key, shape_key, allow_padding)
     runtime_device = "cpu" if runtime.key[0] == "emulator" else f"cuda:{runtime.key[1]}"
@@ -552,6 +623,252 @@ def _cached_for(runtime, catalog_dir, shape_key, allow_padding, batch, total_tok
 
 
 # ---- the decode call ----------------------------------------------------------------------------
+#
+# mla_decode_fwd checks its arguments (_checked_call, then _check_metadata or _check_index_arrays,
+# then _check_values), resolves the plan (the metadata given, or the internal one planned for this
+# batch) and launches (_launch). With metadata and GPU tensors nothing is read on the host: the
+# checks look at shapes, dtypes and devices, and the launch passes data_ptr()s.
+
+class _Call:
+    """One mla_decode_fwd call, checked: its Tensors, runtime and the values the kernels take."""
+
+    __slots__ = ("q", "kv", "o", "kv_indices", "qseqlen", "page_size", "tokens", "heads", "num_pages", "device",
+                 "runtime", "shape_key", "kv_lens", "lse", "lse_t", "sm_scale", "q_scale", "kv_scale", "logit_cap")
+
+
+def _check_unsupported(nhead_kv, return_logits, cp_world_size, g_kv_indptr, causal, logit_cap, qseqlen, page_size):
+    """aiter's arguments this implementation does not take, or takes only some values of."""
+    if nhead_kv != 1:
+        raise ValueError(f"nhead_kv: MLA has one latent KV head; got {nhead_kv}, allowed 1")
+    if return_logits:
+        raise ValueError("return_logits: not supported (the split partials live in the runtime's workspace)")
+    if cp_world_size != 1 or g_kv_indptr is not None:
+        raise ValueError(f"cp_world_size: context parallelism is not supported; got {cp_world_size}, allowed 1")
+    if not causal and qseqlen > 1:
+        raise ValueError("causal: the kernels are causal within a step; causal=False needs max_seqlen_q = 1")
+    if logit_cap is None or logit_cap < 0 or not math.isfinite(logit_cap):
+        raise ValueError(f"logit_cap: got {logit_cap}; allowed 0 (off) or a finite cap > 0")
+    if qseqlen < 1:
+        raise ValueError(f"max_seqlen_q: got {qseqlen}, allowed >= 1")
+    if page_size < 1:
+        raise ValueError(f"page_size: got {page_size}, allowed 1 or a power of two up to 256")
+
+
+_FP8_OR_BF16 = (FP8, BF16)
+_BF16_ONLY = (BF16,)
+
+
+def _check_layout(qt, kvt, ot, idx, page_size):
+    """Shapes, dtypes and layout of q, kv_buffer, o and kv_indices: (q kind, kv kind)."""
+    q_shape, kv_shape, o_shape = qt.shape, kvt.shape, ot.shape
+    if len(q_shape) != 3:
+        qt.require_ndim(3, "[tokens, heads, 576]")
+    q_kind = qt.element(_FP8_OR_BF16)
+    if q_shape[2] != QK_DIM:
+        raise ValueError(f"q: expected [tokens, heads, {QK_DIM}], got shape {list(q_shape)}")
+    if len(kv_shape) == 4:
+        if kv_shape[2] != 1:
+            raise ValueError(f"kv_buffer: expected [num_pages, page_size, 1, {QK_DIM}] (one KV head), got "
+                             f"shape {list(kv_shape)}")
+    elif len(kv_shape) != 3:
+        raise ValueError(f"kv_buffer: expected [num_pages, page_size, 1, {QK_DIM}], got shape {list(kv_shape)}")
+    if kv_shape[-1] != QK_DIM or kv_shape[1] != page_size:
+        raise ValueError(f"kv_buffer: expected [num_pages, page_size = {page_size}, 1, {QK_DIM}], got shape "
+                         f"{list(kv_shape)}")
+    kv_kind = kvt.element(_FP8_OR_BF16)
+    if len(o_shape) != 3:
+        ot.require_ndim(3, f"[tokens, heads, {LATENT_DIM}]")
+    ot.element(_BF16_ONLY)
+    if o_shape[0] != q_shape[0] or o_shape[1] != q_shape[1] or o_shape[2] != LATENT_DIM:
+        raise ValueError(f"o: expected [tokens, heads, {LATENT_DIM}] = {[q_shape[0], q_shape[1], LATENT_DIM]} like q, "
+                         f"got shape {list(o_shape)}")
+    if idx.dtype != "int32":
+        idx.require_dtype("int32")
+    if len(idx.shape) != 1:
+        raise ValueError(f"kv_indices: expected a 1-D int32 tensor of packed page ids, got shape {list(idx.shape)}")
+    if not (qt.contiguous and kvt.contiguous and ot.contiguous and idx.contiguous):
+        for t in (qt, kvt, ot, idx):
+            t.require_contiguous()
+    return q_kind, kv_kind
+
+
+def _check_device(qt, kvt, ot, idx):
+    """q's device, which every tensor must be on; a GPU one needs a ROCm torch."""
+    device = qt.device
+    if kvt.device != device or ot.device != device or idx.device != device:
+        for t in (kvt, ot, idx):
+            if t.device != device:
+                raise ValueError(f"{t.name}: on {t.device}, but q is on {device}; all tensors must be on one device")
+    if device != "cpu" and getattr(_torch().version, "hip", None) is None:
+        raise ValueError(f"q: on {device}, but this torch is not a ROCm build; the kernels need an AMD GPU "
+                         f"(or pass CPU tensors / NumPy arrays for the emulator)")
+    return device
+
+
+def _runtime_of(metadata, device, catalog_dir, emulator_target):
+    """The runtime the call runs on: the metadata's (which must be for this device and target) or
+    the cached one of the device."""
+    if metadata is None:
+        return _runtime_for(device, catalog_dir, emulator_target)
+    if not isinstance(metadata, MlaDecodeMetadata):
+        raise TypeError(f"metadata: expected an MlaDecodeMetadata, got {type(metadata).__name__}")
+    if metadata.device != device:
+        raise ValueError(f"metadata: made for device {metadata.device}, but the tensors are on {device}")
+    if emulator_target is not None and metadata.runtime.key[1] != emulator_target:
+        raise ValueError(f"emulator_target: '{emulator_target}', but metadata was made for {metadata.runtime.target}")
+    return metadata.runtime
+
+
+def _checked_call(q, kv_buffer, o, kv_indices, max_seqlen_q, page_size, nhead_kv, logit_cap, return_logits,
+                  return_lse, g_kv_indptr, cp_world_size, causal, metadata, catalog_dir, emulator_target, fp8_format):
+    """The tensors (kinds, shapes, layout, device, fp8 flavour) and aiter's scalar arguments, checked."""
+    call = _Call()
+    call.q, call.kv, call.o = qt, kvt, ot = Tensor(q, "q"), Tensor(kv_buffer, "kv_buffer"), Tensor(o, "o")
+    call.kv_indices = idx = Tensor(kv_indices, "kv_indices")
+    call.qseqlen, call.page_size = qseqlen, page_size = int(max_seqlen_q), int(page_size)
+    _check_unsupported(nhead_kv, return_logits, cp_world_size, g_kv_indptr, causal, logit_cap, qseqlen, page_size)
+    q_kind, kv_kind = _check_layout(qt, kvt, ot, idx, page_size)
+    call.tokens, call.heads = qt.shape[0], qt.shape[1]
+    call.num_pages = kvt.shape[0]
+    call.device = _check_device(qt, kvt, ot, idx)
+    call.runtime = runtime = _runtime_of(metadata, call.device, catalog_dir, emulator_target)
+    if q_kind == FP8 or kv_kind == FP8 or fp8_format is not None:
+        fp8 = (qt, kvt) if q_kind == kv_kind == FP8 else (qt,) if q_kind == FP8 else (kvt,) if kv_kind == FP8 else ()
+        _check_fp8_flavour(fp8, runtime.target, fp8_format)
+    call.shape_key = (q_kind, kv_kind, call.heads, qseqlen, page_size, bool(return_lse), logit_cap > 0)
+    return call
+
+
+def _check_metadata(call, metadata, prefix_groups, detect_shared_prefixes):
+    """With metadata: made for this shape and last updated for this batch."""
+    if metadata.shape_key != call.shape_key:
+        raise ValueError(f"metadata: made for (q, kv, heads, qseqlen, page_size, lse, cap) = "
+                         f"{metadata.shape_key}, called with {call.shape_key}")
+    if prefix_groups is not None or detect_shared_prefixes:
+        raise ValueError("prefix_groups / detect_shared_prefixes: pass them to metadata.update()")
+    if metadata.batch * call.qseqlen != call.tokens:
+        raise ValueError(f"q: {call.tokens} rows, but metadata was last updated for {metadata.batch} requests x "
+                         f"{call.qseqlen} rows; call metadata.update() for this batch")
+
+
+def _check_index_arrays(call, qo_indptr, kv_indptr, kv_last_page_lens):
+    """Without metadata: the kv lengths from aiter's index tensors (read on the host), checked
+    against q; on the emulator the used page ids too (host memory, before any device reads them)."""
+    qseqlen = call.qseqlen
+    kv_lens, num_indices = _kv_lens(host_int32(qo_indptr, "qo_indptr"), host_int32(kv_indptr, "kv_indptr"),
+                                    host_int32(kv_last_page_lens, "kv_last_page_lens"), qseqlen, call.page_size)
+    if len(kv_lens) * qseqlen != call.tokens:
+        raise ValueError(f"q: {call.tokens} rows, but qo_indptr describes {len(kv_lens)} requests x {qseqlen} "
+                         f"rows = {len(kv_lens) * qseqlen}")
+    idx = call.kv_indices
+    if idx.shape[0] < num_indices:
+        raise ValueError(f"kv_indices: {idx.shape[0]} entries, but kv_indptr[-1] = {num_indices}")
+    if call.runtime.is_emulator:
+        used, num_pages = idx.host_int32()[:num_indices], call.num_pages
+        if used.size and (used.min() < 0 or used.max() >= num_pages):
+            i = int(np.nonzero((used < 0) | (used >= num_pages))[0][0])
+            raise ValueError(f"kv_indices[{i}] = {used[i]} is outside 0..num_pages-1 = 0..{num_pages - 1} "
+                             f"(num_pages = kv_buffer.shape[0])")
+    call.kv_lens = kv_lens
+
+
+def _check_lse(call, lse):
+    """(lse as returned, its Tensor): a new [tokens, heads] float32 array of q's kind if not given."""
+    tokens, heads, device = call.tokens, call.heads, call.device
+    if lse is None:
+        lse = empty_like_kind(call.q, (tokens, heads), "float32")
+    lt = Tensor(lse, "lse")
+    lt.require_dtype("float32")
+    if lt.shape != (tokens, heads):
+        raise ValueError(f"lse: expected [tokens, heads] = {[tokens, heads]} float32, got shape {list(lt.shape)}")
+    lt.require_contiguous()
+    if lt.device != device:
+        raise ValueError(f"lse: on {lt.device}, but q is on {device}")
+    return lse, lt
+
+
+def _scale_arg(value, name, device):
+    """(host value, None) for a Python number (or None: 1.0), (1.0, Tensor) for a one-element
+    float32 tensor on q's device, which the kernels read on the device: never read here."""
+    if value is None:
+        return 1.0, None
+    if isinstance(value, (int, float)):
+        return float(value), None
+    t = Tensor(value, name)
+    if t.dtype == "float32" and t.device == device and t.numel == 1:
+        return 1.0, t
+    if t.numel != 1:
+        raise ValueError(f"{name}: expected a number or a one-element tensor, got shape {list(t.shape)}")
+    t.require_dtype("float32")
+    raise ValueError(f"{name}: on {t.device}, but q is on {device} (the kernels read it on q's device)")
+
+
+def _check_values(call, return_lse, lse, sm_scale, q_scale, kv_scale, logit_cap):
+    """lse (allocated if not given), the scales and the soft cap the kernels take."""
+    call.lse, call.lse_t = _check_lse(call, lse) if return_lse else (None, None)
+    call.sm_scale = (1.0 / math.sqrt(call.kv.shape[-1])) if sm_scale is None else float(sm_scale)
+    call.q_scale = _scale_arg(q_scale, "q_scale", call.device)
+    call.kv_scale = _scale_arg(kv_scale, "kv_scale", call.device)
+    call.logit_cap = float(logit_cap)
+
+
+def _planned(call, kv_indices, prefix_groups, detect_shared_prefixes, allow_padding):
+    """Without metadata: the internal metadata of the call's shape, planned for its batch. Under
+    the runtime's lock, held through the launch: the plan is shared by every caller of the shape."""
+    kv_lens = call.kv_lens
+    meta = _cached_for(call.runtime, call.shape_key, allow_padding, len(kv_lens), int(kv_lens.sum(dtype=np.int64)))
+    meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, call.q_scale[0], call.kv_scale[0])
+    return meta
+
+
+def _launch(call, plan):
+    """mla_decode on the plan's workspace with the device addresses of the call's tensors: on a GPU
+    their data_ptr()s on the current stream, on the emulator copies staged in its memory."""
+    runtime, o, lse = call.runtime, call.o, call.lse_t
+    emulator = runtime.is_emulator
+    (q_scale, q_scale_t), (kv_scale, kv_scale_t) = call.q_scale, call.kv_scale
+    args = C.mla_decode_args()
+    args.num_pages, args.sm_scale, args.logit_cap = call.num_pages, call.sm_scale, call.logit_cap
+    args.q_scale, args.kv_scale = q_scale, kv_scale
+    L = C.lib()
+    if emulator:
+        _stage_inputs(runtime, call, args)
+        stream = None
+    else:
+        args.q, args.kv, args.kv_indices, args.o = call.q.address, call.kv.address, call.kv_indices.address, o.address
+        args.lse = lse.address if lse is not None else 0
+        args.q_scale_ptr = q_scale_t.address if q_scale_t is not None else 0
+        args.kv_scale_ptr = kv_scale_t.address if kv_scale_t is not None else 0
+        stream = _torch().cuda.current_stream(call.q.obj.device).cuda_stream
+    status = L.mla_decode(runtime.ctx, plan._plan, ctypes.byref(args), plan._workspace, plan.workspace_bytes, stream)
+    if status:
+        C.check(status, f"mla_decode({plan.decode_kernel})")
+    if emulator:
+        C.check(L.mla_memcpy_d2h(runtime.dev, o.address, args.o, o.nbytes), "mla_memcpy_d2h(o)")
+        if lse is not None:
+            C.check(L.mla_memcpy_d2h(runtime.dev, lse.address, args.lse, lse.nbytes), "mla_memcpy_d2h(lse)")
+
+
+def _stage_inputs(runtime, call, args):
+    """The emulator has its own address space: the inputs are copied in (o and lse are copied back
+    after the launch), and the scale tensors' 4 bytes (its memory is the host's)."""
+    L = C.lib()
+    staged = {}
+    for role, t in (("q", call.q), ("kv", call.kv), ("kv_indices", call.kv_indices), ("o", call.o),
+                    ("lse", call.lse_t)):
+        if t is None:
+            continue
+        staged[role] = runtime.staging(role, t.nbytes)
+        if role in ("q", "kv", "kv_indices"):
+            C.check(L.mla_memcpy_h2d(runtime.dev, staged[role], t.address, t.nbytes), "mla_memcpy_h2d")
+    args.q, args.kv, args.kv_indices, args.o = staged["q"], staged["kv"], staged["kv_indices"], staged["o"]
+    args.lse = staged.get("lse", 0)
+    for name, (_, tensor) in (("q_scale", call.q_scale), ("kv_scale", call.kv_scale)):
+        if tensor is not None:
+            addr = runtime.staging(name, 4)
+            C.check(L.mla_memcpy_h2d(runtime.dev, addr, tensor.address, 4), "mla_memcpy_h2d")
+            setattr(args, name + "_ptr", addr)
+
 
 def mla_decode_fwd(
     q,
@@ -619,159 +936,18 @@ def mla_decode_fwd(
     the target's, gfx942 e4m3fnuz, gfx950 e4m3fn; another flavour is refused, see docs/engines.md),
     emulator_target (CPU tensors: 'gfx942' or 'gfx950'; default $MLA_EMULATOR_TARGET, else gfx950).
     """
-    qt, kvt, ot = Tensor(q, "q"), Tensor(kv_buffer, "kv_buffer"), Tensor(o, "o")
-    idx = Tensor(kv_indices, "kv_indices")
-    qseqlen, page_size = int(max_seqlen_q), int(page_size)
-
-    # Arguments this implementation does not take.
-    if nhead_kv != 1:
-        raise ValueError(f"nhead_kv: MLA has one latent KV head; got {nhead_kv}, allowed 1")
-    if return_logits:
-        raise ValueError("return_logits: not supported (the split partials live in the runtime's workspace)")
-    if cp_world_size != 1 or g_kv_indptr is not None:
-        raise ValueError(f"cp_world_size: context parallelism is not supported; got {cp_world_size}, allowed 1")
-    if not causal and qseqlen > 1:
-        raise ValueError("causal: the kernels are causal within a step; causal=False needs max_seqlen_q = 1")
-    if logit_cap is None or logit_cap < 0 or not math.isfinite(logit_cap):
-        raise ValueError(f"logit_cap: got {logit_cap}; allowed 0 (off) or a finite cap > 0")
-    if qseqlen < 1:
-        raise ValueError(f"max_seqlen_q: got {qseqlen}, allowed >= 1")
-    if page_size < 1:
-        raise ValueError(f"page_size: got {page_size}, allowed 1 or a power of two up to 256")
-
-    # Shapes, dtypes, layout.
-    qt.require_ndim(3, "[tokens, heads, 576]")
-    q_kind = qt.element((FP8, BF16))
-    if qt.shape[2] != QK_DIM:
-        raise ValueError(f"q: expected [tokens, heads, {QK_DIM}], got shape {list(qt.shape)}")
-    tokens, heads = qt.shape[0], qt.shape[1]
-    if len(kvt.shape) == 4:
-        if kvt.shape[2] != 1:
-            raise ValueError(f"kv_buffer: expected [num_pages, page_size, 1, {QK_DIM}] (one KV head), got "
-                             f"shape {list(kvt.shape)}")
-    elif len(kvt.shape) != 3:
-        raise ValueError(f"kv_buffer: expected [num_pages, page_size, 1, {QK_DIM}], got shape {list(kvt.shape)}")
-    if kvt.shape[-1] != QK_DIM or kvt.shape[1] != page_size:
-        raise ValueError(f"kv_buffer: expected [num_pages, page_size = {page_size}, 1, {QK_DIM}], got shape "
-                         f"{list(kvt.shape)}")
-    kv_kind = kvt.element((FP8, BF16))
-    ot.require_ndim(3, f"[tokens, heads, {LATENT_DIM}]")
-    ot.element((BF16,))
-    if ot.shape != (tokens, heads, LATENT_DIM):
-        raise ValueError(f"o: expected [tokens, heads, {LATENT_DIM}] = {[tokens, heads, LATENT_DIM]} like q, "
-                         f"got shape {list(ot.shape)}")
-    idx.require_dtype("int32")
-    if len(idx.shape) != 1:
-        raise ValueError(f"kv_indices: expected a 1-D int32 tensor of packed page ids, got shape {list(idx.shape)}")
-    for t in (qt, kvt, ot, idx):
-        t.require_contiguous()
-    num_pages = kvt.shape[0]
-
-    # Devices: everything on the CPU (emulator) or on one GPU (HIP).
-    device = qt.device
-    for t in (kvt, ot, idx):
-        if t.device != device:
-            raise ValueError(f"{t.name}: on {t.device}, but q is on {device}; all tensors must be on one device")
-    if not qt.on_cpu:
-        torch = __import__("torch")
-        if getattr(torch.version, "hip", None) is None:
-            raise ValueError(f"q: on {device}, but this torch is not a ROCm build; the kernels need an AMD GPU "
-                             f"(or pass CPU tensors / NumPy arrays for the emulator)")
-    if metadata is not None and not isinstance(metadata, MlaDecodeMetadata):
-        raise TypeError(f"metadata: expected an MlaDecodeMetadata, got {type(metadata).__name__}")
-    if metadata is not None and metadata.device != device:
-        raise ValueError(f"metadata: made for device {metadata.device}, but the tensors are on {device}")
-    if metadata is not None and emulator_target is not None and metadata.runtime.key[1] != emulator_target:
-        raise ValueError(f"emulator_target: '{emulator_target}', but metadata was made for {metadata.runtime.target}")
-    runtime = metadata.runtime if metadata is not None else _runtime_for(device, catalog_dir, emulator_target)
-    _check_fp8_flavour([t for t, kind in ((qt, q_kind), (kvt, kv_kind)) if kind == FP8], runtime.target, fp8_format)
-
-    shape_key = (q_kind, kv_kind, heads, qseqlen, page_size, bool(return_lse), logit_cap > 0)
+    # 1. The arguments: the tensors and aiter's scalars, then the plan's (metadata or index arrays).
+    call = _checked_call(q, kv_buffer, o, kv_indices, max_seqlen_q, page_size, nhead_kv, logit_cap, return_logits,
+                         return_lse, g_kv_indptr, cp_world_size, causal, metadata, catalog_dir, emulator_target,
+                         fp8_format)
     if metadata is not None:
-        if metadata.shape_key != shape_key:
-            raise ValueError(f"metadata: made for (q, kv, heads, qseqlen, page_size, lse, cap) = "
-                             f"{metadata.shape_key}, called with {shape_key}")
-        if prefix_groups is not None or detect_shared_prefixes:
-            raise ValueError("prefix_groups / detect_shared_prefixes: pass them to metadata.update()")
-        if metadata.batch * qseqlen != tokens:
-            raise ValueError(f"q: {tokens} rows, but metadata was last updated for {metadata.batch} requests x "
-                             f"{qseqlen} rows; call metadata.update() for this batch")
-        plan_meta = metadata
+        _check_metadata(call, metadata, prefix_groups, detect_shared_prefixes)
     else:
-        kv_lens, num_indices = _kv_lens(Tensor(qo_indptr, "qo_indptr"), Tensor(kv_indptr, "kv_indptr"),
-                                        Tensor(kv_last_page_lens, "kv_last_page_lens"), qseqlen, page_size)
-        if len(kv_lens) * qseqlen != tokens:
-            raise ValueError(f"q: {tokens} rows, but qo_indptr describes {len(kv_lens)} requests x {qseqlen} "
-                             f"rows = {len(kv_lens) * qseqlen}")
-        if idx.shape[0] < num_indices:
-            raise ValueError(f"kv_indices: {idx.shape[0]} entries, but kv_indptr[-1] = {num_indices}")
-        if runtime.is_emulator:
-            # Host memory: page ids are checked here, before any device reads them.
-            used = idx.host_int32()[:num_indices]
-            if used.size and (used.min() < 0 or used.max() >= num_pages):
-                i = int(np.nonzero((used < 0) | (used >= num_pages))[0][0])
-                raise ValueError(f"kv_indices[{i}] = {used[i]} is outside 0..num_pages-1 = 0..{num_pages - 1} "
-                                 f"(num_pages = kv_buffer.shape[0])")
-        plan_meta = None  # the cached one, planned below under the runtime's lock
-
-    if return_lse:
-        if lse is None:
-            lse = empty_like_kind(qt, (tokens, heads), "float32")
-        lt = Tensor(lse, "lse")
-        lt.require_dtype("float32")
-        if lt.shape != (tokens, heads):
-            raise ValueError(f"lse: expected [tokens, heads] = {[tokens, heads]} float32, got shape {list(lt.shape)}")
-        lt.require_contiguous()
-        if lt.device != device:
-            raise ValueError(f"lse: on {lt.device}, but q is on {device}")
-    else:
-        lse, lt = None, None
-
-    scale = (1.0 / math.sqrt(kvt.shape[-1])) if sm_scale is None else float(sm_scale)
-    args = C.mla_decode_args()
-    args.num_pages = num_pages
-    args.sm_scale = scale
-    scales = {"q_scale": _scale_arg(q_scale, "q_scale", device), "kv_scale": _scale_arg(kv_scale, "kv_scale", device)}
-    for name, (value, tensor) in scales.items():
-        setattr(args, name, value if tensor is None else 1.0)
-    args.logit_cap = float(logit_cap)
-    L = C.lib()
-    # One lock over planning and launch: a cached plan is shared by every caller of its shape.
-    with runtime.lock:
-        if plan_meta is None:
-            plan_meta = _cached_for(runtime, catalog_dir, shape_key, allow_padding, len(kv_lens),
-                                    int(kv_lens.sum(dtype=np.int64)))
-            plan_meta._update(kv_lens, kv_indices, prefix_groups, detect_shared_prefixes, args.q_scale, args.kv_scale)
-        if runtime.is_emulator:
-            # The emulator has its own address space: copy the inputs in, the outputs back.
-            staged = {}
-            for role, t in (("q", qt), ("kv", kvt), ("kv_indices", idx), ("o", ot), ("lse", lt)):
-                if t is None:
-                    continue
-                staged[role] = runtime.staging(role, t.nbytes)
-                if role in ("q", "kv", "kv_indices"):
-                    C.check(L.mla_memcpy_h2d(runtime.dev, staged[role], t.address, t.nbytes), "mla_memcpy_h2d")
-            args.q, args.kv, args.kv_indices, args.o = staged["q"], staged["kv"], staged["kv_indices"], staged["o"]
-            args.lse = staged.get("lse", 0)
-            # Scale tensors: the emulator's memory is the host's, so their 4 bytes are staged.
-            for name, (_, tensor) in scales.items():
-                if tensor is not None:
-                    addr = runtime.staging(name, 4)
-                    C.check(L.mla_memcpy_h2d(runtime.dev, addr, tensor.address, 4), "mla_memcpy_h2d")
-                    setattr(args, name + "_ptr", addr)
-            stream = None
-        else:
-            torch = __import__("torch")
-            args.q, args.kv, args.kv_indices, args.o = qt.address, kvt.address, idx.address, ot.address
-            args.lse = lt.address if lt is not None else 0
-            for name, (_, tensor) in scales.items():
-                if tensor is not None:
-                    setattr(args, name + "_ptr", tensor.address)
-            stream = ctypes.c_void_p(torch.cuda.current_stream(qt.obj.device).cuda_stream)
-        C.check(L.mla_decode(runtime.ctx, plan_meta._plan, ctypes.byref(args), plan_meta._workspace,
-                             plan_meta.workspace_bytes, stream), f"mla_decode({plan_meta.decode_kernel})")
-        if runtime.is_emulator:
-            C.check(L.mla_memcpy_d2h(runtime.dev, ot.address, args.o, ot.nbytes), "mla_memcpy_d2h(o)")
-            if lt is not None:
-                C.check(L.mla_memcpy_d2h(runtime.dev, lt.address, args.lse, lt.nbytes), "mla_memcpy_d2h(lse)")
-    return o, lse
+        _check_index_arrays(call, qo_indptr, kv_indptr, kv_last_page_lens)
+    _check_values(call, return_lse, lse, sm_scale, q_scale, kv_scale, logit_cap)
+    # 2. The plan, 3. the launch: under one lock, as a cached plan is shared by every caller of its shape.
+    with call.runtime.lock:
+        plan = metadata if metadata is not None else _planned(call, kv_indices, prefix_groups, detect_shared_prefixes,
+                                                              allow_padding)
+        _launch(call, plan)
+    return o, call.lse

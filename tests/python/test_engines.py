@@ -6,6 +6,7 @@ Expected values come from float64 references written here or in test_mla_decode.
 the code under test. Run by ctest ("python: mla_decode") beside test_mla_decode.py.
 """
 import contextlib
+import copy
 import csv
 import glob
 import json
@@ -278,6 +279,132 @@ class TestMetadataSplit(Case):
             get_mla_metadata(meta, seq_lens=np.array([5], np.int64))
         with self.assertRaisesRegex(TypeError, r"metadata: expected the MlaDecodeMetadata"):
             get_mla_metadata("meta", seq_lens=np.array([5], np.int32))
+        meta.close()
+
+    def test_kv_lengths_quick_check_agrees_with_the_checked_one(self):
+        # update() takes a batch whose every request has pages through a few comparisons; anything
+        # else goes through the check that names the bad request. Both give one answer (issue #42).
+        from mla_decode.decode import _kv_lens, _kv_lens_checked
+
+        def outcome(f, *a):
+            try:
+                lens, total = f(*a)
+                return "ok", [int(x) for x in lens], total
+            except ValueError as e:
+                return "error", str(e)
+
+        rng = np.random.default_rng(150)
+        seen = set()
+        for trial in range(600):
+            batch, qseqlen, page = int(rng.integers(0, 7)), int(rng.choice([1, 2, 4])), int(rng.choice([1, 16, 128]))
+            pages = rng.integers(1, 6, batch)
+            last = rng.integers(1, page + 1, batch)
+            qo = np.arange(batch + 1) * qseqlen
+            kvp = np.concatenate([[0], np.cumsum(pages)])
+            if batch and trial % 2:  # one thing wrong (or a request without KV, which is right)
+                b, what = int(rng.integers(0, batch)), int(rng.integers(0, 7))
+                if what == 0:
+                    qo[b + 1] += 1
+                elif what == 1:
+                    kvp[b + 1:] -= pages[b]  # request b has no pages
+                elif what == 2:
+                    kvp[b + 1] = kvp[b] - 1  # fewer pages than the request before
+                elif what == 3:
+                    last[b] = 0 if rng.integers(0, 2) else page + 1
+                elif what == 4:
+                    kvp[0] = 1
+                elif what == 5:  # one token, fewer than qseqlen (when > 1)
+                    kvp[b + 1:] -= pages[b] - 1
+                    last[b] = 1
+                else:
+                    kvp[b + 1:] += 2**31 // page  # a length past int32
+            arrays = [np.asarray(a, np.int64).astype(np.int32) for a in (qo, kvp, last)]
+            got = outcome(_kv_lens, *arrays, qseqlen, page)
+            self.assertEqual(got, outcome(_kv_lens_checked, *arrays, qseqlen, page), (qo, kvp, last, qseqlen, page))
+            seen.add(got[0])
+        self.assertEqual(seen, {"ok", "error"})
+
+
+# ---- the path of a GPU tensor --------------------------------------------------------------------
+
+@contextlib.contextmanager
+def gpu_stand_in(meta):
+    """What a call with ROCm GPU tensors and `meta` does, on this GPU-less machine: torch.Tensor says
+    it is on cuda:0 (device, is_cuda, get_device patched), meta runs on a HIP-labelled copy of its
+    runtime, torch.version.hip is set, torch.cuda.current_stream returns stream 0x5EA. mla_decode is
+    recorded, not run (yields the list of (args fields, stream, plan)); a host copy fails the test."""
+    lib, calls = mla_decode._capi.lib(), []
+
+    def decode(ctx, plan, args, workspace, workspace_bytes, stream):
+        calls.append(({f: getattr(args._obj, f) for f, _ in args._obj._fields_}, stream, plan))
+        return 0
+
+    def host_copy(*args):
+        raise AssertionError("a host copy on the path of a GPU tensor")
+
+    class Stream:
+        cuda_stream = 0x5EA
+
+    cuda0 = torch.device("cuda", 0)
+    patched = {(torch.Tensor, "device"): property(lambda self: cuda0),
+               (torch.Tensor, "is_cuda"): property(lambda self: True),
+               (torch.Tensor, "get_device"): lambda self: 0, (torch.version, "hip"): "stand-in",
+               (torch.cuda, "current_stream"): lambda device=None: Stream(), (lib, "mla_decode"): decode,
+               (lib, "mla_memcpy_h2d"): host_copy, (lib, "mla_memcpy_d2h"): host_copy}
+    saved = {k: k[0].__dict__.get(k[1]) for k in patched}
+    runtime = copy.copy(meta.runtime)
+    runtime.backend, runtime.key = mla_decode._capi.MLA_BACKEND_HIP, ("hip", 0, runtime.key[2])
+    saved_meta = (meta.runtime, meta.device)
+    meta.runtime, meta.device = runtime, "cuda:0"
+    for (obj, name), value in patched.items():
+        setattr(obj, name, value)
+    try:
+        yield calls
+    finally:
+        for (obj, name), value in saved.items():
+            if value is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+        meta.runtime, meta.device = saved_meta
+
+
+class TestGpuPath(Case):
+    def test_metadata_call_passes_data_ptrs_and_reads_nothing_on_the_host(self):
+        # Issue #42: with metadata, a GPU tensor's call checks shapes, dtypes and devices, and passes
+        # data_ptr()s on the current stream: no host scan of q, no staging copy, no readback.
+        meta = get_mla_metadata_info(4, 1, 16, "fp8", "fp8", return_lse=True, max_total_tokens=2048)
+        p = make_problem(np.random.default_rng(145), "fp8", "fp8", 16, [40, 12])
+        get_mla_metadata(meta, seq_lens=np.array([40, 12], np.int32))
+        p["q"][1, 3, 7] = 0x7F  # NaN in e4m3fn: the host scan of CPU tensors would refuse it
+        t = {k: torch.from_numpy(p[k]) for k in ("q", "kv_buffer") + INDEX}
+        o, lse = torch.zeros(2, 16, 512, dtype=torch.bfloat16), torch.zeros(2, 16)
+        q_scale, kv_scale = torch.tensor([0.5]), torch.tensor([2.0])
+        with gpu_stand_in(meta) as calls:
+            got = mla_decode_fwd(t["q"], t["kv_buffer"], o, t["qo_indptr"], t["kv_indptr"], t["kv_indices"],
+                                 t["kv_last_page_lens"], 1, sm_scale=SCALE, q_scale=q_scale, kv_scale=kv_scale,
+                                 return_lse=True, lse=lse, metadata=meta)
+        self.assertIs(got[0], o)
+        self.assertIs(got[1], lse)
+        self.assertEqual(len(calls), 1)
+        args, stream, plan = calls[0]
+        self.assertEqual(getattr(stream, "value", stream), 0x5EA)  # an int or a c_void_p
+        self.assertIs(plan, meta._plan)
+        self.assertEqual((args["q"], args["kv"], args["kv_indices"], args["o"], args["lse"]),
+                         (t["q"].data_ptr(), t["kv_buffer"].data_ptr(), t["kv_indices"].data_ptr(), o.data_ptr(),
+                          lse.data_ptr()))
+        self.assertEqual((args["q_scale_ptr"], args["kv_scale_ptr"]), (q_scale.data_ptr(), kv_scale.data_ptr()))
+        self.assertEqual((args["q_scale"], args["kv_scale"]), (1.0, 1.0))  # the tensors are read on the device
+        self.assertEqual(args["num_pages"], p["kv_buffer"].shape[0])
+        self.assertAlmostEqual(args["sm_scale"], SCALE, places=6)
+        self.assertTrue(torch.equal(o, torch.zeros_like(o)))  # nothing copied back
+        # The checks still hold on this path: a batch the metadata was not updated for is refused.
+        with gpu_stand_in(meta) as calls:
+            with self.assertRaisesRegex(ValueError, r"last updated for 2 requests"):
+                mla_decode_fwd(t["q"][:1], t["kv_buffer"], o[:1], t["qo_indptr"][:2], t["kv_indptr"][:2],
+                               t["kv_indices"], t["kv_last_page_lens"][:1], 1, return_lse=True, lse=lse[:1],
+                               metadata=meta)
+        self.assertEqual(calls, [])
         meta.close()
 
 
