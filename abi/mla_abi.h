@@ -135,12 +135,16 @@ struct KernargField {
 
 // The header of one launch's table in the workspace (issue #31): the grid is fixed by the
 // plan's capacity and the device, so a kernel learns from this header, which the step's one
-// upload writes, which entries its workgroups take. The launch is persistent: workgroup x takes
-// entries x, x + stride, x + 2 stride, ... below count (stride = the launch's grid width, so that
-// entry i runs on CU i mod num_cus as one workgroup per entry would), and exits at the first one
-// past count. Entry i (a WorkUnit, PrefixUnit or ReduceEntry, 32 bytes) is at header +
-// entries_offset + i * 32. The launch's `work` / `reduce_map` argument points at its header: the
-// kernargs, and so a captured graph, stay the same from step to step.
+// upload writes, which entries its workgroups take. Entry i (a WorkUnit, PrefixUnit or
+// ReduceEntry, 32 bytes) is at header + entries_offset + i * 32. The launch's `work` /
+// `reduce_map` argument points at its header: the kernargs, and so a captured graph, stay the
+// same from step to step.
+//
+// The decode and prefix launches are persistent: workgroup x takes the entries
+// [ranges[x], ranges[x + 1]) one after the other, where ranges is int32[stride + 1] at header +
+// ranges_offset (the planner's slots: each workgroup's run of units, as FlashMLA's and aiter's
+// schedulers hand each CTA its own list). The reduce launch takes entry x in workgroup x, below
+// count.
 struct LaunchHeader {
   int32_t count;           // entries of this step (0: every workgroup exits)
   int32_t entries_offset;  // bytes from this header to entry 0 (> 0, a multiple of 32)
@@ -148,13 +152,15 @@ struct LaunchHeader {
   // Decode launch with the merge in the launch (docs/mla-decode.md, "In-launch merge"), else 0:
   int32_t merge_offset;    // bytes from this header to the merge entries: abi::ReduceEntry of request b at + 32 b
   int32_t counters_offset; // bytes from this header to the arrival counters: uint32 per (request, 16-row block)
-  int32_t reserved[3];     // 0
+  int32_t ranges_offset;   // decode and prefix launches: bytes from this header to int32 ranges[stride + 1]
+  int32_t reserved[2];     // 0
 };
 static_assert(sizeof(LaunchHeader) == 32, "LaunchHeader is int32[8]");
 namespace launch_header {
 inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset = offsetof(LaunchHeader, entries_offset) / 4,
                      stride = offsetof(LaunchHeader, stride) / 4, merge_offset = offsetof(LaunchHeader, merge_offset) / 4,
-                     counters_offset = offsetof(LaunchHeader, counters_offset) / 4;
+                     counters_offset = offsetof(LaunchHeader, counters_offset) / 4,
+                     ranges_offset = offsetof(LaunchHeader, ranges_offset) / 4;
 }  // namespace launch_header
 
 // The decode kernel's arguments (the kernel reads them at these offsets). q_scale and kv_scale

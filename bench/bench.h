@@ -194,6 +194,9 @@ std::vector<ModelUnit> model_units(const rt::Plan& plan);
 int reduce_rounds(const rt::Plan& plan);
 // Workgroups of a non-persistent grid go to CUs round robin in launch order: cu = i mod num_cu.
 std::vector<int> round_robin_cus(int items, int num_cu);
+// The CU of each of a launch's units from its workgroup ranges (rt::Plan::unit_ranges: workgroup
+// x runs units [ranges[x], ranges[x + 1]) on CU x mod num_cu).
+std::vector<int> cus_of_ranges(const std::vector<int32_t>& ranges, size_t units, int num_cu);
 
 // model_time with an explicit unit -> CU assignment (cu_of_unit[i] in [0, m.cus)), for launches
 // that do not hand workgroup i to CU i mod C (aiter's persistent work lists); model_time is it

@@ -400,9 +400,12 @@ CascadeResult measure_cascade(const BenchShape& bs, const ShapeResult& r, const 
       b.partial_bytes += double(std::min(plan.rows_per_group, plan.rows - u.row_group * plan.rows_per_group)) * (512.0 * 4 + 4);
   auto price = [&](const Machine& at) {
     ModeledTime d;
-    if (!plan.units.empty()) d = model_time(at, r.facts, model_units(plan), 0, 0, decode_q_blocks(plan));
-    return std::pair{d, model_time(at, f, pu, b.reduce_entries, b.reduce_splits, prefix_q_rows(plan), b.reduce_bf16_splits,
-                                   reduce_rounds(plan))};
+    if (!plan.units.empty())
+      d = model_time_assigned(at, r.facts, model_units(plan), cus_of_ranges(plan.unit_ranges, plan.units.size(), at.cus), 0,
+                              0, decode_q_blocks(plan));
+    return std::pair{d, model_time_assigned(at, f, pu, cus_of_ranges(plan.prefix_unit_ranges, pu.size(), at.cus),
+                                            b.reduce_entries, b.reduce_splits, prefix_q_rows(plan), b.reduce_bf16_splits,
+                                            reduce_rounds(plan))};
   };
   std::tie(b.decode, b.prefix) = price(m);
   b.total_s = b.decode.total_s + b.prefix.total_s;

@@ -75,6 +75,13 @@ std::vector<ModelUnit> model_units(const rt::Plan& plan) {
   return v;
 }
 
+std::vector<int> cus_of_ranges(const std::vector<int32_t>& ranges, size_t units, int num_cu) {
+  std::vector<int> cu(units, 0);
+  for (size_t x = 0; x + 1 < ranges.size(); ++x)
+    for (int32_t i = ranges[x]; i < ranges[x + 1] && size_t(i) < units; ++i) cu[size_t(i)] = int(x % size_t(num_cu));
+  return cu;
+}
+
 std::vector<int> round_robin_cus(int items, int num_cu) {
   std::vector<int> cu(static_cast<size_t>(items));
   for (int i = 0; i < items; ++i) cu[size_t(i)] = i % num_cu;

@@ -553,8 +553,9 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
 
   // Modeled.
   auto price = [&](const Machine& at) {
-    return model_time(at, f, model_units(plan), r.reduce_entries, r.reduce_splits, int(bs.kv_lens.size()) * plan.row_groups,
-                      0, reduce_rounds(plan));
+    return model_time_assigned(at, f, model_units(plan), cus_of_ranges(plan.unit_ranges, plan.units.size(), at.cus),
+                               r.reduce_entries, r.reduce_splits, int(bs.kv_lens.size()) * plan.row_groups, 0,
+                               reduce_rounds(plan));
   };
   r.modeled = price(m);
   r.modeled_at_peak_s = price(at_datasheet_peak(m)).total_s;  // what-if (PlanSide::total_at_peak_s)
@@ -571,7 +572,8 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
       r.one_launch_max_splits = std::max(r.one_launch_max_splits, s);
       if (s > 1) ++entries, splits += s;
     }
-    const ModeledTime d = model_time(m, f, model_units(mp), 0, 0, int(bs.kv_lens.size()) * mp.row_groups);
+    const ModeledTime d = model_time_assigned(m, f, model_units(mp), cus_of_ranges(mp.unit_ranges, mp.units.size(), m.cus),
+                                              0, 0, int(bs.kv_lens.size()) * mp.row_groups);
     if (r.one_launch_max_splits > 1)
       r.one_launch_merge_s = std::max((f.reduce_per_entry * entries + f.reduce_per_split * splits) / m.hbm_bytes_per_s,
                                       (1 + 5 * r.one_launch_max_splits) * m.trip_s());

@@ -132,7 +132,7 @@ void fill_sizes(WorkspaceLayout& w, const SelectedKernels& k, size_t batch) {
     at = off;
     off += align_up(bytes);
   };
-  w.tables_bytes = step_tables::bytes(w.max_units, w.max_reduces);
+  w.tables_bytes = step_tables::bytes(w.max_units, w.max_reduces, size_t(w.decode_grid) + w.prefix_grid);
   region(w.tables, w.tables_bytes);
   region(w.partial_o, w.max_partials * M * kVDim * 4);
   region(w.partial_lse, w.max_partials * M * 4);
@@ -157,26 +157,26 @@ int merge_blocks_per_request(const SelectedKernels& k) {
 }
 
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds, int workgroups_per_cu, bool merge_in_launch) {
+                                 int workgroups_per_cu, bool merge_in_launch) {
   const int64_t M = int64_t(k.kheads) * k.kqseqlen;
   const int64_t rpg = k.decode.launch.rows_per_group, T = k.decode.launch.tile_tokens;
   const int64_t G = (M + rpg - 1) / rpg;
-  // plan_decode: units <= max(B*G, (max(1, B*G/C) + max_rounds) * C), and every split holds at
-  // least one tile (so splits <= tiles <= tokens/T + B).
-  int64_t units = int64_t(max_batch) * G + int64_t(max_rounds + 1) * num_cus;
+  const int64_t wpc = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
+  // plan_decode: every request is one piece, and each workgroup's walk cuts at most one more
+  // (a piece is G units on G workgroups); every split holds at least one tile.
+  int64_t units = int64_t(max_batch) * G + wpc * num_cus;
   if (max_total_tokens > 0) units = std::min(units, G * ((max_total_tokens + T - 1) / T + max_batch));
   WorkspaceLayout w;
   w.max_units = size_t(units);
-  w.max_partials = size_t(units / G);
+  w.max_partials = size_t(int64_t(max_batch) + (wpc * num_cus + G - 1) / G);
   if (k.prefix) {
     w.max_units += size_t(kCascadeReserve) * size_t(num_cus);
     w.max_partials += size_t(kCascadeReserve) * size_t(num_cus);
   }
   w.max_reduces = size_t(max_batch);
-  // Persistent grids: every resident workgroup of the device, never more than there are units.
+  // Persistent grids: every resident workgroup of the device (the planner's workgroups).
   auto resident = [&](int catalog_wpc) {
-    const int64_t wpc = workgroups_per_cu > 0 ? workgroups_per_cu : catalog_wpc;
-    return unsigned(std::clamp<int64_t>(int64_t(num_cus) * wpc, 1, int64_t(std::max<size_t>(1, w.max_units))));
+    return unsigned(int64_t(num_cus) * (workgroups_per_cu > 0 ? workgroups_per_cu : catalog_wpc));
   };
   w.decode_grid = resident(k.decode.resident_workgroups_per_cu);
   w.prefix_grid = k.prefix ? resident(k.prefix->resident_workgroups_per_cu) : 0;
@@ -195,8 +195,8 @@ WorkspaceLayout workspace_layout_for(const SelectedKernels& k, const Plan& plan,
   w.max_units = plan.units.size() + plan.prefix_units.size();
   w.max_partials = size_t(plan.num_partials);
   w.max_reduces = plan.reduces.size();
-  w.decode_grid = unsigned(std::max<size_t>(1, w.max_units));
-  w.prefix_grid = k.prefix ? w.decode_grid : 0;
+  w.decode_grid = unsigned(std::max<size_t>(1, plan.unit_ranges.size()) - 1 + plan.unit_ranges.empty());
+  w.prefix_grid = k.prefix ? unsigned(std::max<size_t>(1, plan.prefix_unit_ranges.size()) - 1 + plan.prefix_unit_ranges.empty()) : 0;
   w.reduce_grid = unsigned(std::max<size_t>(1, w.max_reduces));
   w.merge_in_launch = plan.merge_in_launch;
   if (plan.merge_in_launch) w.prefix_grid = 0;
@@ -219,13 +219,14 @@ WorkspaceAddrs workspace_addrs(uint64_t base, const WorkspaceLayout& ws) {
 }
 
 void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride, int64_t merge_offset,
-                         int64_t counters_offset) {
+                         int64_t counters_offset, size_t ranges_offset) {
   abi::LaunchHeader h{};
   h.count = int32_t(count);
   h.entries_offset = int32_t(entries_offset);
   h.stride = int32_t(stride);
   h.merge_offset = int32_t(merge_offset);
   h.counters_offset = int32_t(counters_offset);
+  h.ranges_offset = int32_t(ranges_offset);
   std::memcpy(dst, &h, sizeof h);
 }
 
@@ -243,15 +244,29 @@ size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const W
   const int64_t merge_offset = ws.merge_in_launch ? int64_t(reduce_at) - int64_t(S::decode_header) : 0;
   const int64_t counters_offset =
       ws.merge_in_launch ? int64_t(ws.counters) - int64_t(ws.tables + S::decode_header) : 0;
+  // Each persistent launch's workgroup ranges (int32[grid + 1]) after the entries; none planned:
+  // every workgroup's range is empty.
+  const size_t dranges_at = reduce_at + nr * 32, pranges_at = dranges_at + 4 * (size_t(ws.decode_grid) + 1);
+  const size_t end = pranges_at + 4 * (size_t(ws.prefix_grid) + 1);
+  auto put_ranges = [&](const std::vector<int32_t>& r, unsigned grid, size_t at, const char* which) {
+    if (!r.empty() && r.size() != size_t(grid) + 1)
+      throw std::logic_error(fmt::format("pack_step_tables: the plan's {} ranges hold {} workgroups, the launch's grid {}",
+                                         which, r.size() - 1, grid));
+    if (r.empty()) std::memset(dst + at, 0, 4 * (size_t(grid) + 1));
+    else std::memcpy(dst + at, r.data(), 4 * r.size());
+  };
   write_launch_header(dst + S::decode_header, nd, decode_at - S::decode_header, ws.decode_grid, merge_offset,
-                      counters_offset);
-  write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header, std::max(1u, ws.prefix_grid));
+                      counters_offset, dranges_at - S::decode_header);
+  write_launch_header(dst + S::prefix_header, np, prefix_at - S::prefix_header, std::max(1u, ws.prefix_grid), 0, 0,
+                      pranges_at - S::prefix_header);
   write_launch_header(dst + S::reduce_header, ws.merge_in_launch ? 0 : nr, reduce_at - S::reduce_header, ws.reduce_grid);
   static_assert(sizeof(WorkUnit) == 32 && sizeof(abi::PrefixUnit) == 32 && sizeof(ReduceEntry) == 32);
   if (nd) std::memcpy(dst + decode_at, plan.units.data(), nd * 32);
   if (np) std::memcpy(dst + prefix_at, plan.prefix_units.data(), np * 32);
   if (nr) std::memcpy(dst + reduce_at, plan.reduces.data(), nr * 32);
-  return reduce_at + nr * 32;
+  put_ranges(plan.unit_ranges, ws.decode_grid, dranges_at, "decode");
+  put_ranges(plan.prefix_unit_ranges, ws.prefix_grid, pranges_at, "prefix");
+  return end;
 }
 
 LaunchGrids launch_grids(const SelectedKernels& k, const WorkspaceLayout& ws) {
@@ -272,6 +287,7 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.heads = k.kheads;
   in.page_size = k.page_size;
   in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
+  in.q_row_bytes = kQkDim * elem_bytes(k.q_dtype);
   in.num_cus = num_cus;
   const auto target = abi::parse_target(k.decode.target);
   if (!target) throw CatalogError(fmt::format("{}: target '{}' (allowed: gfx942, gfx950)", k.decode.name, k.decode.target));
@@ -285,6 +301,14 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   if (k.decode.launch.partial_o_bytes != 4)
     throw CatalogError(fmt::format("{}: geometry.partial_o_bytes = {} (a decode kernel's partials must be f32: 4)",
                                    k.decode.name, k.decode.launch.partial_o_bytes));
+  // The decode launch's cost model (modeled, catalog.json): a unit's fill and the HBM floor, in
+  // token-equivalents at the CU's rate with its resident workgroups (cost_model.h).
+  if (const auto& im = k.decode.issue_model) {
+    const double rate = modeled_cu_stream_rate(im->cu_port_bytes_per_clk, im->clock_hz,
+                                               in.workgroups_per_cu * im->producer_inflight_bytes, im->little_latency_s);
+    in.unit_fill = im->unit_fill_s * rate / in.kv_bytes_per_token;
+    in.hbm_factor = num_cus * rate / im->hbm_bytes_per_s;
+  }
   if (k.prefix) {
     in.prefix_rows_per_group = k.prefix->launch.rows_per_group;
     in.prefix_partial_o_bytes = k.prefix->launch.partial_o_bytes;

@@ -109,14 +109,14 @@ struct WorkspaceLayout {
   size_t total = 0;
 };
 // Capacity for any plan of at most max_batch requests and max_total_tokens tokens (0: unbounded)
-// made by plan_decode with `num_cus` and `max_rounds`, plus, with a prefix kernel, a reserve of
+// made by plan_decode on `num_cus` CUs, plus, with a prefix kernel, a reserve of
 // kCascadeReserve * num_cus units and partial slots for cascade plans (PlanInputs::max_units /
 // max_partials: a cascade needing more is not used, and its decision says so).
 inline constexpr int kCascadeReserve = 4;
 // workgroups_per_cu: the planner's occupancy (0: each kernel's resident workgroups per CU from
 // catalog.json), which sets the persistent grids.
 WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_t max_total_tokens, int num_cus,
-                                 int max_rounds = PlanInputs{}.max_rounds, int workgroups_per_cu = 0,
+                                 int workgroups_per_cu = 0,
                                  bool merge_in_launch = false);
 // Row blocks of 16 per request the decode kernel covers (its row groups' blocks, padding included):
 // the arrival counters per request.
@@ -132,7 +132,11 @@ namespace step_tables {
 inline constexpr size_t scales = 0;  // f32 q_scale, f32 kv_scale: the host values of the upload
 inline constexpr size_t decode_header = 32, prefix_header = 64, reduce_header = 96, entries = 128;
 // Bytes of the region for a capacity.
-inline constexpr size_t bytes(size_t max_units, size_t max_reduces) { return entries + 32 * (max_units + max_reduces); }
+// Bytes of the region for a capacity: the entries, then the persistent launches' workgroup
+// ranges (int32[grid + 1] each, abi::LaunchHeader::ranges_offset).
+inline constexpr size_t bytes(size_t max_units, size_t max_reduces, size_t grids) {
+  return entries + 32 * (max_units + max_reduces) + 4 * (grids + 2);
+}
 }  // namespace step_tables
 // Writes the plan's tables (and the two scales) into `dst`, which holds at least
 // step_tables::bytes(...) for the plan's capacity; returns the bytes used (what the upload copies).
@@ -141,7 +145,7 @@ size_t pack_step_tables(const Plan& plan, float q_scale, float kv_scale, const W
 // One launch header (abi::LaunchHeader) at `dst`; merge_offset / counters_offset: the decode
 // launch's in-launch merge (0: none).
 void write_launch_header(uint8_t* dst, size_t count, size_t entries_offset, unsigned stride, int64_t merge_offset = 0,
-                         int64_t counters_offset = 0);
+                         int64_t counters_offset = 0, size_t ranges_offset = 0);
 
 // PlanInputs for the kernel shape (padded rows included).
 PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_lens, int num_cus,

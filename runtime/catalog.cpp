@@ -141,7 +141,9 @@ Catalog Catalog::open(const std::string& dir) {
           throw CatalogError(fmt::format("{}: kernel {}: occupancy.workgroups_per_cu = {} (allowed: >= 1)", dir,
                                          ck.name, ck.resident_workgroups_per_cu));
       }
-      if (ck.kind == "mla_prefix") ck.issue_model = issue_model_of(k, cj.string(), ck.name);
+      // Required of a prefix kernel; a decode kernel's (catalogs since issue #42) prices its launch.
+      if (ck.kind == "mla_prefix" || (ck.kind == "mla_decode" && k.contains("issue_model")))
+        ck.issue_model = issue_model_of(k, cj.string(), ck.name);
       for (const auto& a : k.at("args"))
         ck.args.push_back({a.at("name"), a.at("offset"), a.at("size"), a.at("value_kind")});
       c.kernels_.push_back(std::move(ck));

@@ -63,7 +63,7 @@ struct CatalogKernel {
   int workgroup_size = 64;  // threads per workgroup (catalog.json, the code object's max_flat_workgroup_size)
   int unified_vgprs = 0;   // VGPRs + AGPRs per lane of one wave (accum_offset + agprs), from catalog.json
   int resident_workgroups_per_cu = 1;  // catalog.json occupancy: workgroups a CU holds at once
-  std::optional<IssueModel> issue_model;  // prefix kernels (required there)
+  std::optional<IssueModel> issue_model;  // prefix kernels (required there), decode kernels (optional)
   std::vector<KernelArgInfo> args;
   const KernelArgInfo& arg(const std::string& name) const;  // throws CatalogError naming the field
 };

@@ -152,9 +152,10 @@ namespace {
 
 // Bytes each buffer must be read at least once by the plan: every unit's tokens (row groups
 // each read them), their page ids, its rows of Q, its work unit; the reduce's partials and map;
-// the launch headers' fields each launch reads (abi::LaunchHeader: the decode and prefix walks
-// read count, entries_offset and stride, the reduce count and entries_offset).
-Traffic needed_traffic(const Problem& p, const Plan& plan, int walks) {
+// the launch headers' fields each launch reads (abi::LaunchHeader: every wave of every workgroup
+// of the decode and prefix launches reads entries_offset and ranges_offset, then its workgroup's
+// range: 16 bytes; the reduce reads count and entries_offset).
+Traffic needed_traffic(const Problem& p, const Plan& plan, uint64_t walk_waves) {
   const uint64_t kvb = elem_bytes(p.kv_dtype), qb = elem_bytes(p.q_dtype);
   const int M = p.heads * p.qseqlen;
   Traffic t;
@@ -175,7 +176,7 @@ Traffic needed_traffic(const Problem& p, const Plan& plan, int walks) {
     partial_o += uint64_t(M) * (uint64_t(e.bf16_splits) * 512 * 2 + uint64_t(e.num_splits - e.bf16_splits) * 512 * 4);
   }
   t.items = {{"kv", kv}, {"kv_indices", idx}, {"q", q},
-             {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit) + 12 * walks},
+             {"work", (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit) + 16 * walk_waves},
              {"reduce_map", plan.reduces.size() * sizeof(ReduceEntry) + 8}, {"partial_o", partial_o},
              {"partial_lse", partial_rows * 4}};
   return t;
@@ -243,10 +244,6 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   t.sm_scale = float(p.sm_scale);
   t.logit_cap = float(p.logit_cap);
   WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
-  if (opts.persistent_grid > 0) {
-    ws.decode_grid = std::min(ws.decode_grid, unsigned(opts.persistent_grid));
-    if (ws.prefix_grid) ws.prefix_grid = ws.decode_grid;
-  }
   // The step tables (pack_step_tables' layout), split so that each table has an allocation of
   // its own: the scales, the decode and prefix headers with the units, the reduce header with
   // the reduce map.
@@ -255,19 +252,35 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   namespace S = step_tables;
   const size_t units_bytes = (plan.units.size() + plan.prefix_units.size()) * sizeof(WorkUnit);
   const size_t reduce_bytes = plan.reduces.size() * sizeof(ReduceEntry);
-  if (used != S::entries + units_bytes + reduce_bytes) throw RtError(MLA_ERROR_INTERNAL, "step tables: size mismatch");
+  if (used != S::entries + units_bytes + reduce_bytes + 4 * (size_t(ws.decode_grid) + ws.prefix_grid + 2))
+    throw RtError(MLA_ERROR_INTERNAL, "step tables: size mismatch");
+  if (opts.persistent_grid > 0) {
+    ws.decode_grid = std::min(ws.decode_grid, unsigned(opts.persistent_grid));
+    if (ws.prefix_grid) ws.prefix_grid = ws.decode_grid;
+  }
+  const size_t ranges_bytes = 4 * (size_t(ws.decode_grid) + ws.prefix_grid + 2);
   // In-launch merge: the merge entries and the (zeroed) counters follow the units in the same
-  // allocation, since the kernel finds them by offsets from its header.
+  // allocation, since the kernel finds them by offsets from its header; the workgroup ranges last.
   const size_t counters_bytes = plan.merge_in_launch ? size_t(p.batch()) * merge_blocks_per_request(k) * 4 : 0;
-  std::vector<uint8_t> work(64 + units_bytes + (plan.merge_in_launch ? reduce_bytes + counters_bytes : 0)),
-      reduce(32 + reduce_bytes);
+  const size_t ranges_at = 64 + units_bytes + (plan.merge_in_launch ? reduce_bytes + counters_bytes : 0);
+  std::vector<uint8_t> work(ranges_at + ranges_bytes), reduce(32 + reduce_bytes);
   const int64_t merge_at = plan.merge_in_launch ? int64_t(64 + units_bytes) : 0;
   write_launch_header(work.data(), plan.units.size(), 64, ws.decode_grid, merge_at,
-                      plan.merge_in_launch ? merge_at + int64_t(reduce_bytes) : 0);
+                      plan.merge_in_launch ? merge_at + int64_t(reduce_bytes) : 0, ranges_at);
   write_launch_header(work.data() + 32, plan.prefix_units.size(), 32 + plan.units.size() * sizeof(WorkUnit),
-                      std::max(1u, ws.prefix_grid));
+                      std::max(1u, ws.prefix_grid), 0, 0, ranges_at + 4 * (size_t(ws.decode_grid) + 1) - 32);
   std::memcpy(work.data() + 64, tables.data() + S::entries, units_bytes);
   if (plan.merge_in_launch) std::memcpy(work.data() + merge_at, tables.data() + S::entries + units_bytes, reduce_bytes);
+  // A narrower persistent grid (opts.persistent_grid) takes the planned workgroups' runs in
+  // contiguous groups: workgroup x runs those of [x S / grid, (x + 1) S / grid).
+  auto put_ranges = [&](const std::vector<int32_t>& r, unsigned grid, size_t at) {
+    for (size_t x = 0; grid > 0 && x <= grid && !r.empty(); ++x) {
+      const int32_t v = r[x * (r.size() - 1) / grid];
+      std::memcpy(work.data() + at + 4 * x, &v, 4);
+    }
+  };
+  put_ranges(plan.unit_ranges, ws.decode_grid, ranges_at);
+  put_ranges(plan.prefix_unit_ranges, ws.prefix_grid, ranges_at + 4 * (size_t(ws.decode_grid) + 1));
   write_launch_header(reduce.data(), plan.reduces.size(), 32, ws.reduce_grid);
   std::memcpy(reduce.data() + 32, tables.data() + S::entries + units_bytes, reduce_bytes);
   const uint64_t work_at = upload(work.data(), work.size(), "work"), reduce_at = upload(reduce.data(), reduce.size(), "reduce_map");
@@ -288,7 +301,10 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     if (ws.lse_pad_bytes) wa.lse_pad = be.alloc_named(ws.lse_pad_bytes, "lse_pad", 0xff);
   }
   be.run(decode_ops(k, ws, p.batch(), t, wa), nullptr);
-  r.traffic = needed_traffic(p, plan, sel.prefix ? 2 : 1);
+  // Every wave of each persistent launch's grid reads its header and range, whatever its work.
+  const uint64_t walk_waves = uint64_t(ws.decode_grid) * ((sel.decode.workgroup_size + 63) / 64) +
+                              (sel.prefix ? uint64_t(ws.prefix_grid) * ((sel.prefix->workgroup_size + 63) / 64) : 0);
+  r.traffic = needed_traffic(p, plan, walk_waves);
   for (auto& d : be.take_log()) {
     add_measured(r.traffic, d.counters);
     if (d.kernel == sel.decode.name) r.decode = std::move(d.counters);

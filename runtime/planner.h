@@ -1,14 +1,14 @@
 // Host-side split planner of MLA decode (docs/planner.md).
 //
-// The decode kernel is launched with one workgroup per WorkUnit; a unit attends the rows of
-// one row group of one request over a token range [kv_start, kv_end) of that request. A request
-// whose tokens are split over several units gets one partial slot per split, and the reduce
-// kernel merges its partials (one ReduceEntry per such request). A cascade plan adds prefix
-// units (a second launch, the prefix kernel) that read a shared prefix once for all members of
-// its group; the members' decode units then cover only their unique parts, or, at qseqlen 1
-// with every request a member, prefix units do that too and there is no decode launch
-// (docs/planner.md "Cascade plans"). The binary layouts are the contract's (abi/mla_abi.h), which the kernel
-// builders read too.
+// The policy, in one pass (FlashMLA's get_decoding_sched_meta, on the host): every workgroup of
+// a launch's persistent grid gets an equal payload of the cost model's work (tiles times their
+// cost, plus a fixed cost per unit: its fill and the partial it writes). The jobs (requests, or a
+// shared prefix and the members' unique parts) are walked in order and cut at tile boundaries
+// wherever a workgroup's payload is full, so the splits fall out of the payload. The row groups
+// of one split go to neighbouring workgroups of one XCD. Where HBM bounds the launch before the
+// CUs do, fewer CUs get work (fewer partials). A request split k ways gets k partial slots,
+// which the reduce merges; a cascade plan (a group's prefix read once by the prefix kernel) is
+// chosen when the same cost model prices it lower.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -67,69 +67,44 @@ class InputSpan : public std::span<const T> {
 
 struct PlanInputs {
   // Tokens per request: 0 (an empty request: no work units, splits 0, and a reduce entry with no
-  // splits, for which the reduce writes o = 0 and lse = -inf), or >= qseqlen. May be empty (no
-  // requests: an empty plan).
+  // splits, for which the reduce writes o = 0 and lse = -inf), or >= qseqlen. May be empty.
   InputSpan<int> kv_lens;
   int qseqlen = 1;
   int heads = 16;
   int page_size = 1;             // for WorkUnit::page_base (= sum of ceil(kv_len / page_size) before b)
   int num_cus = abi::facts(abi::Target::gfx942).num_cus;  // set per device: abi::facts(target).num_cus
-  // Workgroup i runs on XCD i mod num_xcds (abi::TargetFacts::num_xcds). The prefix launch puts the
-  // row-group units of one prefix split that run in the same round on one XCD (one L2), when
-  // num_cus is a multiple of num_xcds (a real device; docs/planner.md "XCD placement").
-  int num_xcds = abi::facts(abi::Target::gfx942).num_xcds;
-  int workgroups_per_cu = 1;     // decode workgroups resident per CU (occupancy)
+  int num_xcds = abi::facts(abi::Target::gfx942).num_xcds;  // workgroup i runs on XCD i mod num_xcds
+  int workgroups_per_cu = 1;     // decode workgroups resident per CU: the launch's grid is num_cus x this
   int tile_tokens = 16;          // T: the kernel's token tile; cuts are at multiples of T
   int rows_per_group = 16;       // 16*consumer waves: row groups = ceil(M / rows_per_group)
-  int min_tiles_per_split = 2;   // preferred minimum split length in tiles (relaxed to 1 when
-                                 // needed to give every CU work)
   int kv_bytes_per_token = 576;  // 576 (fp8) or 1152 (bf16): prices partial traffic in tokens
-  int max_rounds = 16;           // largest number of units per CU the search considers
-  // Requests sharing a prefix (detected from the page table, or given by the caller,
-  // docs/shared-prefix.md), and the prefix kernel's row group size: 0 = the catalog has no
-  // prefix kernel for this shape, then no group cascades.
+  // The decode launch's cost model (cost_model.h, token-equivalents at its CUs' modeled rate):
+  // a unit's fill and the HBM floor's factor. Both 0: tokens and partial bytes only.
+  double unit_fill = 0, hbm_factor = 0;
+  int q_row_bytes = 0;  // a Q row's bytes (576 x q element bytes): every unit reads its rows' Q
+  // Requests sharing a prefix (detected or caller-given, docs/shared-prefix.md), and the prefix
+  // kernel's row group size: 0 = the catalog has no prefix kernel for this shape: no cascades.
   InputSpan<PrefixGroup> prefix_groups;
-  int prefix_rows_per_group = 0;   // rows of a group's count*M per prefix unit (typically 48)
-  int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU (its O fills the registers)
-  // Bytes per element of the prefix kernel's partial o (its geometry's partial_o_bytes): 2 (bf16,
-  // the reduce entries' bf16_splits) or 4 (f32). Decode kernels' partials are always f32.
-  int prefix_partial_o_bytes = 2;
-  // The prefix launch's machine model (docs/planner.md "Issue-aware prefix launch"): modeled
-  // figures the catalog records per prefix kernel (the generator's static co-issue model of its
-  // hot loop and the target description's machine constants). Both 0 = not modeled: the prefix
-  // launch is priced by its tokens and partial bytes only, as the decode launch always is.
-  //   issue: one token tile through one computing row block's consumer wave, in
-  //     token-equivalents (the time a CU streams one KV token at its modeled rate);
-  //   LDS: the CU's LDS time of that wave's reads of a tile, and of the producer's write of it
-  //     (the LDS is one per CU: its time adds over all the CU's waves);
-  //   HBM factor: num_cus x that rate / HBM bandwidth, so the launch's HBM floor is
-  //     factor x (the bytes it moves from HBM, in tokens) / num_cus;
-  //   unit fill: a unit's wait for its page ids and first KV rows, in token-equivalents.
+  int prefix_rows_per_group = 0;
+  int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU
+  int prefix_partial_o_bytes = 2;    // the prefix kernel's partial o element: 2 (bf16) or 4 (f32)
+  // The prefix launch's cost model (cost_model.h; catalog.json's issue_model of the prefix
+  // kernel, in token-equivalents): issue and LDS per tile, the HBM floor, the unit fill, and for
+  // a kernel of several row blocks per wave the figures per wave-tile; for a phased kernel (no
+  // producer wave) its Q prologue per row and its store factor. All 0: tokens only.
   double prefix_issue_per_block_tile = 0;
   double prefix_lds_per_block_tile = 0, prefix_lds_per_tile = 0;
-  // A prefix kernel whose consumer waves hold several row blocks (the wide kernel: 3): a unit's
-  // computing blocks fill its waves in order, and a wave with b of them issues and reads LDS
-  // prefix_wave_tile_issue[b - 1] / prefix_wave_tile_lds[b - 1] per tile (token-equivalents,
-  // from the catalog's loops for 1..blocks_per_wave blocks). Empty with one block per wave.
   int prefix_blocks_per_wave = 1;
   std::vector<double> prefix_wave_tile_issue, prefix_wave_tile_lds;
   double prefix_hbm_factor = 0;
   double prefix_unit_fill = 0;
-  // A prefix kernel run in phases (IssueModel::prologue_inflight_bytes > 0: no producer wave, one
-  // workgroup per CU): a unit first loads its Q rows (prefix_prologue_per_row token-equivalents a
-  // row, at the prologue's bytes in flight; the unit fill overlaps it: the larger counts), then
-  // streams its tokens beside its issue and LDS, then stores its partial rows (their bytes in
-  // token-equivalents x prefix_store_factor, the ring's rate over the epilogue's). The phases of
-  // a CU's units add; 0 = not phased (Q and the partials overlap the stream, priced in it).
   double prefix_prologue_per_row = 0, prefix_store_factor = 0;
   // Which groups cascade: as the cost model prices it (default); every group the kernels can
-  // cascade, whatever the cost and prefix length (tests, experiments); none (the per-request plan).
+  // cascade (tests, experiments); none (the per-request plan).
   CascadePolicy cascade = CascadePolicy::cost_model;
-  // Split partials merged inside the decode launch by the last split of each row block to arrive
-  // (docs/mla-decode.md, "In-launch merge"): one launch per layer, no reduce launch. The plan's
-  // reduce entries are then one per request, indexed by request (the kernel's merge entries), and
-  // an empty request gets a unit of no tokens per row group (it writes o = 0, lse = -inf).
-  // Needs cascade == never: a cascade's prefix partials are merged by the reduce launch.
+  // Split partials merged inside the decode launch (docs/mla-decode.md, "In-launch merge"): the
+  // plan's reduce entries are then one per request, indexed by request, and an empty request
+  // gets a unit of no tokens per row group. Needs cascade == never.
   bool merge_in_launch = false;
   // Workspace capacity (0 = unlimited): a cascade plan needing more is not used. Units count
   // decode and prefix units together.
@@ -137,10 +112,14 @@ struct PlanInputs {
 };
 
 struct Plan {
-  std::vector<WorkUnit> units;        // decode kernel launch order (workgroup id = index)
-  // Prefix kernel launch order (workgroup id = index), uploaded as is: abi::PrefixUnit is the
-  // same int32[8] as WorkUnit. Empty when no group cascades.
+  // Decode launch: units in table order; workgroup x runs units [unit_ranges[x], unit_ranges[x+1])
+  // (abi::LaunchHeader), unit_ranges has num_cus x workgroups_per_cu + 1 entries.
+  std::vector<WorkUnit> units;
+  std::vector<int32_t> unit_ranges;
+  // Prefix launch, the same (abi::PrefixUnit is the same int32[8] as WorkUnit). Empty when no
+  // group cascades.
   std::vector<abi::PrefixUnit> prefix_units;
+  std::vector<int32_t> prefix_unit_ranges;
   // One per split request, per cascading member and per empty request (num_splits 0: the reduce
   // writes o = 0, lse = -inf), in request order.
   std::vector<ReduceEntry> reduces;
@@ -155,26 +134,22 @@ struct Plan {
   // Per request: partials its output merges (1 and not a cascading member = final output
   // written directly); for a cascading member prefix splits + unique splits; 0 for an empty request.
   std::vector<int> splits;
-  std::vector<int64_t> cu_tokens;     // predicted KV tokens read per CU by the decode launch (round-robin model)
-  std::vector<int> cu_units;          // predicted decode units per CU
+  std::vector<int64_t> cu_tokens;     // KV tokens read per CU by the decode launch (workgroup x on CU x mod num_cus)
+  std::vector<int> cu_units;          // decode units per CU
   std::vector<int64_t> prefix_cu_tokens;  // the same for the prefix launch (empty without prefix units)
   std::vector<int> prefix_cu_units;
   double balance = 1.0;               // max / mean of cu_tokens (over all CUs)
   int cus_used = 0;                   // CUs with at least one decode unit
-  double predicted_cost = 0.0;        // model cost in token-equivalents (docs/planner.md)
+  double predicted_cost = 0.0;        // the cost model's time in token-equivalents (docs/planner.md)
   std::vector<CascadeDecision> prefix_groups;  // the cost model's word on each shared prefix
   int num_xcds = 0;                   // as planned for (PlanInputs::num_xcds)
-  // Prefix launch: prefix splits whose row-group units (>= 2) run in one round, and how many of
-  // them the XCD placement put on one XCD (all, on a device whose CUs divide into its XCDs).
+  // Prefix splits with >= 2 row-group units, and how many of them run on one XCD.
   int prefix_row_group_bundles = 0, prefix_row_group_bundles_one_xcd = 0;
 
-  // Sum of decode and prefix units' token counts (row groups counted each): the KV tokens the
-  // two launches read.
-  // A prefix-launch unit that is a member's unique part (qseqlen 1, every request a member:
-  // cascade_plan) rather than a group's prefix: its rows are one request's M (a group has >= 2
-  // members, so a group unit's rows are >= 2 M).
+  // A prefix-launch unit that is a member's unique part (qseqlen 1, every request a member)
+  // rather than a group's prefix: its rows are one request's M (a group's are >= 2 M).
   bool is_unique_part(const abi::PrefixUnit& u) const { return u.rows == rows; }
-  int64_t total_tokens() const;
+  int64_t total_tokens() const;       // KV tokens the two launches read (row groups counted each)
   // Partial buffer sizes in bytes: partial_o = num_partials * M * 512 * 4, partial_lse = num_partials * M * 4.
   size_t partial_o_bytes() const { return size_t(num_partials) * rows * 512 * 4; }
   size_t partial_lse_bytes() const { return size_t(num_partials) * rows * 4; }

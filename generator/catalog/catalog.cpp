@@ -87,12 +87,12 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
     entry["decode_plan"] = mla_decode_plan(k.spec, g).to_json();
     // The prefix launch mixes units of one and of six computing row blocks, so the planner
     // balances it by issue as well as bytes (docs/planner.md "Issue-aware prefix launch").
-    if (k.spec.kind == KernelKind::MlaPrefix)
-      entry["issue_model"] = issue_model_json(
-          k.asm_text, *k.program.target,
-          IssueModelShape{.ring = g.ring, .slot_tokens = g.slot_tokens, .tile_tokens = g.tile_tokens,
-                          .lds_row_bytes = g.lds_row_bytes, .blocks_per_wave = g.blocks_per_wave,
-                          .consumer_dma_waves = g.consumer_dma ? g.consumers : 0});
+    // The decode launch is priced by the same model (its fill and HBM floor, cost_model.h).
+    entry["issue_model"] = issue_model_json(
+        k.asm_text, *k.program.target,
+        IssueModelShape{.ring = g.ring, .slot_tokens = g.slot_tokens, .tile_tokens = g.tile_tokens,
+                        .lds_row_bytes = g.lds_row_bytes, .blocks_per_wave = g.blocks_per_wave,
+                        .consumer_dma_waves = g.consumer_dma ? g.consumers : 0});
   }
   const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
                                   r.lds_bytes, int(k.program.abi.max_workgroup_size));

@@ -1,5 +1,5 @@
 // The MLA decode kernel: a persistent walk over work units (request, kv range, row group):
-// workgroup x takes units x, x + stride, ... of the step's table (abi::LaunchHeader), so the grid
+// workgroup x takes units [ranges[x], ranges[x + 1]) of the step's table (abi::LaunchHeader), so the grid
 // is fixed by the device, never by the step's lengths. Per unit:
 //
 // Wave 0 is the producer (mla_decode_producer.cpp): it only streams the unit's KV (page
@@ -93,17 +93,23 @@ void emit_kernel(Kernel& k) {
   b.s_load_dwordx8(k.args.sub(8, 8), b.kernarg_ptr(), 32);
   b.s_load_dwordx4(k.args.sub(16, 4), b.kernarg_ptr(), 64);
   b.s_load_dwordx2(k.args.sub(20, 2), b.kernarg_ptr(), 80);
-  // The launch's header (abi::LaunchHeader): this workgroup takes units x, x + stride, ... below
-  // count; every wave alike (the same x and count), so all of them leave the loop together.
-  SReg header = ra.sgpr(3, "launch_header", 2);
-  static_assert(abi::launch_header::count == 0 && abi::launch_header::entries_offset == 1 &&
-                    abi::launch_header::stride == 2,
-                "one x2 and one x1 load");
-  b.s_load_dwordx2(header.sub(0, 2), k.ptr(mla_decode_args::work), 0);
-  b.s_load_dword(header[2], k.ptr(mla_decode_args::work), 8);
-  SReg x = ra.sgpr(1, "unit_index"), nbar = ra.sgpr(1, "barriers"), unit_start = ra.sgpr(1, "unit_barriers");
+  // The launch's header (abi::LaunchHeader): this workgroup takes units [ranges[x], ranges[x + 1])
+  // of the table; every wave alike (the same range), so all of them leave the loop together.
+  SReg header = ra.sgpr(2, "launch_header", 2);
+  b.s_load_dword(header[0], k.ptr(mla_decode_args::work), 4 * abi::launch_header::entries_offset);
+  b.s_load_dword(header[1], k.ptr(mla_decode_args::work), 4 * abi::launch_header::ranges_offset);
+  SReg x = ra.sgpr(2, "unit_range", 2);  // x[0]: this unit's index, x[1]: the end of the workgroup's run
+  {
+    SReg raddr = ra.sgpr(2, "range_addr", 2);
+    b.s_lshl_b32(raddr[0], b.workgroup_id(0), Imm(2));
+    b.s_add_u32(raddr[0], header[1], raddr[0]);
+    b.s_add_u32(raddr[0], k.ptr(mla_decode_args::work)[0], raddr[0]);
+    b.s_addc_u32(raddr[1], k.ptr(mla_decode_args::work)[1], Imm(0));
+    b.s_load_dwordx2(x, raddr, 0);
+    ra.release(raddr);
+  }
+  SReg nbar = ra.sgpr(1, "barriers"), unit_start = ra.sgpr(1, "unit_barriers");
   SReg sync_tmp = ra.sgpr(1, "barrier_scc");
-  b.s_mov_b32(x, b.workgroup_id(0));
   b.s_mov_b32(nbar, Imm(0));
   b.s_mov_b32(unit_start, Imm(0));
   b.count_barriers(nbar, sync_tmp);
@@ -120,14 +126,14 @@ void emit_kernel(Kernel& k) {
   ra.release(k.sync_v);
   Label next_unit = b.new_label("next_unit"), has_unit = b.new_label("has_unit");
   b.bind(next_unit);
-  b.s_cmp_lt_u32(x, header[abi::launch_header::count]);
+  b.s_cmp_lt_u32(x[0], x[1]);
   b.s_cbranch_scc1(has_unit);
   b.s_endpgm();
   b.bind(has_unit);
   SReg uaddr = ra.sgpr(2, "unit_addr");
   static_assert(abi::work_unit::dwords == 8, "one s_load_dwordx8 per work unit");
-  b.s_lshl_b32(uaddr[0], x, Imm(5));
-  b.s_add_u32(uaddr[0], header[abi::launch_header::entries_offset], uaddr[0]);
+  b.s_lshl_b32(uaddr[0], x[0], Imm(5));
+  b.s_add_u32(uaddr[0], header[0], uaddr[0]);
   b.s_add_u32(uaddr[0], k.ptr(mla_decode_args::work)[0], uaddr[0]);
   b.s_addc_u32(uaddr[1], k.ptr(mla_decode_args::work)[1], Imm(0));
   k.unit = ra.sgpr(8, "work_unit");
@@ -174,7 +180,7 @@ void emit_kernel(Kernel& k) {
     emit_consumer(k);
   }
   emit_unit_sync(k, nbar, unit_start, sync_tmp);
-  b.s_add_u32(x, x, header[abi::launch_header::stride]);
+  b.s_add_u32(x[0], x[0], Imm(1));
   b.s_branch(next_unit);
 }
 

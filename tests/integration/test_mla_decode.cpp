@@ -150,17 +150,21 @@ TEST_CASE("mla e2e: many short requests with qseqlen 1 in one batch") {
   check(e);
 }
 
-TEST_CASE("mla e2e: one 32K request spreads over every CU and writes through the reduce") {
+TEST_CASE("mla e2e: one 32K request spreads over the GPU and writes through the reduce") {
   auto e = test::run_e2e(params(rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1, 64, {32768}, 6));
   check(e);
-  CHECK(e.result.plan.cus_used == 304);
+  // As many CUs as the HBM floor leaves worth feeding (the catalog's cost model: 256 here, a
+  // reduce round fewer than 304 splits), each with one unit.
+  CHECK(e.result.plan.cus_used >= 200);
+  CHECK(e.result.plan.units.size() == size_t(e.result.plan.cus_used));
   CHECK(e.result.ran_reduce);
-  CHECK(e.result.decode.workgroups == e.result.plan.units.size());
+  CHECK(e.result.decode.workgroups == 304);  // the persistent grid: one workgroup per CU
 }
 
 TEST_CASE("mla e2e: a single-split request writes its final output directly, no reduce") {
   rt::EmulatorRunOptions opts;
   opts.num_cus = 1;
+  opts.workgroups_per_cu = 1;
   auto e = test::run_e2e(params(rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 16, 1, 16, {100}, 8), opts);
   check(e);
   CHECK(e.result.plan.units.size() == 1);

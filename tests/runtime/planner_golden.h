@@ -1,8 +1,5 @@
-// Shapes and a fingerprint that pin the per-request plan (no cascading group) bit for bit: the
-// expected fingerprints in test_planner.cpp were computed with the planner before cascade plans
-// existed (commit dbee26c), so any change to the per-request path shows up here. And
-// mlaplanbench's shapes (bench_shapes) with a fingerprint of both launches, whose expected values
-// the planner before issue #31's rewrite (commit 1e57409) computed.
+// Planner inputs of many kinds (random shapes, and mlaplanbench's shapes as the runtime builds
+// their inputs) and a fingerprint of a plan's tables, for comparing two plans of one input.
 #pragma once
 #include "runtime/planner.h"
 
@@ -41,7 +38,6 @@ inline std::vector<rt::PlanInputs> shapes() {
     in.workgroups_per_cu = pick({1, 2});
     in.tile_tokens = pick({16, 32, 64});
     in.rows_per_group = pick({16, 32, 64});
-    in.min_tiles_per_split = pick({1, 2, 4});
     const int batch = pick({1, 2, 5, 16, 64});
     const int maxlen = pick({8, 100, 5000, 70000});
     std::vector<int> lens;
@@ -129,6 +125,7 @@ inline uint64_t fingerprint(const rt::Plan& p) {
     for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
   };
   add(p.units.data(), p.units.size() * sizeof(rt::WorkUnit));
+  add(p.unit_ranges.data(), p.unit_ranges.size() * sizeof(int32_t));
   // An entry's first four fields as the int32[4] ReduceEntry was, when pinned; the rest (the
   // bf16 split count and the reserved dwords) only when not all zero, which changes the hash.
   for (const rt::ReduceEntry& e : p.reduces) {
@@ -152,7 +149,9 @@ inline uint64_t fingerprint_all(const rt::Plan& p) {
     for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
   };
   add(p.units.data(), p.units.size() * sizeof(rt::WorkUnit));
+  add(p.unit_ranges.data(), p.unit_ranges.size() * sizeof(int32_t));
   add(p.prefix_units.data(), p.prefix_units.size() * sizeof(abi::PrefixUnit));
+  add(p.prefix_unit_ranges.data(), p.prefix_unit_ranges.size() * sizeof(int32_t));
   add(p.reduces.data(), p.reduces.size() * sizeof(rt::ReduceEntry));
   add(p.splits.data(), p.splits.size() * sizeof(int));
   add(&p.num_partials, sizeof p.num_partials);

@@ -249,7 +249,6 @@ TEST_CASE("reference: split partials merged by the reduce equal the direct resul
     in.tile_tokens = c.T;
     in.rows_per_group = c.rpg;
     in.num_cus = c.cus;
-    in.min_tiles_per_split = 1;
     rt::Plan plan = rt::plan_decode(in);
     INFO(plan.to_json().dump());
     REQUIRE(plan.num_partials > 0);
