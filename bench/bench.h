@@ -27,7 +27,7 @@ namespace mla::bench {
 
 struct BenchShape {
   std::string name;   // "32K x1", "K3 c16 pg1", ...
-  std::string set;    // "seed-001", "seed-000", "cli"
+  std::string set;    // "seed-001", "seed-000", "mixed", "cli"
   rt::DecodeShape shape;
   std::vector<int> kv_lens;
   int ctx_k = 0, concurrency = 0;              // seed-001 grid coordinates (0 elsewhere)
@@ -44,6 +44,10 @@ std::vector<BenchShape> seed001_shapes();
 // seed-000: Kimi-K3 TP8, 12 heads, fp8/fp8, gfx950, c16 and c24 at kv_len ~68.4K, page 1 and 128,
 // all requests sharing 63,911 tokens (63,872 = 499 whole pages at page 128).
 std::vector<BenchShape> seed000_shapes();
+// mixed (issue #42): batches whose lengths differ, each against its lower bound
+// (docs/performance.md "Lower bound"): lengths uniform in 1K..128K at batch 8, 32 and 128 and one
+// 256K request beside 63 of 2K (seed 001's kernel); Kimi-K3 c16 with 4 requests 10x the others.
+std::vector<BenchShape> mixed_shapes();
 // "gfx950:fp8/fp8:h12:pg128:68435x16" or "...:32768,1000,77" (see mlabench --help).
 BenchShape parse_shape(const std::string& spec);
 
@@ -214,6 +218,12 @@ struct BruteForce {
   std::vector<std::pair<int, double>> tried;
 };
 BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits);
+// The lower bound of a layer of these requests on a kernel of these facts (modeled,
+// docs/performance.md "Lower bound"): one launch plus the larger of the HBM floor of what every
+// plan moves (each token, each request's Q and final rows once) and the mean CU's share of what
+// passes the CUs' ports plus one unit fill; a request longer than that must split, which adds
+// its pieces' partials to the floor and the reduce launch (its fill and two dependent trips).
+double lower_bound_s(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens);
 
 // ---- Static analysis of the generated assembly ----------------------------------------------
 
@@ -410,6 +420,8 @@ struct ShapeResult {
   double modeled_at_peak_s = 0;  // the same plan with HBM at the datasheet peak (what-if, PlanSide)
   BruteForce brute;
   double plan_over_best = 0;
+  // The layer's lower bound (modeled, docs/performance.md "Lower bound"): what any plan costs.
+  double lower_bound_s = 0;
   double modeled_tbps = 0;
   // The layer as the runtime runs it (modeled): its launches are fixed when the plan is made (for
   // graph capture): decode, the prefix kernel's when the selection has one (cascades on, the

@@ -207,6 +207,29 @@ int reduce_rounds(const rt::Plan& plan) {
   return most;
 }
 
+double lower_bound_s(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens) {
+  double tokens = 0, longest = 0, requests = 0;
+  for (int len : kv_lens) tokens += len, longest = std::max(longest, double(len)), requests += len > 0;
+  if (requests == 0) return m.launch_s;
+  const double rows = requests * f.row_groups;  // row groups: each a unit at least
+  const double rate = rt::modeled_cu_stream_rate(m.cu_port_bytes_per_clk, m.clock_hz,
+                                                 f.max_resident_wgs * f.inflight_bytes_per_wg, m.little_latency_s);
+  // What every plan moves from HBM, and the mean CU's share of what passes the CUs' ports.
+  double hbm = f.distinct_per_token * tokens + f.distinct_per_q_group * rows + f.write_final_unit * rows;
+  const double cu = m.unit_fill_s + (f.read_per_token * tokens + rows * (f.read_per_unit + f.write_final_unit)) / m.cus / rate;
+  double decode = std::max(hbm / m.hbm_bytes_per_s, cu), reduce = 0;
+  // A request longer than the mean CU's work must split: its pieces write partials, and the
+  // reduce launch (its fill and two dependent trips at least) merges them.
+  const double own = m.unit_fill_s + (f.read_per_token * longest + f.read_per_unit + f.write_final_unit) / rate;
+  if (own > decode) {
+    const double pieces = std::ceil(own / decode);
+    hbm += pieces * f.row_groups * f.write_partial_unit;
+    decode = std::max(hbm / m.hbm_bytes_per_s, cu);
+    reduce = m.launch_s + m.unit_fill_s + 2 * m.trip_s();
+  }
+  return m.launch_s + decode + reduce;
+}
+
 BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens, int max_splits) {
   BruteForce bf;
   const int T = f.tile_tokens;

@@ -182,6 +182,18 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
                                 : "not run",
         x.aiter && x.aiter->ran ? fmt::format("{:.3f}", x.aiter->ours_over_aiter_modeled) : "not run");
   }
+  if (std::any_of(r.begin(), r.end(), [](const ShapeResult& x) { return x.shape.set == "mixed"; })) {
+    s += "\nLengths that differ (issue #42), all **modeled**: each plan against the layer's lower bound "
+         "(docs/performance.md \"Lower bound\": one launch plus the larger of the HBM floor of what every plan moves "
+         "and the mean CU's share of the CUs' traffic plus a unit fill; a request longer than that must split: its "
+         "partials and the reduce launch).\n\n| shape | requests | tokens | **modeled** us | lower bound us | plan / "
+         "bound | plan / brute force |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& x : r)
+      if (x.shape.set == "mixed")
+        s += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.3f} |\n", x.shape.name, x.shape.kv_lens.size(),
+                         x.shape.total_tokens(), x.modeled.total_s * 1e6, x.lower_bound_s * 1e6,
+                         x.modeled.total_s / x.lower_bound_s, x.plan_over_best);
+  }
   s += "\nLaunches per layer (issue #33), all **modeled**: the runtime fixes its launches when a plan is made (graph "
        "capture): decode, prefix (the selection has a prefix kernel, cascades on: the default) and reduce, each a launch "
        "whether it has work or not; the table above prices the decode launch and a reduce launch with reduce entries. One "

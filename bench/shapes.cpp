@@ -1,4 +1,5 @@
 // The benchmark shapes of the two seeds, and command-line shapes.
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -75,6 +76,30 @@ std::vector<BenchShape> seed000_shapes() {
       s.shared = rt::PrefixGroup{0, cc, 63911 / page * page};
       v.push_back(s);
     }
+  return v;
+}
+
+std::vector<BenchShape> mixed_shapes() {
+  std::vector<BenchShape> v;
+  // Lengths uniform in 1K..128K (a fixed seed: the same batch every run), seed 001's kernel.
+  std::mt19937 rng(42);
+  for (int batch : {8, 32, 128}) {
+    BenchShape s = seed_shape(fmt::format("1K-128K x{}", batch), "mixed", rt::Target::gfx942, rt::DType::bf16,
+                              rt::DType::fp8, 16, 1);
+    for (int b = 0; b < batch; ++b) s.kv_lens.push_back(std::uniform_int_distribution<int>(1024, 131072)(rng));
+    s.concurrency = batch;
+    v.push_back(s);
+  }
+  BenchShape one = seed_shape("256K + 63 x 2K", "mixed", rt::Target::gfx942, rt::DType::bf16, rt::DType::fp8, 16, 1);
+  one.kv_lens.push_back(262144);
+  one.kv_lens.insert(one.kv_lens.end(), 63, 2048);
+  one.concurrency = 64;
+  v.push_back(one);
+  // Kimi-K3 c16 (no shared prefix) whose 4 longest requests are 10x the others.
+  BenchShape k3 = seed_shape("K3 c16, 4 x 10 longer", "mixed", rt::Target::gfx950, rt::DType::fp8, rt::DType::fp8, 12, 128);
+  for (int b = 0; b < 16; ++b) k3.kv_lens.push_back(b % 4 == 0 ? 68430 : 6843);
+  k3.concurrency = 16;
+  v.push_back(k3);
   return v;
 }
 

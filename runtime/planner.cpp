@@ -520,7 +520,7 @@ void emit(const PlanInputs& in, Candidate& c, Scratch& sc, Plan& p) {
   int64_t most = 0, sum = 0;
   p.cus_used = 0;
   for (int64_t t : p.cu_tokens) most = std::max(most, t), sum += t, p.cus_used += t > 0;
-  p.balance = sum > 0 ? double(most) * in.num_cus / double(sum) : 1.0;
+  p.balance = sum > 0 ? double(most) * p.cus_used / double(sum) : 1.0;
   p.predicted_cost = c.cost;
 }
 

@@ -138,7 +138,7 @@ struct Plan {
   std::vector<int> cu_units;          // decode units per CU
   std::vector<int64_t> prefix_cu_tokens;  // the same for the prefix launch (empty without prefix units)
   std::vector<int> prefix_cu_units;
-  double balance = 1.0;               // max / mean of cu_tokens (over all CUs)
+  double balance = 1.0;               // max / mean of cu_tokens over the CUs with work
   int cus_used = 0;                   // CUs with at least one decode unit
   double predicted_cost = 0.0;        // the cost model's time in token-equivalents (docs/planner.md)
   std::vector<CascadeDecision> prefix_groups;  // the cost model's word on each shared prefix

@@ -223,7 +223,7 @@ TEST_CASE("mla e2e: a persistent grid of 3 workgroups walks every unit, under ra
       auto b = test::run_e2e(r.p, opts, {}, r.prefix_rows);
       INFO(rt::shape_of(b.problem).describe() << ", prefix rows " << r.prefix_rows << ", wave seed " << seed << ", "
                                               << units << " units");
-      CHECK(units >= 6);
+      CHECK(units > 3);  // more units than the grid's workgroups
       CHECK(b.result.decode.workgroups == 3);
       if (b.result.ran_prefix) CHECK(b.result.prefix.workgroups == 3);
       CHECK(b.result.ran_prefix == (r.p.shared.size() > 0));
