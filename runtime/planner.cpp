@@ -117,6 +117,8 @@ struct Launch {
   std::vector<int> job_order;   // the walk's order of the jobs: most row groups first
   std::vector<double> cum;      // the running total of their work before each, as a fraction
   double cost = 0, hbm_tokens = 0;
+  double payload = 0, cmax = 0, estimate = 0, partial_bytes = 0;  // prepare(): the walk's payload, its price
+  int narrowest = 1;
   int slots() const { return cus * wpc; }
 };
 
@@ -144,12 +146,13 @@ int active_cus(const Launch& L, double work, double fixed, double distinct, doub
     return std::max(work / cus + L.wpc * fixed, L.m.floor(distinct + cus * L.wpc * partial, L.cus)) +
            L.m.reduce_time(splits(cus));
   };
-  const int rounds = LaunchModel::reduce_rounds(splits(a));
-  int below = a;  // the largest a with fewer rounds: its splits at the last count of one round fewer
-  while (below > 1 && LaunchModel::reduce_rounds(splits(below)) == rounds) below = below * 7 / 8;
-  for (int step = std::max(1, (a - below) / 2); step >= 1 && below < a; step /= 2)
-    while (below + step < a && LaunchModel::reduce_rounds(splits(below + step)) < rounds) below += step;
-  return below < a && rounds > 0 && time(below) < time(a) ? below : a;
+  // The reduce's rounds step every 128 splits (LaunchModel::reduce_rounds): the most-split job at
+  // the last multiple of 128 below its count takes a round fewer.
+  const int most = splits(a), fewer = (most - 1) / 128 * 128;
+  if (fewer < 128) return a;
+  int below = std::max(1, int(int64_t(a) * fewer / most));
+  while (below > 1 && splits(below) > fewer) --below;
+  return below < a && time(below) < time(a) ? below : a;
 }
 
 // One pass of the walk (FlashMLA's) at `payload` per workgroup: each gang in turn takes whole
@@ -157,7 +160,7 @@ int active_cus(const Launch& L, double work, double fixed, double distinct, doub
 // runs on G neighbouring workgroups of one XCD at once (a gang), which share one payload; gangs
 // narrow only (jobs by row groups, widest first), so a narrower job continues inside a wider
 // gang's workgroups. What a gang leaves unused (less than a tile) carries to the next, so that
-// the cuts track the running total. Returns the work the last gang took past its payload.
+// the cuts track the running total. Returns the work the workgroups took past their payload.
 double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
   L.pieces.clear(), L.order.clear(), L.deferred.clear(), L.rem.clear();
   L.load.assign(size_t(L.slots()), 0.0);
@@ -214,19 +217,19 @@ double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
       }
     }
   }
-  double over = 0;
-  for (double r : L.rem) over = std::max(over, -r);
+  double over = 0;  // what the last gang took past its payload, over all its workgroups
+  for (double r : L.rem) over += std::max(0.0, -r);
   return over;
 }
 
-// Plans a launch: how many CUs get work, the walk order of its workgroups and jobs, the payload,
-// and the walk (again at a payload raised by the overflow's share, should the estimate of the
-// pieces' fixed costs have come out short).
-void walk(Launch& L, int qseqlen) {
+// Prepares a launch's walk: how many CUs get work, the walk order of its workgroups and jobs, and
+// the payload, which prices the launch before any cut (the cascade decision compares these).
+void prepare(Launch& L) {
   L.pieces.clear(), L.order.clear(), L.base.clear();
   L.load.assign(size_t(L.slots()), 0.0);
   double work = 0, fixed = 0, distinct = 0, partial = 0, cmax = 0;
   int narrowest = 1 << 30;
+  L.estimate = L.partial_bytes = 0;
   for (Job& j : L.jobs) {
     work += j.G * j.cost(j.tiles), fixed = std::max(fixed, j.fill + j.memory), cmax = std::max({cmax, j.T, j.issue});
     distinct += (j.end - j.start) + j.rows * L.m.partial_row_bytes / L.m.kv_bytes_per_token;
@@ -265,11 +268,25 @@ void walk(Launch& L, int qseqlen) {
     const double gangs = double(n) / j.G;
     const double pieces = std::max(1.0, std::ceil(L.cum[i + 1] * gangs - 1e-6) - std::floor(L.cum[i] * gangs + 1e-6));
     total += j.G * j.cost_cut(pieces);
+    if (j.kind != Job::request || pieces > 1) L.partial_bytes += pieces * j.rows * L.m.partial_row_bytes;
   }
-  double payload = total / n;
+  // Jobs all of one width w use whole gangs only: n rounded down to a multiple of w.
+  int widest = 0;
+  for (const Job& j : L.jobs) widest = std::max(widest, std::min(j.G, n));
+  const int usable = widest == std::min(narrowest, n) ? n / widest * widest : n;
+  L.payload = total / usable, L.narrowest = narrowest, L.cmax = cmax;
+  L.estimate = std::max(L.payload * L.wpc, L.m.floor(distinct + L.partial_bytes / L.m.kv_bytes_per_token, L.cus));
+}
+
+// The walk at the prepared payload (again at a payload raised by the overflow's share, should
+// the estimate of the pieces' fixed costs have come out short).
+void walk(Launch& L, int qseqlen) {
+  if (L.jobs.empty()) return;
+  const int n = int(L.base.size());
+  double payload = L.payload;
   for (int pass = 0; pass < 3; ++pass) {
-    const double over = cut(L, payload, qseqlen, narrowest, cmax);
-    if (over <= 1e-9 * payload) break;
+    const double over = cut(L, payload, qseqlen, L.narrowest, L.cmax);
+    if (over <= L.cmax) break;  // within a tile: the running total's rounding
     payload += over / n;
   }
 }
@@ -278,7 +295,7 @@ void walk(Launch& L, int qseqlen) {
 void price(Launch& L) {
   std::vector<double>& cu = L.cu_load;
   cu.assign(size_t(L.cus), 0.0);
-  for (size_t x = 0; x < L.load.size(); ++x) cu[x % size_t(L.cus)] += L.load[x];
+  for (size_t x = 0, c = 0; x < L.load.size(); ++x, c = c + 1 == size_t(L.cus) ? 0 : c + 1) cu[c] += L.load[x];
   double writes = 0;
   for (const Job& j : L.jobs)
     if (j.partial()) writes += double(j.splits - 1) * j.rows * L.m.partial_row_bytes / L.m.kv_bytes_per_token;
@@ -325,7 +342,7 @@ struct Candidate {
   Launch decode, prefix;
   std::vector<int> group_first, group_unique;  // per cascading group: slot B, most unique splits U
   int num_partials = 0;
-  double cost = 0;
+  double estimate = 0, cost = 0;  // the cost model's price before the walk, and of the walked plan
   std::string over;  // why the workspace cannot hold it ("": it fits)
 };
 
@@ -372,7 +389,8 @@ struct Scratch {
   std::vector<int> shared, own, group_at, cursor, page_base;
 };
 
-// Builds, walks and prices the plan that cascades c.cascading (none: the per-request plan).
+// Builds the plan that cascades c.cascading (none: the per-request plan): its jobs, each launch
+// prepared, and its estimated cost.
 void plan_candidate(const PlanInputs& in, Candidate& c, Scratch& sc) {
   const int batch = int(in.kv_lens.size()), M = in.heads * in.qseqlen;
   decode_model(in, c.decode.m), prefix_model(in, c.prefix.m);
@@ -399,10 +417,22 @@ void plan_candidate(const PlanInputs& in, Candidate& c, Scratch& sc) {
     L.jobs.push_back(make_job(L, sh ? Job::unique : Job::request, b, sh, len, len, M,
                               one_launch ? in.prefix_rows_per_group : in.rows_per_group));
   }
+  prepare(c.decode), prepare(c.prefix);
+  // The reduce reads every partial and writes the merged rows, over all CUs at the HBM's rate.
+  double finals = 0;
+  for (const PrefixGroup& g : c.cascading) finals += double(g.count) * M * kFinalRowBytes;
+  for (int len : in.kv_lens) finals += (len == 0) * M * kFinalRowBytes;
+  const double reduce_rate = 1.0 / in.kv_bytes_per_token / in.num_cus * std::max(1.0, in.hbm_factor);
+  c.estimate = c.decode.estimate + c.prefix.estimate + (c.decode.partial_bytes + c.prefix.partial_bytes + finals) * reduce_rate;
+  c.over.clear();
+}
+
+// Walks and prices a candidate plan: its launches' cuts, partial slots and workspace needs.
+void walk_candidate(const PlanInputs& in, Candidate& c, Scratch& sc) {
+  const int M = in.heads * in.qseqlen;
   walk(c.decode, in.qseqlen), walk(c.prefix, in.qseqlen);
   price(c.decode), price(c.prefix);
   number_slots(in, c, sc.own, sc.group_at);
-  // The reduce reads every partial and writes the merged rows, over all CUs at the HBM's rate.
   double reduce = 0;
   for (const Launch* L : {&c.decode, &c.prefix})
     for (const Job& j : L->jobs)
@@ -432,7 +462,7 @@ void emit_launch(const Launch& L, std::vector<U>& units, std::vector<int32_t>& r
     for (const Piece& p : L.pieces) {
       const Job& j = L.jobs[size_t(p.job)];
       const int w = std::min(j.G, int(L.base.size()));
-      for (int g = 0; g < j.G; ++g) f(p, j, g, L.order[size_t(p.slot + g % w)]);
+      for (int g = 0, k = 0; g < j.G; ++g, k = k + 1 == w ? 0 : k + 1) f(p, j, g, L.order[size_t(p.slot + k)]);
     }
   };
   size_t bound = S;  // units: a piece per job, and one more per workgroup a cut starts
@@ -574,25 +604,29 @@ void plan_decode(const PlanInputs& in, Plan& out, PlanScratch& scratch) {
   decide_groups(in, out.prefix_groups, s.passing, s.at);
   s.per_request.cascading.clear();
   plan_candidate(in, s.per_request, s.sc);
-  if (s.passing.empty()) return emit(in, s.per_request, s.sc, out);
-  // All passing groups cascade or none: whichever the cost model prices lower (`always`: all,
-  // unless the workspace cannot hold them).
+  if (s.passing.empty()) {
+    walk_candidate(in, s.per_request, s.sc);
+    return emit(in, s.per_request, s.sc, out);
+  }
+  // All passing groups cascade or none: whichever the cost model prices lower before any cut
+  // (`always`: all), unless the workspace cannot hold the cascade. Only the chosen plan is walked.
   s.cascade.cascading = s.passing;
   plan_candidate(in, s.cascade, s.sc);
-  const bool fits = s.cascade.over.empty();
   const bool forced = in.cascade == CascadePolicy::always;
-  const bool use = fits && (forced || s.cascade.cost < s.per_request.cost);
+  bool use = forced || s.cascade.estimate < s.per_request.estimate;
+  if (use) walk_candidate(in, s.cascade, s.sc), use = s.cascade.over.empty();
+  if (!use) walk_candidate(in, s.per_request, s.sc);
   for (size_t gi = 0; gi < s.passing.size(); ++gi) {
     CascadeDecision& d = out.prefix_groups[s.at[gi]];
-    d.cascade = use, d.cost_cascade = s.cascade.cost, d.cost_per_request = s.per_request.cost;
-    d.prefix_splits = s.cascade.prefix.jobs[gi].splits;
+    d.cascade = use, d.cost_cascade = s.cascade.estimate, d.cost_per_request = s.per_request.estimate;
+    d.prefix_splits = use ? s.cascade.prefix.jobs[gi].splits : 0;
     d.extra_bytes = int64_t(d.prefix_splits) * s.passing[gi].count * in.heads * in.qseqlen *
                     (512 * int64_t(in.prefix_partial_o_bytes) + 4) * 2;
     d.first_slot = use ? s.cascade.group_first[gi] : -1;
     d.slots = use ? (d.prefix_splits + s.cascade.group_unique[gi]) * s.passing[gi].count : 0;
     auto to = std::back_inserter(d.reason);
     d.reason.clear();
-    if (!fits) d.reason += s.cascade.over;
+    if (!s.cascade.over.empty() && !use) d.reason += s.cascade.over;
     else if (forced) fmt::format_to(to, "cascade asked for (policy always); modeled {:.1f} vs {:.1f} token-equivalents per request", d.cost_cascade, d.cost_per_request);
     else if (use) fmt::format_to(to, "cascade modeled cheaper: {:.1f} vs {:.1f} token-equivalents", d.cost_cascade, d.cost_per_request);
     else fmt::format_to(to, "per-request plan modeled cheaper: {:.1f} vs {:.1f} token-equivalents", d.cost_per_request, d.cost_cascade);
