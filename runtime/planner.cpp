@@ -150,8 +150,9 @@ int active_cus(const Launch& L, double work, double fixed, double distinct, doub
   // the last multiple of 128 below its count takes a round fewer.
   const int most = splits(a), fewer = (most - 1) / 128 * 128;
   if (fewer < 128) return a;
-  int below = std::max(1, int(int64_t(a) * fewer / most));
+  int below = std::max(1, int(int64_t(a) * fewer / most));  // the most CUs with at most `fewer`
   while (below > 1 && splits(below) > fewer) --below;
+  while (below + 1 < a && splits(below + 1) <= fewer) ++below;
   return below < a && time(below) < time(a) ? below : a;
 }
 
@@ -179,6 +180,11 @@ double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
       L.rem.push_back(payload);
     }
   };
+  // Jobs all of one width never skip a workgroup: the walk's order is the base order.
+  if (narrowest == std::min(L.jobs[size_t(L.job_order.front())].G, n)) {
+    L.order.assign(L.base.begin(), L.base.end()), L.rem.assign(size_t(n), payload);
+    next = size_t(n);
+  }
   int s = 0;
   bool used = false;  // the current gang holds a piece
   for (const int ji : L.job_order) {
@@ -209,11 +215,9 @@ double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
       if (t < j.tiles) {  // the next gang; a fresh one takes what this one left
         const double carry = std::clamp(L.rem[size_t(s)], 0.0, per * cmax);
         s += w;
-        used = size_t(s) < L.order.size();  // inside a wider gang's workgroups
-        if (!used && left() >= w) {
-          append(w);
-          for (int k = 0; k < w; ++k) L.rem[size_t(s + k)] += carry;
-        }
+        if (int(L.order.size()) - s < w && left() >= w - (int(L.order.size()) - s)) append(w - (int(L.order.size()) - s));
+        used = s + w <= int(L.order.size()) && L.rem[size_t(s)] < payload - eps;  // inside a wider gang's workgroups
+        for (int k = 0; !used && k < w && s + k < int(L.order.size()); ++k) L.rem[size_t(s + k)] += carry;
       }
     }
   }
@@ -456,29 +460,32 @@ void walk_candidate(const PlanInputs& in, Candidate& c, Scratch& sc) {
 template <class U, class F>
 void emit_launch(const Launch& L, std::vector<U>& units, std::vector<int32_t>& ranges, std::vector<int64_t>& cu_tokens,
                  std::vector<int>& cu_units, std::vector<int>& cursor, size_t extra, F&& unit) {
-  const size_t S = size_t(L.slots());
+  const size_t S = size_t(L.slots()), C = size_t(L.cus);
+  const int n = int(L.base.size());
   ranges.assign(S + 1, 0);
-  auto for_each_unit = [&](auto&& f) {
-    for (const Piece& p : L.pieces) {
-      const Job& j = L.jobs[size_t(p.job)];
-      const int w = std::min(j.G, int(L.base.size()));
-      for (int g = 0, k = 0; g < j.G; ++g, k = k + 1 == w ? 0 : k + 1) f(p, j, g, L.order[size_t(p.slot + k)]);
-    }
-  };
   size_t bound = S;  // units: a piece per job, and one more per workgroup a cut starts
-  for (const Job& j : L.jobs) bound += size_t(j.G) * (1 + size_t(std::max(1, j.G / std::max<int>(1, int(L.base.size())))));
+  for (const Job& j : L.jobs) bound += size_t(j.G) * (1 + size_t(std::max(1, j.G / std::max(1, n))));
   units.reserve(bound + extra);
-  for_each_unit([&](const Piece&, const Job&, int, int x) { ++ranges[size_t(x) + 1]; });
+  // Units per workgroup: a piece's G row groups go round its gang of w workgroups.
+  for (const Piece& p : L.pieces) {
+    const Job& j = L.jobs[size_t(p.job)];
+    for (int g = 0, k = 0, w = std::min(j.G, n); g < j.G; ++g, k = k + 1 == w ? 0 : k + 1) ++ranges[size_t(L.order[size_t(p.slot + k)]) + 1];
+  }
   for (size_t x = 0; x < S; ++x) ranges[x + 1] += ranges[x];
   cursor.assign(ranges.begin(), ranges.end() - 1);
   units.resize(size_t(ranges[S]));
-  cu_tokens.assign(size_t(L.cus), 0), cu_units.assign(size_t(L.cus), 0);
-  for_each_unit([&](const Piece& p, const Job& j, int g, int x) {
-    U& u = units[size_t(cursor[size_t(x)]++)];
-    u = unit(p, j, g);
-    cu_tokens[size_t(x % L.cus)] += u.kv_end - u.kv_start;
-    ++cu_units[size_t(x % L.cus)];
-  });
+  cu_tokens.assign(C, 0), cu_units.assign(C, 0);
+  for (const Piece& p : L.pieces) {
+    const Job& j = L.jobs[size_t(p.job)];
+    U u = unit(p, j);  // row group 0's; the others differ in row_group only
+    const int tokens = u.kv_end - u.kv_start;
+    for (int g = 0, k = 0, w = std::min(j.G, n); g < j.G; ++g, k = k + 1 == w ? 0 : k + 1) {
+      const size_t x = size_t(L.order[size_t(p.slot + k)]);
+      u.row_group = g;
+      units[size_t(cursor[x]++)] = u;
+      cu_tokens[x % C] += tokens, ++cu_units[x % C];
+    }
+  }
 }
 
 // The chosen candidate as the plan.
@@ -493,9 +500,9 @@ void emit(const PlanInputs& in, Candidate& c, Scratch& sc, Plan& p) {
   };
   auto slot = [](const Piece& x, const Job& j) { return j.partial() ? j.slot + x.split * j.stride : -1; };
   const size_t empty_units = in.merge_in_launch ? size_t(batch) * size_t((M + in.rows_per_group - 1) / in.rows_per_group) : 0;
-  emit_launch(c.decode, p.units, p.unit_ranges, p.cu_tokens, p.cu_units, sc.cursor, empty_units, [&](const Piece& x, const Job& j, int g) {
+  emit_launch(c.decode, p.units, p.unit_ranges, p.cu_tokens, p.cu_units, sc.cursor, empty_units, [&](const Piece& x, const Job& j) {
     const auto [s, e] = range(x, j);
-    return WorkUnit{j.b * q, page_base[size_t(j.b)], s, e, j.kv_len, slot(x, j), g, j.b};
+    return WorkUnit{j.b * q, page_base[size_t(j.b)], s, e, j.kv_len, slot(x, j), 0, j.b};
   });
   if (in.merge_in_launch) {  // an empty request's rows: a unit of no tokens per row group writes o = 0, lse = -inf
     const int G = (M + in.rows_per_group - 1) / in.rows_per_group;
@@ -508,9 +515,9 @@ void emit(const PlanInputs& in, Candidate& c, Scratch& sc, Plan& p) {
   p.prefix_units.clear(), p.prefix_unit_ranges.clear(), p.prefix_cu_tokens.clear(), p.prefix_cu_units.clear();
   if (!c.prefix.jobs.empty())
     emit_launch(c.prefix, p.prefix_units, p.prefix_unit_ranges, p.prefix_cu_tokens, p.prefix_cu_units, sc.cursor, 0,
-                [&](const Piece& x, const Job& j, int g) {
+                [&](const Piece& x, const Job& j) {
                   const auto [s, e] = range(x, j);
-                  return abi::PrefixUnit{j.b * q, page_base[size_t(j.b)], s, e, j.rows, slot(x, j), g, j.b};
+                  return abi::PrefixUnit{j.b * q, page_base[size_t(j.b)], s, e, j.rows, slot(x, j), 0, j.b};
                 });
   // Reduce entries in request order (merge_in_launch: one per request, read by the decode kernel).
   p.splits.assign(size_t(batch), 0), p.reduces.clear(), p.reduces.reserve(size_t(batch));
