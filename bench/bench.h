@@ -67,6 +67,9 @@ struct HostCost {
   int launches = 0;                // kernel launches per layer
   unsigned decode_grid = 0;        // the decode launch's workgroups (the capacity)
   double python_update_us = 0, python_decode_us = 0;  // bench/python_host_cost.py (0: not run)
+  // update()'s own cost over its two C calls, and mla_decode_fwd on the path a GPU tensor takes
+  // (no host scan of q, no staging; issue #42).
+  double python_update_over_c_us = 0, python_decode_gpu_us = 0;
   nlohmann::json to_json() const;
 };
 // The measured shapes plus issue #31's batches of 64 and 256 requests of 8K tokens.

@@ -43,6 +43,8 @@ std::vector<HostCost> measure_host_costs_with_python(const std::vector<BenchShap
         if (c.name == r.at("name").get<std::string>()) {
           c.python_update_us = r.at("update_us").get<double>();
           c.python_decode_us = r.at("decode_python_us").get<double>();
+          c.python_update_over_c_us = r.value("update_python_us", 0.0);
+          c.python_decode_gpu_us = r.value("decode_gpu_python_us", 0.0);
         }
   }
   return costs;
