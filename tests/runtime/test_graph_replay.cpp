@@ -69,7 +69,7 @@ std::vector<Step> schedule() {
   std::vector<Step> steps;
   std::mt19937 rng(2026);
   std::vector<int> lens = {140, 330, 290, 305, 61, 17};
-  for (int s = 0; s < 24; ++s) {
+  for (int s = 0; s < 30; ++s) {  // issue #42: 30 steps of the one-pass planner
     Step st;
     for (int& l : lens) l += int(rng() % 24);  // decode grows every request
     if (s % 7 == 3) lens[0] = 18;              // a request finished, a short one took its place
