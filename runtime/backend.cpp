@@ -170,8 +170,13 @@ WorkspaceLayout workspace_layout(const SelectedKernels& k, int max_batch, int64_
   w.max_units = size_t(units);
   w.max_partials = size_t(int64_t(max_batch) + (wpc * num_cus + G - 1) / G);
   if (k.prefix) {
+    // A cascade's prefix splits write a partial for every member: a split holds Gp >= count M /
+    // prefix rows workgroups of the prefix launch, so kp x count <= its workgroups x prefix rows / M
+    // (+ count); its members' unique splits fill the reserve.
+    const int64_t prefix_wpc = workgroups_per_cu > 0 ? workgroups_per_cu : k.prefix->resident_workgroups_per_cu;
+    const int64_t rows_per_prefix_row = (k.prefix->launch.rows_per_group + M - 1) / M;
     w.max_units += size_t(kCascadeReserve) * size_t(num_cus);
-    w.max_partials += size_t(kCascadeReserve) * size_t(num_cus);
+    w.max_partials += size_t(num_cus) * size_t(prefix_wpc * rows_per_prefix_row + kCascadeReserve) + size_t(max_batch);
   }
   w.max_reduces = size_t(max_batch);
   // Persistent grids: every resident workgroup of the device (the planner's workgroups).

@@ -109,9 +109,11 @@ struct WorkspaceLayout {
   size_t total = 0;
 };
 // Capacity for any plan of at most max_batch requests and max_total_tokens tokens (0: unbounded)
-// made by plan_decode on `num_cus` CUs, plus, with a prefix kernel, a reserve of
-// kCascadeReserve * num_cus units and partial slots for cascade plans (PlanInputs::max_units /
-// max_partials: a cascade needing more is not used, and its decision says so).
+// made by plan_decode on `num_cus` CUs, plus, with a prefix kernel, a reserve for cascade plans:
+// kCascadeReserve * num_cus units, and partial slots for the prefix splits of every member
+// (num_cus x prefix workgroups per CU x ceil(prefix rows / M)) and kCascadeReserve * num_cus for
+// their unique splits (PlanInputs::max_units / max_partials: a cascade needing more is not used,
+// and its decision says so).
 inline constexpr int kCascadeReserve = 4;
 // workgroups_per_cu: the planner's occupancy (0: each kernel's resident workgroups per CU from
 // catalog.json), which sets the persistent grids.

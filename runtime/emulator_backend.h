@@ -68,8 +68,8 @@ struct EmulatorRunOptions {
   int num_cus = 0;            // 0: the target's CU count (304 / 256)
   int workgroups_per_cu = 0;  // planner occupancy assumption; 0: the decode kernel's resident count
   CascadePolicy cascade = CascadePolicy::cost_model;  // shared prefixes (PlanInputs::cascade)
-  // Decode and prefix launch widths: 0 = one workgroup per unit; n = n workgroups, each walking
-  // units x, x + n, ... (the persistent walk, as the C API's capacity grids run it).
+  // Decode and prefix launch widths: 0 = the plan's workgroups (num_cus x workgroups per CU); n =
+  // n workgroups, workgroup x taking the planned workgroups [x S / n, (x + 1) S / n)'s units.
   int persistent_grid = 0;
   // Split partials merged inside the decode launch (PlanInputs::merge_in_launch; needs cascade never).
   bool merge_in_launch = false;

@@ -1347,3 +1347,42 @@ TEST_CASE("prefix groups: detection into a reused vector and the groups' check a
   CHECK(allocations == 0);
   CHECK(groups == std::vector<rt::PrefixGroup>{{0, batch, 63904}});
 }
+
+// The C API plans into a workspace sized once (workspace_layout): it must hold the cascade the
+// cost model chooses at Kimi-K3 c16 and c24 (the catalog's gfx950 figures of 2026-12-06: fp8,
+// 12 heads, page 128, 96-row prefix kernel, 2 decode workgroups per CU), or serving falls back to
+// the per-request plan, 4x slower (modeled).
+TEST_CASE("planner inputs: the runtime's workspace holds K3's cascade", "[planner][cascade]") {
+  rt::SelectedKernels k;
+  k.kheads = 12, k.kqseqlen = 1, k.page_size = 128;
+  k.q_dtype = k.kv_dtype = rt::DType::fp8;
+  k.decode.name = "mla_decode_k3", k.decode.target = "gfx950";
+  k.decode.launch.tile_tokens = 32, k.decode.launch.rows_per_group = 16, k.decode.launch.partial_o_bytes = 4;
+  k.decode.resident_workgroups_per_cu = 2;
+  rt::IssueModel im;
+  im.cycles_per_block_tile = 1092, im.lds_clocks_per_block_tile = 220, im.lds_clocks_per_tile = 148;
+  im.clock_hz = 2.4e9, im.little_latency_s = 2e-6, im.cu_port_bytes_per_clk = 64, im.unit_fill_s = 1e-6;
+  im.hbm_bytes_per_s = 6.09e12, im.producer_inflight_bytes = 37376;
+  k.decode.issue_model = im;
+  k.prefix = rt::CatalogKernel{};
+  k.prefix->name = "mla_prefix_k3", k.prefix->target = "gfx950";
+  k.prefix->launch.rows_per_group = 96, k.prefix->launch.partial_o_bytes = 2, k.prefix->launch.tile_tokens = 32;
+  k.prefix->resident_workgroups_per_cu = 1;
+  im.producer_inflight_bytes = 129024;
+  k.prefix->issue_model = im;
+  for (int count : {16, 24}) {
+    std::vector<int> lens;
+    for (int b = 0; b < count; ++b) lens.push_back(68430 + b % 5);
+    const rt::WorkspaceLayout ws = rt::workspace_layout(k, count, 0, 256, 0);
+    rt::PlanInputs in = rt::plan_inputs_for(k, lens, 256, 0);
+    in.max_units = int64_t(ws.max_units), in.max_partials = int64_t(ws.max_partials);
+    in.prefix_groups = {{0, count, 63872}};
+    const rt::Plan p = rt::plan_decode(in);
+    INFO("c" << count << ": " << p.prefix_groups.at(0).to_json().dump() << ", workspace " << ws.max_units
+             << " units, " << ws.max_partials << " partials");
+    check_any_plan(in, p);
+    CHECK(p.prefix_groups.at(0).cascade);
+    CHECK(p.units.size() + p.prefix_units.size() <= ws.max_units);
+    CHECK(size_t(p.num_partials) <= ws.max_partials);
+  }
+}
