@@ -111,8 +111,7 @@ struct Launch {
   std::vector<Piece> pieces;
   std::vector<int> order;      // walk position -> workgroup
   std::vector<int> base, deferred;  // the workgroups in XCD order; those a gang skipped
-  std::vector<double> load;    // per workgroup, token-equivalents
-  std::vector<double> cu_load;  // per CU (price)
+  std::vector<double> cu_load;  // per CU, token-equivalents (the walk's, price's)
   std::vector<double> rem;      // per walk position: payload left
   std::vector<int> job_order;   // the walk's order of the jobs: most row groups first
   std::vector<double> cum;      // the running total of their work before each, as a fraction
@@ -164,7 +163,7 @@ int active_cus(const Launch& L, double work, double fixed, double distinct, doub
 // the cuts track the running total. Returns the work the workgroups took past their payload.
 double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
   L.pieces.clear(), L.order.clear(), L.deferred.clear(), L.rem.clear();
-  L.load.assign(size_t(L.slots()), 0.0);
+  L.cu_load.assign(size_t(L.cus), 0.0);
   for (Job& j : L.jobs) j.splits = 0;
   const int n = int(L.base.size()), X = L.cus % L.xcds == 0 ? L.xcds : 1;
   const double eps = 1e-9 * payload;
@@ -209,7 +208,7 @@ double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
       if (take >= 1) {
         L.pieces.push_back({ji, t, t + take, j.splits++, s});
         const double c = per * j.cost(take);
-        for (int k = 0; k < w; ++k) L.load[size_t(L.order[size_t(s + k)])] += c, L.rem[size_t(s + k)] -= c;
+        for (int k = 0; k < w; ++k) L.cu_load[size_t(L.order[size_t(s + k)] % L.cus)] += c, L.rem[size_t(s + k)] -= c;
         t += take, used = true;
       }
       if (t < j.tiles) {  // the next gang; a fresh one takes what this one left
@@ -230,7 +229,7 @@ double cut(Launch& L, double payload, int qseqlen, int narrowest, double cmax) {
 // the payload, which prices the launch before any cut (the cascade decision compares these).
 void prepare(Launch& L) {
   L.pieces.clear(), L.order.clear(), L.base.clear();
-  L.load.assign(size_t(L.slots()), 0.0);
+  L.cu_load.assign(size_t(L.cus), 0.0);
   double work = 0, fixed = 0, distinct = 0, partial = 0, cmax = 0;
   int narrowest = 1 << 30;
   L.estimate = L.partial_bytes = 0;
@@ -297,9 +296,7 @@ void walk(Launch& L, int qseqlen) {
 
 // The launch's cost: its busiest CU or its HBM floor (partials written by split jobs included).
 void price(Launch& L) {
-  std::vector<double>& cu = L.cu_load;
-  cu.assign(size_t(L.cus), 0.0);
-  for (size_t x = 0, c = 0; x < L.load.size(); ++x, c = c + 1 == size_t(L.cus) ? 0 : c + 1) cu[c] += L.load[x];
+  const std::vector<double>& cu = L.cu_load;
   double writes = 0;
   for (const Job& j : L.jobs)
     if (j.partial()) writes += double(j.splits - 1) * j.rows * L.m.partial_row_bytes / L.m.kv_bytes_per_token;
