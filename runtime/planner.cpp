@@ -83,8 +83,7 @@ void check_inputs(const PlanInputs& in) {
 struct Job {
   enum Kind { request, unique, prefix } kind = request;
   int b = 0;            // the request (a prefix: the group's first request)
-  int group = -1;       // a prefix: its index among the cascading groups
-  int start = 0, end = 0, kv_len = 0, rows = 0, rpg = 0, G = 1, tiles = 0;
+  int start = 0, end = 0, kv_len = 0, rows = 0, G = 1, tiles = 0;
   // A unit's cost model (cost_model.h, token-equivalents): fill + max(tiles x T + memory,
   // tiles x issue).
   double fill = 0, memory = 0, issue = 0, T = 1;
@@ -327,7 +326,7 @@ void prefix_model(const PlanInputs& in, LaunchModel& m) {
 }
 
 Job make_job(const Launch& L, Job::Kind kind, int b, int start, int end, int kv_len, int rows, int rpg) {
-  Job j{.kind = kind, .b = b, .start = start, .end = end, .kv_len = kv_len, .rows = rows, .rpg = rpg};
+  Job j{.kind = kind, .b = b, .start = start, .end = end, .kv_len = kv_len, .rows = rows};
   j.G = (rows + rpg - 1) / rpg;
   j.tiles = (end - start + L.m.tile_tokens - 1) / L.m.tile_tokens;
   j.T = L.m.tile_tokens;
@@ -404,7 +403,6 @@ void plan_candidate(const PlanInputs& in, Candidate& c, Scratch& sc) {
     for (int b = g.first; b < g.first + g.count; ++b) sc.shared[size_t(b)] = g.shared_tokens;
     c.prefix.jobs.push_back(
         make_job(c.prefix, Job::prefix, g.first, 0, g.shared_tokens, g.count * M, g.count * M, in.prefix_rows_per_group));
-    c.prefix.jobs.back().group = int(gi);
   }
   // At qseqlen 1 the decode kernel's causal rule (t < kv_len) is the prefix kernel's (the unit's
   // end): when every request is a member, the unique parts run in the prefix launch too, as
