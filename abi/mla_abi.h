@@ -170,7 +170,7 @@ inline constexpr int count = offsetof(LaunchHeader, count) / 4, entries_offset =
 namespace decode_args {
 inline constexpr uint32_t q = 0x00, kv = 0x08, kv_indices = 0x10, work = 0x18, o = 0x20, lse = 0x28,
                           partial_o = 0x30, partial_lse = 0x38, q_scale = 0x40, kv_scale = 0x48, sm_scale = 0x50,
-                          logit_cap = 0x54, size = 0x58;
+                          logit_cap = 0x54, kv_slots = 0x58, reserved = 0x5c, size = 0x60;
 }
 inline constexpr KernargField kDecodeArgs[] = {
     {"q", true, "", decode_args::q, 8},
@@ -185,6 +185,10 @@ inline constexpr KernargField kDecodeArgs[] = {
     {"kv_scale", true, "const float*", decode_args::kv_scale, 8},
     {"sm_scale", false, "float", decode_args::sm_scale, 4},
     {"logit_cap", false, "float", decode_args::logit_cap, 4},
+    // Token slots of the cache (num_pages * page_size). Sparse kernels mask an index >= kv_slots
+    // (and -1) and never load it; dense kernels do not read it.
+    {"kv_slots", false, "uint32_t", decode_args::kv_slots, 4},
+    {"reserved", false, "uint32_t", decode_args::reserved, 4},
 };
 
 // The reduce kernel's arguments (reduce_map points at a LaunchHeader). A ReduceEntry with

@@ -119,6 +119,7 @@ SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller
   k.page_size = caller.page_size;
   k.return_lse = caller.return_lse;
   k.logit_cap = caller.logit_cap;
+  k.sparse = caller.sparse;
   return k;
 }
 
@@ -403,6 +404,7 @@ std::vector<DecodeOp> decode_ops(const SelectedKernels& k, const WorkspaceLayout
     dk.ptr("q", q_addr).ptr("kv", t.kv).ptr("kv_indices", t.kv_indices).ptr("work", header).ptr("o", o_addr);
     dk.ptr("lse", lse_addr).ptr("partial_o", po).ptr("partial_lse", pl);
     dk.ptr("q_scale", t.q_scale).ptr("kv_scale", t.kv_scale).f32("sm_scale", t.sm_scale).f32("logit_cap", t.logit_cap);
+    dk.u32("kv_slots", t.kv_slots).u32("reserved", 0);
     DecodeOp op;
     op.kind = DecodeOp::Launch;
     op.kernel = &kernel;

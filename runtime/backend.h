@@ -85,7 +85,7 @@ struct SelectedKernels {
   int kheads = 0, kqseqlen = 0;  // the kernel's (>= the caller's when padded)
   DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
   int page_size = 1;
-  bool return_lse = false, logit_cap = false;
+  bool return_lse = false, logit_cap = false, sparse = false;
   bool padded() const { return heads != kheads || qseqlen != kqseqlen; }
 };
 SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller);
@@ -167,6 +167,7 @@ struct DeviceTensors {
   uint64_t q = 0, kv = 0, kv_indices = 0, o = 0, lse = 0;
   uint64_t q_scale = 0, kv_scale = 0;  // device f32 each (the caller's, or the workspace's)
   float sm_scale = 1.0f, logit_cap = 0.0f;
+  uint32_t kv_slots = 0;  // token slots of kv (num_pages * page_size): a sparse kernel masks an index past them
 };
 
 // The grids of one decode call: fixed by the capacity (never by a step's lengths).

@@ -21,9 +21,9 @@ const KernelArgInfo& CatalogKernel::arg(const std::string& n) const {
 }
 
 std::string DecodeShape::describe() const {
-  return fmt::format("{} q={} kv={} heads={} qseqlen={} page_size={}{}{}", rt::name(target), rt::name(q_dtype),
+  return fmt::format("{} q={} kv={} heads={} qseqlen={} page_size={}{}{}{}", rt::name(target), rt::name(q_dtype),
                      rt::name(kv_dtype), heads, qseqlen, page_size, return_lse ? " lse" : "",
-                     logit_cap ? " logit_cap" : "");
+                     logit_cap ? " logit_cap" : "", sparse ? " sparse" : "");
 }
 
 DecodeShape shape_of(const Problem& p) {
@@ -36,6 +36,7 @@ DecodeShape shape_of(const Problem& p) {
   s.page_size = p.page_size;
   s.return_lse = p.return_lse;
   s.logit_cap = p.logit_cap != 0.0;
+  s.sparse = p.sparse;
   return s;
 }
 
@@ -178,6 +179,7 @@ std::vector<std::string> differences(const CatalogKernel& k, const DecodeShape& 
   diff("page_size", std::to_string(sh.value("page_size", 0)), std::to_string(s.page_size));
   diff("return_lse", b(sh.value("return_lse", false)), b(s.return_lse));
   diff("logit_cap", b(sh.value("logit_cap", false)), b(s.logit_cap));
+  diff("attention", sh.value("attention", "dense"), s.sparse ? "sparse" : "dense");
   return d;
 }
 

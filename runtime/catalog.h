@@ -75,6 +75,9 @@ struct DecodeShape {
   int heads = 16, qseqlen = 1, page_size = 1;
   bool return_lse = false;
   bool logit_cap = false;
+  // Sparse attention (DSA): each query row attends to its own row of cache slots (kv_indices),
+  // -1 or out-of-range slots masked (docs/sparse-decode.md); qseqlen and page_size are 1.
+  bool sparse = false;
   // The prefix kernel to select: 0 the shape's default one (48 or 96 rows per workgroup), 192
   // the wide one (docs/shared-prefix.md), which must then be in the catalog.
   int prefix_rows = 0;

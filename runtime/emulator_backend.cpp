@@ -161,7 +161,10 @@ Traffic needed_traffic(const Problem& p, const Plan& plan, uint64_t walk_waves) 
   Traffic t;
   uint64_t kv = 0, idx = 0, q = 0;
   auto add = [&](const auto& u, int rows) {
-    kv += uint64_t(u.kv_end - u.kv_start) * kQkDim * kvb;
+    uint64_t tokens = uint64_t(u.kv_end - u.kv_start);  // sparse: the unmasked ones only
+    if (p.sparse)
+      for (int t = u.kv_start; t < u.kv_end; ++t) tokens -= p.masked(u.qo_row, t);
+    kv += tokens * kQkDim * kvb;
     idx += uint64_t((u.kv_end + p.page_size - 1) / p.page_size - u.kv_start / p.page_size) * 4;
     q += uint64_t(rows) * kQkDim * qb;
   };
@@ -214,8 +217,9 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   r.prefix_kernel = sel.prefix ? sel.prefix->name : "";
   r.reduce_kernel = sel.reduce.name;
   PlanInputs in = plan_inputs_for(k, kv_lens_of(p), opts.num_cus ? opts.num_cus : be.num_cus(), opts.workgroups_per_cu);
-  // Shared prefixes, from the problem's page table (docs/shared-prefix.md).
-  in.prefix_groups = detect_prefix_groups(in.kv_lens, p.page_size, p.qseqlen, in.tile_tokens,
+  // Shared prefixes, from the problem's page table (docs/shared-prefix.md); none in sparse attention.
+  if (!p.sparse)
+    in.prefix_groups = detect_prefix_groups(in.kv_lens, p.page_size, p.qseqlen, in.tile_tokens,
                                           [&](int b, int i) { return p.kv_indices[size_t(p.kv_indptr[b] + i)]; });
   in.cascade = opts.cascade;
   in.merge_in_launch = opts.merge_in_launch;
@@ -225,7 +229,8 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
     std::set<std::pair<int32_t, int>> entries;  // (page id, token in page)
     for (int b = 0; b < p.batch(); ++b)
       for (int t = 0; t < p.kv_len(b); ++t)
-        entries.emplace(p.kv_indices[size_t(p.kv_indptr[b] + t / p.page_size)], t % p.page_size);
+        if (!p.masked(b, t))
+          entries.emplace(p.kv_indices[size_t(p.kv_indptr[b] + t / p.page_size)], t % p.page_size);
     r.kv_distinct_bytes = entries.size() * uint64_t(kQkDim) * elem_bytes(p.kv_dtype);
   }
 
@@ -243,6 +248,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
   t.lse = p.return_lse ? be.alloc_named(size_t(p.rows()) * p.heads * 4, "lse", 0xff) : 0;
   t.sm_scale = float(p.sm_scale);
   t.logit_cap = float(p.logit_cap);
+  t.kv_slots = uint32_t(p.num_pages() * p.page_size);
   WorkspaceLayout ws = workspace_layout_for(k, plan, p.batch());
   // The step tables (pack_step_tables' layout), split so that each table has an allocation of
   // its own: the scales, the decode and prefix headers with the units, the reduce header with

@@ -62,6 +62,7 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   t.kv_scale = a->kv_scale_ptr;
   t.sm_scale = a->sm_scale;
   t.logit_cap = k.logit_cap ? a->logit_cap : 0.0f;
+  t.kv_slots = uint32_t(a->num_pages * P);  // < 2^32 (checked above)
   return t;
 }
 
@@ -100,6 +101,7 @@ void scales_of(DeviceTensors& t, uint64_t workspace, const WorkspaceLayout& ws) 
 // are read back: a packed table whole (every entry is used), a block table row by row (the
 // used pages of each request, not the stride's worth).
 void validate_indices(mla_context* ctx, const mla_plan* plan, const mla_decode_args* a) {
+  if (plan->k.sparse) return;  // -1 and slots past the cache are masked by the kernel, by contract
   const int P = plan->k.page_size;
   std::vector<int32_t> idx;
   int64_t base = 0;

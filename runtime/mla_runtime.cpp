@@ -63,11 +63,20 @@ DecodeShape to_shape(const mla_context* ctx, const mla_shape& s) {
     bad(fmt::format("shape.page_size = {} (allowed: 1 or a power of two up to 256)", s.page_size));
   if (s.return_lse != 0 && s.return_lse != 1) bad(fmt::format("shape.return_lse = {} (allowed: 0, 1)", s.return_lse));
   if (s.logit_cap != 0 && s.logit_cap != 1) bad(fmt::format("shape.logit_cap = {} (allowed: 0, 1)", s.logit_cap));
+  if (s.sparse != 0 && s.sparse != 1) bad(fmt::format("shape.sparse = {} (allowed: 0, 1)", s.sparse));
+  if (s.sparse && s.qseqlen != 1)
+    bad(fmt::format("shape.qseqlen = {} with shape.sparse (allowed: 1: each query row has its own index row, so MTP "
+                    "rows are rows of the batch)", s.qseqlen));
+  if (s.sparse && s.page_size != 1)
+    bad(fmt::format("shape.page_size = {} with shape.sparse (allowed: 1: sparse indices are cache slots, block * "
+                    "page_block_size + offset, and kv is viewed as [slots, 1, 576])", s.page_size));
+  if (s.sparse && s.logit_cap) bad("shape.logit_cap = 1 with shape.sparse (allowed: 0)");
   d.heads = s.heads;
   d.qseqlen = s.qseqlen;
   d.page_size = s.page_size;
   d.return_lse = s.return_lse;
   d.logit_cap = s.logit_cap;
+  d.sparse = s.sparse;
   d.target = device_target(ctx);
   return d;
 }
@@ -85,7 +94,7 @@ const CatalogKernel* padded_candidate(const mla_context* ctx, const DecodeShape&
     const auto& sh = k.shape;
     if (sh.value("q_dtype", "") != name(s.q_dtype) || sh.value("kv_dtype", "") != name(s.kv_dtype) ||
         sh.value("page_size", 0) != s.page_size || sh.value("return_lse", false) != s.return_lse ||
-        sh.value("logit_cap", false) != s.logit_cap)
+        sh.value("logit_cap", false) != s.logit_cap || sh.value("attention", "dense") != (s.sparse ? "sparse" : "dense"))
       continue;
     int h = sh.value("heads", 0), q = sh.value("qseqlen", 0);
     if (h < s.heads || q < s.qseqlen) continue;

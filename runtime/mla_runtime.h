@@ -186,6 +186,10 @@ typedef struct mla_shape {
   int page_size;   /* tokens per page of the KV cache (1 = per-token indices) */
   int return_lse;  /* 1: write lse[rows, heads] */
   int logit_cap;   /* 1: the soft-cap variant (the cap value is an mla_decode argument) */
+  int sparse;      /* 1: sparse attention (DSA): request b is one query row whose kv_indices row holds
+                      cache slots (block * page_block_size + offset); a slot of -1, or at or past
+                      num_pages, is masked and never read. qseqlen and page_size must be 1 (kv is
+                      viewed as [slots, 1, 576]); docs/sparse-decode.md */
 } mla_shape;      /* the target is the device's */
 
 /* Flags of mla_select. Without flags only a kernel built for exactly the shape is accepted. */

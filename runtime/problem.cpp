@@ -111,13 +111,14 @@ nlohmann::json Problem::metadata_json() const {
   return nlohmann::json{{"target", name(target)},   {"q_dtype", name(q_dtype)}, {"kv_dtype", name(kv_dtype)},
                         {"heads", heads},           {"qseqlen", qseqlen},       {"page_size", page_size},
                         {"sm_scale", sm_scale},     {"q_scale", q_scale},       {"kv_scale", kv_scale},
-                        {"logit_cap", logit_cap},   {"return_lse", return_lse}};
+                        {"logit_cap", logit_cap},   {"return_lse", return_lse},
+                        {"attention", sparse ? "sparse" : "dense"}};
 }
 
 namespace {
 
-const char* const kFields[] = {"target", "sm_scale", "q_dtype",   "q_scale",  "kv_dtype",  "kv_scale",
-                               "heads",  "qseqlen",  "page_size", "logit_cap", "return_lse"};
+const char* const kFields[] = {"target", "sm_scale", "q_dtype",   "q_scale",   "kv_dtype",   "kv_scale",
+                               "heads",  "qseqlen",  "page_size", "logit_cap", "return_lse", "attention"};
 
 std::string allowed_fields() {
   std::string s;
@@ -176,6 +177,10 @@ void check_metadata(const Problem& p, const std::string& file) {
   positive("kv_scale", p.kv_scale);
   if (!std::isfinite(p.logit_cap) || p.logit_cap < 0.0)
     throw ProblemError(fmt::format("{}: field 'logit_cap' = {} must be a finite number >= 0 (0 = off)", file, p.logit_cap));
+  if (p.sparse && (p.qseqlen != 1 || p.page_size != 1 || p.logit_cap != 0.0))
+    throw ProblemError(fmt::format("{}: attention 'sparse' needs qseqlen 1, page_size 1 and logit_cap 0 (has {}, {}, {}): "
+                                   "every request is one query row over its own cache slots",
+                                   file, p.qseqlen, p.page_size, p.logit_cap));
 }
 
 Problem parse_metadata(const nlohmann::json& j, const std::string& file) {
@@ -196,6 +201,12 @@ Problem parse_metadata(const nlohmann::json& j, const std::string& file) {
   p.kv_scale = get_number(j, "kv_scale", file);
   p.logit_cap = get_number(j, "logit_cap", file);
   p.return_lse = get_bool(j, "return_lse", file);
+  if (j.contains("attention")) {  // optional: "dense" when absent
+    const std::string a = get_string(j, "attention", file);
+    if (a != "dense" && a != "sparse")
+      throw ProblemError(fmt::format("{}: field 'attention' = \"{}\" (allowed: dense, sparse)", file, a));
+    p.sparse = a == "sparse";
+  }
   check_metadata(p, file);
   return p;
 }
@@ -294,7 +305,7 @@ void check_tensors(const Problem& p, const std::string& where) {
   // kv_indices
   if (p.kv_indices.size() != size_t(p.kv_indptr[batch]))
     throw ProblemError(fmt::format("{}: length {} must equal kv_indptr[{}] = {}", file("kv_indices.npy"), p.kv_indices.size(), batch, p.kv_indptr[batch]));
-  for (size_t i = 0; i < p.kv_indices.size(); ++i) {
+  for (size_t i = 0; i < p.kv_indices.size() && !p.sparse; ++i) {  // sparse: any slot, masked unless in the cache
     if (p.kv_indices[i] < 0 || p.kv_indices[i] >= num_pages)
       throw ProblemError(fmt::format("{}: kv_indices[{}] = {} is not a page id (allowed: 0..{}, num_pages = {} from kv.npy)",
                                      file("kv_indices.npy"), i, p.kv_indices[i], num_pages - 1, num_pages));
@@ -508,6 +519,41 @@ void add_peaks(Problem& p, const ProblemParams& prm, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// The sparse cache's slots: sparse_pool, or half the index count (rows share slots); at least
+// every row's count, whose slots are distinct.
+int64_t sparse_pool(const ProblemParams& prm, int64_t used, const std::string& where) {
+  const int64_t longest = *std::max_element(prm.kv_lens.begin(), prm.kv_lens.end());
+  const int64_t pool = prm.sparse_pool > 0 ? prm.sparse_pool : std::max(longest, used / 2);
+  if (pool < longest)
+    throw ProblemError(fmt::format("{}: sparse_pool = {} slots is fewer than a row's {} distinct slots", where, pool, longest));
+  if (!(prm.sparse_masked >= 0.0 && prm.sparse_masked <= 1.0))
+    throw ProblemError(fmt::format("{}: sparse_masked = {} (allowed: 0..1)", where, prm.sparse_masked));
+  return pool;
+}
+
+// Each row's slots: distinct, at random from the pool (a partial shuffle of `perm`), then a
+// fraction sparse_masked of its entries masked at random positions: -1, or a slot past the cache.
+void sparse_rows(Problem& p, const ProblemParams& prm, std::vector<int32_t>& perm, Normal& rng) {
+  const int64_t pool = int64_t(perm.size());
+  p.kv_indices.clear();
+  for (size_t b = 0; b < prm.kv_lens.size(); ++b) {
+    const int n = prm.kv_lens[b];
+    for (int i = 0; i < n; ++i) std::swap(perm[size_t(i)], perm[size_t(i) + rng.eng() % uint64_t(pool - i)]);
+    for (int i = 0; i < n; ++i) {
+      int32_t s = perm[size_t(i)];
+      if (double(rng.eng() % 1000000) < prm.sparse_masked * 1e6) {
+        const uint64_t kind = rng.eng() % 4;
+        s = kind < 2 ? -1 : kind == 2 ? int32_t(pool + int64_t(rng.eng() % 1000)) : INT32_MAX;
+      }
+      p.kv_indices.push_back(s);
+    }
+  }
+}
+
+}  // namespace
+
 Problem make_random_problem(const ProblemParams& prm) {
   const std::string where = "make_random_problem";
   if (prm.kv_lens.empty()) throw ProblemError(where + ": kv_lens is empty (need at least one request)");
@@ -524,7 +570,10 @@ Problem make_random_problem(const ProblemParams& prm) {
   p.kv_scale = prm.kv_scale;
   p.logit_cap = prm.logit_cap;
   p.return_lse = prm.return_lse;
+  p.sparse = prm.sparse;
   check_metadata(p, where);
+  if (prm.sparse && (!prm.shared.empty() || prm.peak_tokens > 0))
+    throw ProblemError(where + ": sparse problems have no shared prefixes or peaked scores");
 
   const int batch = int(prm.kv_lens.size());
   p.qo_indptr.resize(batch + 1);
@@ -542,7 +591,7 @@ Problem make_random_problem(const ProblemParams& prm) {
     p.kv_indptr[b + 1] = int32_t(used);
     p.kv_last_page_lens[b] = len - (pages - 1) * prm.page_size;
   }
-  const int64_t num_pages = used + prm.extra_pages;
+  const int64_t num_pages = prm.sparse ? sparse_pool(prm, used, where) : used + prm.extra_pages;
 
   // Page ids: a shuffled permutation of all pages, the first `used` handed out in order, so
   // requests own scattered, non-sequential pages and some pages are never referenced.
@@ -550,7 +599,8 @@ Problem make_random_problem(const ProblemParams& prm) {
   std::vector<int32_t> perm(num_pages);
   for (int64_t i = 0; i < num_pages; ++i) perm[i] = int32_t(i);
   for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[rng.eng() % uint64_t(i + 1)]);  // Fisher-Yates
-  p.kv_indices.assign(perm.begin(), perm.begin() + used);
+  if (prm.sparse) sparse_rows(p, prm, perm, rng);
+  else p.kv_indices.assign(perm.begin(), perm.begin() + used);
   for (size_t k = 0; k < prm.shared.size(); ++k) {
     const ProblemParams::Shared& sh = prm.shared[k];
     auto bad = [&](const std::string& what) {

@@ -64,6 +64,11 @@ struct Problem {
   double sm_scale = 0.0, q_scale = 1.0, kv_scale = 1.0;
   double logit_cap = 0.0;  // 0 = off
   bool return_lse = false;
+  // Sparse attention (DSA, problem.json "attention": "sparse"): qseqlen and page_size are 1; request
+  // b is one query row whose kv_indices row holds cache slots, any of which may be -1 or past the
+  // cache (masked: not attended to, never read). A row whose every slot is masked has o = 0 and
+  // lse = -inf.
+  bool sparse = false;
 
   // Tensors
   RawTensor q;   // [batch*qseqlen, heads, 576]
@@ -81,6 +86,12 @@ struct Problem {
   int kv_len(int b) const { return (pages_of(b) - 1) * page_size + kv_last_page_lens[b]; }
   // Page id holding token t of request b (slot t % page_size).
   int page_of(int b, int t) const { return kv_indices[size_t(kv_indptr[b]) + size_t(t / page_size)]; }
+  // Sparse: whether token t of request b is masked (its slot is -1 or past the cache).
+  bool masked(int b, int t) const {
+    if (!sparse) return false;
+    const int32_t s = kv_indices[size_t(kv_indptr[b]) + size_t(t)];
+    return s < 0 || s >= num_pages();
+  }
   // Index of kv element (token t of request b, dim d) in kv.bits().
   size_t kv_elem(int b, int t, int d) const {
     return (size_t(page_of(b, t)) * page_size + size_t(t % page_size)) * kQkDim + size_t(d);
@@ -121,6 +132,13 @@ struct ProblemParams {
   double logit_cap = 0.0;
   bool return_lse = false;
   int extra_pages = 0;  // unused pages, so page ids are not simply 0..used-1
+  // Sparse (DSA): kv_lens[b] is row b's index count (its top-k); the cache holds sparse_pool slots
+  // (0: half the total index count, so rows share slots); each row's slots are distinct and drawn
+  // at random, and a fraction sparse_masked of its entries, at random positions, are -1 or a slot
+  // past the cache (half each, some of them INT32_MAX). qseqlen and page_size must be 1.
+  bool sparse = false;
+  int sparse_pool = 0;
+  double sparse_masked = 0.0;
   // Shared prefixes: requests first .. first+count-1 hold the same first `tokens / page_size`
   // pages (tokens a multiple of page_size, within every member's whole pages).
   struct Shared {

@@ -95,7 +95,8 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   const bool mla = kind == KernelKind::MlaDecode;
   if (mla)
     check_keys(e, path, where,
-               {"kind", "target", "heads", "q_dtype", "kv_dtype", "qseqlen", "page_size", "return_lse", "logit_cap"});
+               {"kind", "target", "heads", "q_dtype", "kv_dtype", "qseqlen", "page_size", "return_lse", "logit_cap",
+                "attention"});
   else
     check_keys(e, path, where, {"kind", "target"});
 
@@ -115,8 +116,28 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   }
   if (!mla) return out;
   // Every field takes a scalar or a list; the kernels are the cross product (README).
-  for (const char* req : {"heads", "q_dtype", "kv_dtype", "page_size"})
+  // Sparse attention (DSA): each query row reads its own row of cache slots, so the kernel has
+  // neither a page size (a slot is block * page_block_size + offset for any block size) nor
+  // query rows per request (engines flatten MTP rows: each has its own index row).
+  bool sparse = false;
+  if (e.contains("attention"))
+    sparse = as_string(e["attention"], path, where + ".attention", {"dense", "sparse"}) == "sparse";
+  if (sparse) {
+    if (e.contains("page_size"))
+      fail(path, where + ".page_size",
+           "not allowed with attention \"sparse\": its indices are cache slots (block * page_block_size + offset), "
+           "one kernel serves every page block size");
+    if (e.contains("qseqlen") && !(e["qseqlen"].is_number_integer() && e["qseqlen"].get<int64_t>() == 1))
+      fail(path, where + ".qseqlen",
+           fmt::format("{} with attention \"sparse\" (allowed: 1; every query row reads its own index row, so MTP "
+                       "rows are separate rows of the batch)", show(e["qseqlen"])));
+    if (e.contains("logit_cap") && !(e["logit_cap"].is_boolean() && !e["logit_cap"].get<bool>()))
+      fail(path, where + ".logit_cap", "not supported with attention \"sparse\" (allowed: false)");
+  }
+  for (const char* req : {"heads", "q_dtype", "kv_dtype"})
     if (!e.contains(req)) fail(path, where + "." + req, "missing");
+  if (!sparse && !e.contains("page_size")) fail(path, where + ".page_size", "missing");
+  for (KernelSpec& s : out) s.sparse = sparse;
   auto expand = [&](const char* key, const json& dflt, auto&& set) {
     const json v = e.contains(key) ? e[key] : dflt;
     std::vector<KernelSpec> next;
@@ -139,7 +160,7 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
       fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
   expand("qseqlen", json(1),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.qseqlen = as_int_in(x, path, f, 1, kMaxQseqlen); });
-  expand("page_size", json(),
+  expand("page_size", json(1),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.page_size = as_int(x, path, f, kPageSizes); });
   expand("return_lse", json(false),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.return_lse = as_bool(x, path, f); });
@@ -202,7 +223,9 @@ Config parse_config(const std::string& text, const std::string& path) {
     r.kind = KernelKind::MlaReduce;
     r.page_size = 1;
     r.logit_cap = false;
+    r.sparse = false;
     imply(r);
+    if (s.sparse) continue;  // no shared prefixes in sparse attention
     KernelSpec x = s;
     x.kind = KernelKind::MlaPrefix;
     x.return_lse = false;

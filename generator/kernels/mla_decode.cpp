@@ -88,11 +88,10 @@ void emit_kernel(Kernel& k) {
   Builder& b = k.b;
   auto& ra = b.regs();
   k.args = ra.sgpr(int(mla_decode_args::size / 4), "kernargs");
-  static_assert(mla_decode_args::size == 0x58, "kernargs: two x8, one x4 and one x2 load");
+  static_assert(mla_decode_args::size == 0x60, "kernargs: three x8 loads");
   b.s_load_dwordx8(k.args.sub(0, 8), b.kernarg_ptr(), 0);
   b.s_load_dwordx8(k.args.sub(8, 8), b.kernarg_ptr(), 32);
-  b.s_load_dwordx4(k.args.sub(16, 4), b.kernarg_ptr(), 64);
-  b.s_load_dwordx2(k.args.sub(20, 2), b.kernarg_ptr(), 80);
+  b.s_load_dwordx8(k.args.sub(16, 8), b.kernarg_ptr(), 64);
   // The launch's header (abi::LaunchHeader): this workgroup takes units [ranges[x], ranges[x + 1])
   // of the table; every wave alike (the same range), so all of them leave the loop together.
   SReg header = ra.sgpr(2, "launch_header", 2);

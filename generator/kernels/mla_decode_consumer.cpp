@@ -384,9 +384,11 @@ void Consumer::v_beside_qk() {
 // scores stay unscaled until the exponent (xscale > 0, so the max commutes with it): the row
 // max is scaled once and each p takes one fma, exp2(fma(s, xscale, -m)).
 void Consumer::scores() {
+  const VReg bias = k_.s.sparse ? read_bias() : VReg{};
   // Split: S^T = K (q s)^T = K hi^T + 2^-kQLoShift K lo^T (two scores per packed fma).
   for (int e = 0; e < (split ? 4 * sub_tiles : 0); e += 2)
     b.v_pk_fma_f32(sacc.sub(e, 2), slo.sub(e, 2), lo_inv2, sacc.sub(e, 2), true, false);
+  for (int e = 0; e < bias.count; ++e) b.v_add_f32(sacc[e], sacc[e], bias[e]);  // -inf: masked
   const bool cap = k_.s.logit_cap;
   for (int e = 0; e < (cap ? 4 * sub_tiles : 0); ++e) {
     b.v_mul_f32(tt, xscale, sacc[e]);
@@ -411,6 +413,20 @@ void Consumer::scores() {
         b.v_cndmask_b32(sacc[4 * st + r], neg_inf, sacc[4 * st + r], vcc);
       }
   });
+}
+
+// Sparse: score + bias of its token (0, or -inf for a masked index), which the producer wrote
+// beside the token's row in the slot (token 16 st + gtok[st] + r of this wave's tile). The raw K
+// registers are free once the tile's QK MFMAs have issued; they hold the biases until the adds.
+VReg Consumer::read_bias() {
+  if (pl.k_raw_regs < 4 * sub_tiles) throw std::logic_error("mla_decode: sparse biases need 4 raw K registers per sub-tile");
+  const VReg bias = kraw.sub(0, 4 * sub_tiles);
+  for (int st = 0; st < sub_tiles; ++st) {
+    b.v_mul_u32_u24(tt, Imm(E), gtok[st]);
+    b.v_add_u32(tt, sslot, tt);
+    for (int r = 0; r < 4; ++r) b.ds_read_b32(bias[4 * st + r], tt, uint32_t((16 * st + r) * E + g.kv_row_bytes));
+  }
+  return bias;
 }
 
 // Online softmax: tile max over the lane's tokens, then over the 4 lane groups; the lazy

@@ -15,7 +15,6 @@
 namespace mla::gen::decode {
 
 constexpr uint32_t kNegFltMax = 0xff7fffffu;  // -FLT_MAX: running max start, finite so exp2 never sees -inf - -inf
-constexpr uint32_t kNegInf = 0xff800000u;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // Growth of a row's max (log2 units) tolerated before the running max and O^T are rescaled:
@@ -76,6 +75,7 @@ class Consumer {
   void qk_tile(bool first_batch_read = false);
   void v_beside_qk();
   void scores();
+  VReg read_bias();
   void softmax();
   void tile_max();
   void softmax_from_max();

@@ -107,6 +107,7 @@ void Consumer::prepare_tile(SReg next_iter) {
 }
 
 void Consumer::tile_loop_split() {
+  if (k_.s.sparse) throw std::logic_error("mla_decode: split PV (prefix kernels) has no sparse masking");
   const int n = pl.transpose_batch;
   fast = ra.sgpr(1, "c_tile_fast");
   SReg next = ra.sgpr(1, "c_next_tile");

@@ -14,6 +14,8 @@
 
 namespace mla::gen::decode {
 
+constexpr uint32_t kNegInf = 0xff800000u;  // -inf as f32 bits: a masked score
+
 inline int log2i(int v) {
   int r = 0;
   while ((1 << r) < v) ++r;

@@ -96,6 +96,15 @@ class Producer {
       tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
       for (int d = 0; d < D; ++d) data[size_t(d)].push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}_{}", d, s), 4));
     }
+    // Sparse: per register set and tile, the lane's token's score bias (0, or -inf when masked).
+    if (k_.s.sparse) {
+      bias.resize(size_t(D));
+      for (int d = 0; d < D; ++d)
+        for (int s = 0; s < S; ++s) bias[size_t(d)].push_back(ra.vgpr(1, fmt::format("p_bias{}_{}", d, s)));
+      zero = ra.vgpr(1, "p_zero"), ninf = ra.vgpr(1, "p_neg_inf");  // v_cndmask reads VCC: no literal too
+      b.v_mov_b32(zero, Imm(0));
+      b.v_mov_b32(ninf, Imm(int64_t(kNegInf)));
+    }
     addr = ra.vgpr(2, "p_addr");
     for (int s = 0; s < S; ++s) taddr.push_back(ra.vgpr(2, fmt::format("p_tile_addr{}", s), 2));
     tile = ra.sgpr(1, "p_tile"), slot = ra.sgpr(1, "p_slot");
@@ -161,6 +170,7 @@ class Producer {
       b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), a[0]);
     } else {
       share_index(s);
+      if (k_.s.sparse) sparse_bias(s);
       b.v_lshlrev_b32(a[0], Imm(log2i(k_.s.page_size)), idx[s]);
     }
     if (k_.s.page_size > 1) {
@@ -175,6 +185,14 @@ class Producer {
     b.v_addc_co_u32(a[1], vcc, kv_hi, a[1], vcc);
   }
 
+  // Sparse (DSA): an index is a cache slot; -1, or any index at or past kv_slots (unsigned), is
+  // masked: its row is never loaded (zeros in LDS) and the consumers add the -inf bias the
+  // producer writes beside the row to its score. The lane's bias goes with its tile's register set.
+  void sparse_bias(int s) {
+    b.v_cmp_gt_u32(vcc, k_.argf(mla_decode_args::kv_slots), idx[s]);
+    b.v_cndmask_b32(bias[size_t(set)][s], ninf, zero, vcc);
+  }
+
   // In the unit's last, partial tile the lanes past kv_end load nothing (no byte is read that
   // the plan does not need) and their LDS rows are written as zeros: the consumers mask those
   // tokens' scores, and a zero V keeps 0 * V finite.
@@ -184,17 +202,27 @@ class Producer {
     };
     b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
     b.s_add_u32(tile_end, tile_end, k_.kv_start());
-    b.s_add_u32(tile_end, tile_end, Imm(T));
-    b.s_cmp_gt_u32(tile_end, k_.kv_end());
     Label partial_tile = b.new_label("partial_tile"), loaded = b.new_label("loaded");
+    if (k_.s.sparse) {  // lanes of the unit whose index is valid load; a tile where not all do is partial
+      b.v_add_u32(addr[0], tile_end, vt);
+      b.v_cmp_gt_u32(vcc, k_.kv_end(), addr[0]);
+      b.v_cmp_eq_u32(saved_exec, Imm(0), bias[size_t(set)][s]);
+      b.s_and_b64(vcc, vcc, saved_exec);
+      b.emit("s_andn2_b64", {Operand::of(saved_exec)}, {Operand::of(exec), Operand::of(vcc)});
+    } else {
+      b.s_add_u32(tile_end, tile_end, Imm(T));
+      b.s_cmp_gt_u32(tile_end, k_.kv_end());
+    }
     b.s_cbranch_scc1(partial_tile);
     row_loads();
     b.s_branch(loaded);
     b.bind(partial_tile);
     for (int r = 0; r < data[size_t(set)][s].count; ++r) b.v_mov_b32(data[size_t(set)][s][r], Imm(0));
-    b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
-    b.v_add_u32(addr[0], tile_end, vt);  // the unclamped token (tok[s] is the next slot's by now)
-    b.v_cmp_gt_u32(vcc, k_.kv_end(), addr[0]);
+    if (!k_.s.sparse) {
+      b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
+      b.v_add_u32(addr[0], tile_end, vt);  // the unclamped token (tok[s] is the next slot's by now)
+      b.v_cmp_gt_u32(vcc, k_.kv_end(), addr[0]);
+    }
     b.s_and_saveexec_b64(saved_exec, vcc);
     row_loads();
     b.s_mov_exec(saved_exec);
@@ -212,6 +240,12 @@ class Producer {
     }
     for (int q = 0; q < loads; ++q)
       b.ds_write_b128(addr[0], data[size_t(set)][s].sub(4 * q, 4), uint32_t(s * T * E + 16 * q));
+    if (k_.s.sparse) {  // the token's bias, by its first lane, in the row's LDS padding
+      b.v_cmp_eq_u32(vcc, Imm(0), first_lane);
+      b.s_and_saveexec_b64(saved_exec, vcc);
+      b.ds_write_b32(addr[0], bias[size_t(set)][s], uint32_t(s * T * E + k_.g.kv_row_bytes));
+      b.s_mov_exec(saved_exec);
+    }
   }
 
   // The tiles of slot `slot_index` that exist (tile = slot * S + s < n_tiles) are written.
@@ -306,6 +340,9 @@ class Producer {
     for (VReg r : idx) ra.release(r);
     for (auto& d : data)
       for (VReg r : d) ra.release(r);
+    for (auto& d : bias)
+      for (VReg r : d) ra.release(r);
+    if (k_.s.sparse) ra.release(zero), ra.release(ninf);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
     for (SReg r : sidx) ra.release(r);
     if (k_.g.page_id_per_tile) ra.release(sidx_addr), ra.release(cur_page), ra.release(page_carried);
@@ -321,6 +358,8 @@ class Producer {
   std::vector<SReg> sidx;                 // per tile: its page id (page_id_per_tile)
   SReg sidx_addr, cur_page, page_carried;
   std::vector<std::vector<VReg>> data;    // [register set][tile]: staged rows
+  std::vector<std::vector<VReg>> bias;    // sparse: [register set][tile]: the lane's token's score bias
+  VReg zero, ninf;                        // sparse: 0, -inf
   int set = 0;                            // the register set the next load_data / write_tile use
 };
 

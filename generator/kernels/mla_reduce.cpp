@@ -48,7 +48,16 @@ namespace mla::gen {
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr uint32_t kNegFltMax = 0xff7fffffu;
 }  // namespace
+
+void emit_weight_max(Builder& b, VReg max) { b.v_max_f32(max, Imm(int64_t(kNegFltMax)), max); }
+
+void emit_safe_inverse(Builder& b, VReg inv, VReg wsum) {
+  b.v_rcp_f32(inv, wsum);
+  b.v_cmp_gt_f32(vcc, wsum, Imm(0));
+  b.v_cndmask_b32(inv, Imm(0), inv, vcc);
+}
 
 void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm) {
   if (b.target().has_cvt_pk_bf16) return b.v_cvt_pk_bf16_f32(d, lo, hi);
@@ -320,6 +329,7 @@ class Reduce {
     b.ds_read_b128(wts.sub(0, 4), zero, ReduceLds::max_slots);
     b.ds_read_b128(wts.sub(4, 4), zero, ReduceLds::max_slots + 16);
     for (int j = 0; j < kReduceWaves; j += 2) b.v_max3_f32(vmax, wts[j], wts[j + 1], vmax);
+    emit_weight_max(b, vmax);
     ra.release(lane_max);
   }
 
@@ -442,14 +452,7 @@ class Reduce {
   // o = acc / wsum as bf16 (round to nearest even), lse = lse* + ln(wsum).
   void store() {
     VReg inv = ra.vgpr(1, "inv"), packed = ra.vgpr(4, "packed", 4);
-    b.v_rcp_f32(inv, wsum);
-    {  // No KV: o = 0 (not 0 * rcp(0) = NaN); lse = -inf + ln(0) = -inf.
-      Label nonempty = b.new_label("nonempty");
-      b.s_cmp_lg_u32(splits(), Imm(0));
-      b.s_cbranch_scc1(nonempty);
-      b.v_mov_b32(inv, Imm(0));
-      b.bind(nonempty);
-    }
+    emit_safe_inverse(b, inv, wsum);
     for (int i = 0; i < 8; ++i) b.v_mul_f32(acc[i], acc[i], inv);
     SReg k7fff = ra.sgpr(1, "k_7fff"), kperm = ra.sgpr(1, "k_perm_hi16");
     b.s_mov_b32(k7fff, Imm(0x7fff));
@@ -546,6 +549,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
   b.s_add_u32(k, k, Imm(1));
   b.s_cmp_lt_u32(k, a.splits);
   b.s_cbranch_scc1(max_loop);
+  emit_weight_max(b, vmax);
   b.s_mov_b32(k7fff, Imm(0x7fff));
   b.s_mov_b32(kperm, Imm(0x07060302));
   emit_reduce_range_splits(b, range, a.splits);
@@ -585,7 +589,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
     b.s_branch(next);
     b.bind(ranges_done);
     // o = acc / wsum as bf16 (round to nearest even) at o + (qo_row * heads + row) * 1024.
-    b.v_rcp_f32(w, wsum);
+    emit_safe_inverse(b, w, wsum);
     for (int i = 0; i < 32; ++i) b.v_mul_f32(acc[i], acc[i], w);
     b.s_mul_i32(t[0], a.qo_row, Imm(s.heads * kMlaVDim * 2));
     b.s_add_u32(base[0], a.o[0], t[0]);

@@ -7,13 +7,18 @@
 
 namespace mla::gen {
 
-
 // Two f32 as one dword of bf16 (round to nearest even; lo in the low half): v_cvt_pk_bf16_f32
 // where the target has it, else from the bits (t0, t1 scratch; k7fff = 0x7fff, kperm =
 // 0x07060302, the high halves' selector).
 void emit_pack_bf16_rne(Builder& b, VReg d, VReg lo, VReg hi, VReg t0, VReg t1, SReg k7fff, SReg kperm);
 // A split's merge weight w = exp(lse_k - max) (exp2 of the log2e-scaled difference), added to wsum.
 void emit_split_weight(Builder& b, VReg w, VReg wsum, VSrc lse_k, VReg max);
+// Splits whose partials are all empty (lse -inf: a sparse row whose slots in them are all masked):
+// the max the weights are taken against is at least -FLT_MAX, so that they come out 0, not
+// exp(-inf - -inf) = NaN; lse = max + ln(wsum) is then -inf. Finite maxima are unchanged.
+void emit_weight_max(Builder& b, VReg max);
+// inv = 1 / wsum, or 0 when wsum is 0 (no token: o = 0, not 0 * inf).
+void emit_safe_inverse(Builder& b, VReg inv, VReg wsum);
 
 // The reduce's split ranges: a row's S splits are cut into ranges of reduce_range_splits(S) =
 // ceil(ceil(S / 8) / 16) * 16 splits (whole sum chunks), one per wave of the reduce kernel; a

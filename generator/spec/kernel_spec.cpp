@@ -21,6 +21,9 @@ std::string_view kind_name(KernelKind k) {
 std::string KernelSpec::name() const {
   switch (kind) {
     case KernelKind::MlaDecode:
+      if (sparse)
+        return fmt::format("mla_decode_{}{}_h{}_sparse{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
+                           return_lse ? "_lse" : "");
       return fmt::format("mla_decode_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
                          qseqlen, page_size, return_lse ? "_lse" : "", logit_cap ? "_softcap" : "");
     case KernelKind::MlaPrefix:  // always writes partials (with their lse): no _lse variant
@@ -43,6 +46,7 @@ nlohmann::json KernelSpec::to_json() const {
     j["q_dtype"] = dtype_name(q_dtype);
     j["kv_dtype"] = dtype_name(kv_dtype);
     j["qseqlen"] = qseqlen;
+    if (kind == KernelKind::MlaDecode) j["attention"] = sparse ? "sparse" : "dense";
     if (is_attention()) {
       j["page_size"] = page_size;
       j["logit_cap"] = logit_cap;

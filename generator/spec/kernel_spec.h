@@ -35,6 +35,10 @@ struct KernelSpec {
   int page_size = 1;
   bool return_lse = false;
   bool logit_cap = false;  // soft-cap support compiled in (cap value is a runtime argument)
+  // Sparse attention (DSA, docs/sparse-decode.md): every query row reads its own index row of
+  // cache slots (qseqlen 1, page size 1 in the kernel's view); an index of -1 or past the cache's
+  // kv_slots is masked and never loaded.
+  bool sparse = false;
   // Prefix kernels: rows per workgroup when not the default (48 or 96): 192 is the wide kernel
   // (mla_prefix_wide.cpp), implied beside the default one where it fits (mla_geometry.h).
   int prefix_rows = 0;
@@ -48,7 +52,7 @@ struct KernelSpec {
   bool is_mla() const { return is_attention() || kind == KernelKind::MlaReduce; }
   // Built by the decode builder: decode, or prefix (mla_decode.cpp).
   bool is_attention() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaPrefix; }
-  // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse,
+  // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse, mla_decode_fp8fp8_h16_sparse,
   //      mla_prefix_fp8fp8_h12_qs1_pg128, pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
   std::string name() const;
   nlohmann::json to_json() const;

@@ -37,7 +37,7 @@ class mla_device_info(ctypes.Structure):
 
 class mla_shape(ctypes.Structure):
     _fields_ = [("q_dtype", c_int), ("kv_dtype", c_int), ("heads", c_int), ("qseqlen", c_int),
-                ("page_size", c_int), ("return_lse", c_int), ("logit_cap", c_int)]
+                ("page_size", c_int), ("return_lse", c_int), ("logit_cap", c_int), ("sparse", c_int)]
 
 
 class mla_selection(ctypes.Structure):

@@ -211,3 +211,40 @@ TEST_CASE("the shipped configs are valid and cover the deployments") {
   CHECK(ds942);
   CHECK(ds950);
 }
+
+TEST_CASE("sparse attention: one kernel per heads and dtypes, its reduce implied, no prefix kernel") {
+  Config c = parse_config(entry(R"("target": ["gfx942", "gfx950"], "heads": [16, 128], "q_dtype": "bf16",
+                                   "kv_dtype": "fp8", "attention": "sparse", "return_lse": true)"),
+                          "configs/v32.json");
+  std::set<std::string> names;
+  for (const KernelSpec& k : c.kernels) {
+    names.insert(k.name());
+    if (k.kind == KernelKind::MlaDecode) {
+      CHECK(k.sparse);
+      CHECK(k.page_size == 1);
+      CHECK(k.qseqlen == 1);
+      CHECK(k.to_json()["attention"] == "sparse");
+    }
+    CHECK(k.kind != KernelKind::MlaPrefix);
+  }
+  CHECK(names == std::set<std::string>{"mla_decode_bf16fp8_h16_sparse_lse", "mla_decode_bf16fp8_h128_sparse_lse",
+                                       "mla_reduce_h16_qs1_lse", "mla_reduce_h128_qs1_lse"});
+  CHECK(c.kernels.size() == 8);  // both targets
+  CHECK(parse_config(entry(kGood), "k.json").kernels[0].to_json()["attention"] == "dense");
+}
+
+TEST_CASE("sparse attention: page_size, qseqlen > 1, a soft cap and unknown attention kinds are refused, named") {
+  const std::string base = R"("target": "gfx950", "heads": 16, "q_dtype": "bf16", "kv_dtype": "bf16", )";
+  std::string e = error_of(entry(base + R"("attention": "sparse", "page_size": 64)"));
+  CHECK_THAT(e, Catch::Contains("configs/bad.json") && Catch::Contains("kernels[0].page_size") &&
+                    Catch::Contains("block * page_block_size + offset"));
+  e = error_of(entry(base + R"("attention": "sparse", "qseqlen": 2)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].qseqlen") && Catch::Contains("2 with attention") && Catch::Contains("allowed: 1"));
+  CHECK_NOTHROW(parse_config(entry(base + R"("attention": "sparse", "qseqlen": 1)"), "ok.json"));
+  e = error_of(entry(base + R"("attention": "sparse", "logit_cap": true)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].logit_cap") && Catch::Contains("allowed: false"));
+  e = error_of(entry(base + R"("attention": "mixed", "page_size": 1)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].attention") && Catch::Contains("dense") && Catch::Contains("sparse"));
+  e = error_of(entry(base + R"("attention": "dense")"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].page_size") && Catch::Contains("missing"));
+}

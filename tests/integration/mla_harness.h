@@ -27,11 +27,13 @@ inline const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
   if (auto it = cache.find(key); it != cache.end()) return *it->second;
   std::string dir = (std::filesystem::temp_directory_path() /
                      fmt::format("mla-e2e-{}-{}", getpid(), cache.size())).string();
+  const std::string rows = s.sparse ? R"("attention": "sparse")"
+                                     : fmt::format(R"("qseqlen": {}, "page_size": {}, "logit_cap": {})", s.qseqlen,
+                                                   s.page_size, s.logit_cap ? "true" : "false");
   std::string cfg = fmt::format(
       R"({{"deployment": "e2e", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
-          "kv_dtype": "{}", "qseqlen": {}, "page_size": {}, "return_lse": {}, "logit_cap": {}}}]}})",
-      rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), s.qseqlen, s.page_size,
-      s.return_lse ? "true" : "false", s.logit_cap ? "true" : "false");
+          "kv_dtype": "{}", {}, "return_lse": {}}}]}})",
+      rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), rows, s.return_lse ? "true" : "false");
   // A fresh directory: one an earlier process of the same pid left may hold another catalog
   // (another generator's), which the build would keep beside this shape's kernels.
   std::filesystem::remove_all(dir);

@@ -1,0 +1,116 @@
+// Sparse MLA decode (DSA) end to end through the emulator, against the fp64 reference: each
+// query row attends to its own row of cache slots, -1 and slots past the cache masked.
+#include <catch2/catch.hpp>
+
+#include <climits>
+
+#include "mla_harness.h"
+
+using namespace mla;
+
+namespace {
+
+rt::ProblemParams sparse_params(rt::Target t, rt::DType q, rt::DType kv, int heads, std::vector<int> topk,
+                                double masked, uint64_t seed) {
+  rt::ProblemParams p;
+  p.target = t;
+  p.q_dtype = q;
+  p.kv_dtype = kv;
+  p.heads = heads;
+  p.sparse = true;
+  p.kv_lens = std::move(topk);
+  p.sparse_masked = masked;
+  p.seed = seed;
+  p.return_lse = true;
+  return p;
+}
+
+// The dense e2e thresholds (test_mla_decode.cpp); a row whose every slot is masked has o = 0 and
+// lse = -inf, which compare() takes as equal.
+void check(const test::E2E& e) {
+  INFO(rt::shape_of(e.problem).describe() << ": " << e.cmp.summary());
+  INFO("traffic: " << e.result.traffic.to_json().dump());
+  CHECK(e.cmp.clean());
+  const bool bf16_q = e.problem.q_dtype == rt::DType::bf16;
+  CHECK(e.cmp.d <= (bf16_q ? 1e-5 : 3e-3));
+  CHECK(e.cmp.max_abs_err <= (bf16_q ? 1e-2 : 5e-2) * e.cmp.max_abs_ref);
+  const bool fp8_p = e.problem.q_dtype == rt::DType::fp8 && e.problem.kv_dtype == rt::DType::fp8;
+  if (e.problem.return_lse) CHECK(e.cmp.lse_max_abs_err <= (bf16_q ? 1e-3 : fp8_p ? 0.0625 : 1e-2));
+  // Masked slots are never read: the KV bytes read are the unmasked tokens' (needed), and no more.
+  CHECK(e.result.traffic.ratio() <= 1.03);
+}
+
+
+// The sweep: every axis value on each target. Heads 1..128 natively; fp8/fp8 (per-tensor
+// scales), bf16/bf16 and bf16 q over an fp8 cache; rows of 1..2048 slots with 0-60% masked
+// (-1, slots just past the cache and INT32_MAX at random positions); lse on and off.
+struct Case {
+  rt::DType q, kv;
+  int heads;
+  std::vector<int> topk;
+  double masked;
+  bool lse;
+};
+const Case kSweep[] = {
+    {rt::DType::fp8, rt::DType::fp8, 16, {256, 100, 33, 1}, 0.3, true},
+    {rt::DType::bf16, rt::DType::bf16, 16, {64, 64, 64}, 0.6, false},
+    {rt::DType::bf16, rt::DType::fp8, 16, {2048}, 0.1, true},
+    {rt::DType::fp8, rt::DType::fp8, 1, {129, 17}, 0.5, true},
+    {rt::DType::bf16, rt::DType::bf16, 8, {300}, 0.0, true},
+    {rt::DType::fp8, rt::DType::fp8, 64, {200, 31}, 0.25, false},
+    {rt::DType::bf16, rt::DType::fp8, 128, {100, 40}, 0.3, true},
+    {rt::DType::fp8, rt::DType::fp8, 128, {64}, 0.2, true},
+};
+
+void run_case(rt::Target t, int index) {
+  const Case& c = kSweep[index];
+  auto p = sparse_params(t, c.q, c.kv, c.heads, c.topk, c.masked, 300 + uint64_t(index));
+  p.return_lse = c.lse;
+  check(test::run_e2e(p));
+}
+
+}  // namespace
+
+#define SPARSE_SWEEP(i)                                                                   \
+  TEST_CASE("sparse e2e sweep " #i " gfx942") { run_case(rt::Target::gfx942, i); } \
+  TEST_CASE("sparse e2e sweep " #i " gfx950") { run_case(rt::Target::gfx950, i); }
+SPARSE_SWEEP(0)
+SPARSE_SWEEP(1)
+SPARSE_SWEEP(2)
+SPARSE_SWEEP(3)
+SPARSE_SWEEP(4)
+SPARSE_SWEEP(5)
+SPARSE_SWEEP(6)
+SPARSE_SWEEP(7)
+
+// Rows the kernel must not turn into NaN: every slot masked (o = 0, lse = -inf), masked slots
+// only at the head of a long row (whole tiles, and whole splits of it, masked: their partials
+// are empty and merge to nothing), one valid slot at the very end. Split over 8 CUs and walked
+// by a persistent grid of 3 workgroups under random wave orders, in-launch merge or reduce.
+TEST_CASE("sparse e2e: empty rows, masked leading tiles and splits, merged in the launch or by the reduce") {
+  auto edit = [](rt::Problem& p) {
+    const int32_t n = p.kv_indptr[1];  // row 0: every slot masked
+    for (int32_t i = 0; i < n; ++i) p.kv_indices[size_t(i)] = i % 2 ? -1 : INT32_MAX;
+    for (int32_t i = p.kv_indptr[1]; i < p.kv_indptr[1] + 1500; ++i) p.kv_indices[size_t(i)] = -1;  // row 1's head
+    for (int32_t i = p.kv_indptr[2]; i + 1 < p.kv_indptr[3]; ++i) p.kv_indices[size_t(i)] = -1;     // row 2: its last slot
+  };
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950})
+    for (bool in_launch : {false, true}) {
+      rt::EmulatorRunOptions opts;
+      opts.num_cus = 8;
+      opts.merge_in_launch = in_launch;
+      opts.cascade = rt::CascadePolicy::never;
+      auto a = test::run_e2e(sparse_params(t, rt::DType::fp8, rt::DType::fp8, 16, {300, 2048, 700}, 0.0, 11), opts, edit);
+      INFO("merge in launch " << in_launch);
+      check(a);
+      CHECK(a.result.plan.units.size() > 3);
+      for (int i = 0; i < 16 * 512; ++i) REQUIRE(a.result.o[size_t(i)] == 0);  // row 0: o = +0
+      for (int h = 0; h < 16; ++h) CHECK(a.result.lse[size_t(h)] == -std::numeric_limits<float>::infinity());
+      opts.persistent_grid = 3;
+      opts.dispatch.random_seed = 5;
+      auto b = test::run_e2e(sparse_params(t, rt::DType::fp8, rt::DType::fp8, 16, {300, 2048, 700}, 0.0, 11), opts, edit);
+      check(b);
+      CHECK(a.result.o == b.result.o);
+      CHECK(a.result.lse == b.result.lse);
+    }
+}
