@@ -248,6 +248,12 @@ class MlaDecodeMetadata:
     .handle: an int naming this object for the registered op (ops.py, metadata_handle=).
     get_mla_metadata_info() / get_mla_metadata() are aiter's names for __init__ / update().
 
+    topk (sparse attention, DSA; docs/engines.md "Sparse decode"): every query row is a request
+    of its own over `topk` cache slots, so the plan holds max_batch * max_seqlen_q rows and
+    depends only on the row count: update() re-plans only when that changes (plan_updates
+    counts the plans made) and never reads kv lengths or indices. page_size, cascades and
+    merge_in_launch do not apply (the kernel reads slots; no shared prefixes).
+
     What is the same at every step is made here once: the shape key the decode call compares,
     a capacity-sized int32 buffer of kv lengths with its ctypes pointer, the reference bytes of
     qo_indptr (0, qseqlen, 2 qseqlen, ...); update() costs its C calls plus a few microseconds.
@@ -255,13 +261,20 @@ class MlaDecodeMetadata:
 
     def __init__(self, max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=1, return_lse=False,
                  logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
-                 emulator_target=None, merge_in_launch=False, cascades=True):
+                 emulator_target=None, merge_in_launch=False, cascades=True, topk=None):
         self.max_batch, self.qseqlen, self.heads = int(max_batch), int(max_seqlen_q), int(num_heads)
         self.q_dtype, self.kv_dtype = _dtype_name(q_dtype, "q_dtype"), _dtype_name(kv_dtype, "kv_dtype")
         self.page_size, self.return_lse, self.logit_cap = int(page_size), bool(return_lse), bool(logit_cap)
         self.max_total_tokens = int(max_total_tokens)
         self.merge_in_launch = bool(merge_in_launch)
         self.cascades = bool(cascades) and not self.merge_in_launch
+        self.topk = None if topk is None else _sparse.check_topk(topk, self.logit_cap, self.merge_in_launch)
+        self.plan_rows = self.max_batch  # requests the C plan holds (sparse: query rows)
+        if self.topk is not None:
+            self.plan_rows, self.cascades = self.max_batch * self.qseqlen, False
+            self.max_total_tokens = self.plan_rows * self.topk
+            self.request_rows = self.qseqlen  # query rows per request of the last update()
+        self.plan_updates = 0  # mla_plan_update calls made (a sparse plan is remade only for a new row count)
         self.shape_key = (self.q_dtype, self.kv_dtype, self.heads, self.qseqlen, self.page_size, self.return_lse,
                           self.logit_cap)
         self.device = _device_name(device)
@@ -273,7 +286,11 @@ class MlaDecodeMetadata:
         with self.runtime.lock:
             self.selection = self._select(allow_padding)
             self._create_plan()
-        self._lens = np.zeros(max(self.max_batch, 1), np.int32)  # the kv lengths update() passes
+        self._lens = np.zeros(max(self.plan_rows, 1), np.int32)  # the kv lengths update() passes
+        if self.topk is not None:
+            self._lens[:] = self.topk  # every sparse row: topk slots (the index row's width)
+            self._index_buffers = {}   # sparse.index_buffers: per tensor kind, the masked-index copy
+            _sparse.preallocate(self)
         self._lens_p = self._lens.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
         self._qo_bytes = _qo_reference(self.max_batch, self.qseqlen)
         self._scales = (1.0, 1.0)
@@ -281,8 +298,10 @@ class MlaDecodeMetadata:
 
     def _select(self, allow_padding):
         """The kernels of the shape (mla_select); MlaInputError saying allow_padding=True if none is exact."""
-        shape = C.mla_shape(_MLA_DTYPE[self.q_dtype], _MLA_DTYPE[self.kv_dtype], self.heads, self.qseqlen,
-                            self.page_size, int(self.return_lse), int(self.logit_cap))
+        sparse = self.topk is not None  # sparse kernels: one query row per request, slots (page size 1)
+        shape = C.mla_shape(_MLA_DTYPE[self.q_dtype], _MLA_DTYPE[self.kv_dtype], self.heads,
+                            1 if sparse else self.qseqlen, 1 if sparse else self.page_size, int(self.return_lse),
+                            int(self.logit_cap), int(sparse))
         selection = C.mla_selection()
         flags = C.MLA_SELECT_ALLOW_PADDING if allow_padding else C.MLA_SELECT_EXACT
         status = C.lib().mla_select(self.runtime.ctx, ctypes.byref(shape), flags, ctypes.byref(selection))
@@ -305,7 +324,7 @@ class MlaDecodeMetadata:
         if self.merge_in_launch:
             C.check(L.mla_context_set_option(ctx, C.MLA_OPTION_MERGE, 1), "mla_context_set_option")
         try:
-            C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.max_batch,
+            C.check(L.mla_plan_create(ctx, ctypes.byref(self.selection), self.plan_rows,
                                       self.max_total_tokens, ctypes.byref(self._plan)), "mla_plan_create")
         finally:
             if self.merge_in_launch:
@@ -353,7 +372,14 @@ class MlaDecodeMetadata:
         `prefix_groups`, a list of (first, count, shared_tokens) for consecutive requests that
         share their first shared_tokens tokens (the same page ids), or detect_shared_prefixes=True
         to find them in kv_indices. q_scale / kv_scale (Python numbers): the host scales the
-        kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device."""
+        kernels read when mla_decode_fwd is given numbers; scale tensors are read on the device.
+        Sparse metadata (topk): rows from qo_indptr[-1] (or len(seq_lens) * max_seqlen_q); no kv
+        length or index is read (sparse.rows_of)."""
+        if self.topk is not None:
+            if prefix_groups is not None or detect_shared_prefixes:
+                raise ValueError("prefix_groups / detect_shared_prefixes: sparse attention shares no prefixes")
+            rows, request_rows = _sparse.rows_of(qo_indptr, seq_lens, self.qseqlen)
+            return self._update_sparse(rows, request_rows, q_scale, kv_scale)
         if prefix_groups is not None or detect_shared_prefixes:
             self._check_cascades()
         if seq_lens is not None:
@@ -402,6 +428,24 @@ class MlaDecodeMetadata:
                 C.check(L.mla_plan_update_shared(self.runtime.ctx, self._plan, lens_p, batch, 0, indices_p,
                                                  groups_arr, num_groups), "mla_plan_update_shared")
             self.batch = batch
+            self.plan_updates += 1
+            self._upload(q_scale, kv_scale)
+
+    def _update_sparse(self, rows, request_rows, q_scale=1.0, kv_scale=1.0):
+        """A sparse plan of `rows` rows of topk slots each: planned and uploaded when the row count
+        changes (or on the first call), else only the scales uploaded if they changed."""
+        if rows > self.plan_rows:
+            raise ValueError(f"qo_indptr: {rows} query rows, but the metadata holds max_batch * max_seqlen_q = "
+                             f"{self.plan_rows}; make it with a larger max_batch")
+        with self.runtime.lock:
+            self.request_rows = request_rows
+            if rows == self.batch and self.plan_updates:
+                if (q_scale, kv_scale) != self._scales:
+                    self._upload(q_scale, kv_scale)
+                return
+            C.check(C.lib().mla_plan_update(self.runtime.ctx, self._plan, self._lens_p, rows, 0), "mla_plan_update")
+            self.plan_updates += 1
+            self.batch = rows
             self._upload(q_scale, kv_scale)
 
     def _upload(self, q_scale, kv_scale):
@@ -559,17 +603,21 @@ def _seq_lens(lens, qseqlen):
 
 def get_mla_metadata_info(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, *, page_size=1, return_lse=False,
                           logit_cap=False, max_total_tokens=0, device=None, catalog_dir=None, allow_padding=False,
-                          emulator_target=None, cascades=True):
+                          emulator_target=None, cascades=True, topk=None):
     """Once per capacity, where an engine calls aiter's get_mla_metadata_info_v1 and allocates
     the buffers it sizes: selects the kernels and allocates the plan's fixed buffers (the
     workspace, sized by max_batch and max_total_tokens). Returns the MlaDecodeMetadata that owns
     them; pass it to get_mla_metadata() every step and to mla_decode_fwd(metadata=) (or its
     .handle to the registered op). .workspace_bytes and .plan_info() give the sizes and grids.
-    cascades=False for an engine that never shares prefixes: 2 launches per layer, not 3."""
+    cascades=False for an engine that never shares prefixes: 2 launches per layer, not 3.
+
+    topk: sparse attention (aiter's is_sparse=True with get_mla_metadata_v1(..., topk=)): room
+    for max_batch * max_seqlen_q query rows of topk cache slots each, and a masked copy of
+    kv_indices of that size; page_size and max_total_tokens are then not used (docs/engines.md)."""
     return MlaDecodeMetadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=page_size,
                              return_lse=return_lse, logit_cap=logit_cap, max_total_tokens=max_total_tokens,
                              device=device, catalog_dir=catalog_dir, allow_padding=allow_padding,
-                             emulator_target=emulator_target, cascades=cascades)
+                             emulator_target=emulator_target, cascades=cascades, topk=topk)
 
 
 def get_mla_metadata(metadata, qo_indptr=None, kv_indptr=None, kv_last_page_lens=None, *, seq_lens=None,
@@ -909,6 +957,7 @@ def mla_decode_fwd(
     allow_padding=False,
     fp8_format=None,
     emulator_target=None,
+    check_indices=False,
 ):
     """MLA decode with aiter's arguments (aiter/mla.py mla_decode_fwd): writes o, returns (o, lse).
 
@@ -935,7 +984,26 @@ def mla_decode_fwd(
     fp8_format (the e4m3 flavour of fp8 given as raw uint8 bits: 'e4m3fnuz' or 'e4m3fn'; default
     the target's, gfx942 e4m3fnuz, gfx950 e4m3fn; another flavour is refused, see docs/engines.md),
     emulator_target (CPU tensors: 'gfx942' or 'gfx950'; default $MLA_EMULATOR_TARGET, else gfx950).
+
+    Sparse attention (DSA), when metadata was made with topk (get_mla_metadata_info(topk=)):
+    aiter's fixed-stride form, run by sparse.sparse_decode_fwd: row t of q reads the cache slots
+    kv_indices[t * topk : (t + 1) * topk] (slot = page * page_size + offset; kv_buffer of any
+    page size is viewed as [slots, 1, 576]), of which only the first min(kv_indptr[b + 1] -
+    kv_indptr[b], topk) count (b = t's request), as in aiter; -1 or a slot past the cache
+    anywhere is masked. A row with no slot gets o = 0 and lse = +inf (aiter's reduce).
+    check_indices=True (sparse only) reads the counted slots and raises MlaInputError naming the
+    first that is neither -1 nor in the cache (default off: nothing is read on the host).
     """
+    if metadata is not None and getattr(metadata, "topk", None) is not None:
+        return _sparse.sparse_decode_fwd(
+            q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, page_size=page_size, nhead_kv=nhead_kv,
+            sm_scale=sm_scale, logit_cap=logit_cap, q_scale=q_scale, kv_scale=kv_scale, return_logits=return_logits,
+            return_lse=return_lse, g_kv_indptr=g_kv_indptr, cp_world_size=cp_world_size, metadata=metadata, lse=lse,
+            prefix_groups=prefix_groups, detect_shared_prefixes=detect_shared_prefixes, allow_padding=allow_padding,
+            fp8_format=fp8_format, emulator_target=emulator_target, check_indices=check_indices)
+    if check_indices:
+        raise ValueError("check_indices: applies to sparse metadata (get_mla_metadata_info(..., topk=)); dense page "
+                         "ids are checked on the emulator by the runtime's validation (MLA_OPTION_VALIDATE)")
     # 1. The arguments: the tensors and aiter's scalars, then the plan's (metadata or index arrays).
     call = _checked_call(q, kv_buffer, o, kv_indices, max_seqlen_q, page_size, nhead_kv, logit_cap, return_logits,
                          return_lse, g_kv_indptr, cp_world_size, causal, metadata, catalog_dir, emulator_target,
@@ -951,3 +1019,6 @@ def mla_decode_fwd(
                                                               allow_padding)
         _launch(call, plan)
     return o, call.lse
+
+
+from . import sparse as _sparse  # noqa: E402  (sparse.py builds on the names above)
