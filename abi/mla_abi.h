@@ -50,6 +50,10 @@ constexpr std::optional<Target> parse_target(std::string_view s) {
 // Width of one KV entry (512 latent + 64 rope) and of the value / output part.
 inline constexpr int kQkDim = 576;
 inline constexpr int kVDim = 512;
+// FlashMLA's fp8_ds_mla entry (the sparse cache of DeepSeek-V3.2): bytes [0, 512) e4m3fn latent,
+// [512, 528) four f32 scales (latent element i is scaled by scale[i / 128]), [528, 656) 64 bf16
+// rope values.
+inline constexpr int kDsMlaRowBytes = 656, kDsMlaScaleOffset = 512, kDsMlaRopeOffset = 528, kDsMlaTile = 128;
 
 // One workgroup of the decode kernel: int32[8], in the work-unit table after its LaunchHeader in
 // launch order (workgroup id x reads unit x). The kernel loads it into 8 SGPRs: field i is dword i.

@@ -120,6 +120,7 @@ SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller
   k.return_lse = caller.return_lse;
   k.logit_cap = caller.logit_cap;
   k.sparse = caller.sparse;
+  k.kv_ds_mla = caller.kv_ds_mla;
   return k;
 }
 
@@ -292,7 +293,7 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.qseqlen = k.kqseqlen;
   in.heads = k.kheads;
   in.page_size = k.page_size;
-  in.kv_bytes_per_token = kQkDim * elem_bytes(k.kv_dtype);
+  in.kv_bytes_per_token = k.kv_ds_mla ? abi::kDsMlaRowBytes : kQkDim * elem_bytes(k.kv_dtype);
   in.q_row_bytes = kQkDim * elem_bytes(k.q_dtype);
   in.num_cus = num_cus;
   const auto target = abi::parse_target(k.decode.target);

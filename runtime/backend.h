@@ -85,7 +85,7 @@ struct SelectedKernels {
   int kheads = 0, kqseqlen = 0;  // the kernel's (>= the caller's when padded)
   DType q_dtype = DType::fp8, kv_dtype = DType::fp8;
   int page_size = 1;
-  bool return_lse = false, logit_cap = false, sparse = false;
+  bool return_lse = false, logit_cap = false, sparse = false, kv_ds_mla = false;
   bool padded() const { return heads != kheads || qseqlen != kqseqlen; }
 };
 SelectedKernels selected_kernels(const Selection& sel, const DecodeShape& caller);

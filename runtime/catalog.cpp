@@ -22,7 +22,7 @@ const KernelArgInfo& CatalogKernel::arg(const std::string& n) const {
 
 std::string DecodeShape::describe() const {
   return fmt::format("{} q={} kv={} heads={} qseqlen={} page_size={}{}{}{}", rt::name(target), rt::name(q_dtype),
-                     rt::name(kv_dtype), heads, qseqlen, page_size, return_lse ? " lse" : "",
+                     kv_name(), heads, qseqlen, page_size, return_lse ? " lse" : "",
                      logit_cap ? " logit_cap" : "", sparse ? " sparse" : "");
 }
 
@@ -37,6 +37,7 @@ DecodeShape shape_of(const Problem& p) {
   s.return_lse = p.return_lse;
   s.logit_cap = p.logit_cap != 0.0;
   s.sparse = p.sparse;
+  s.kv_ds_mla = p.kv_ds_mla;
   return s;
 }
 
@@ -173,7 +174,7 @@ std::vector<std::string> differences(const CatalogKernel& k, const DecodeShape& 
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   diff("target", k.target, std::string(name(s.target)));
   diff("q_dtype", sh.value("q_dtype", ""), std::string(name(s.q_dtype)));
-  diff("kv_dtype", sh.value("kv_dtype", ""), std::string(name(s.kv_dtype)));
+  diff("kv_dtype", sh.value("kv_dtype", ""), s.kv_name());
   diff("heads", std::to_string(sh.value("heads", 0)), std::to_string(s.heads));
   diff("qseqlen", std::to_string(sh.value("qseqlen", 0)), std::to_string(s.qseqlen));
   diff("page_size", std::to_string(sh.value("page_size", 0)), std::to_string(s.page_size));

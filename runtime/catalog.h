@@ -76,8 +76,12 @@ struct DecodeShape {
   bool return_lse = false;
   bool logit_cap = false;
   // Sparse attention (DSA): each query row attends to its own row of cache slots (kv_indices),
-  // -1 or out-of-range slots masked (docs/sparse-decode.md); qseqlen and page_size are 1.
+  // -1 or out-of-range slots masked (docs/sparse.md); qseqlen and page_size are 1.
   bool sparse = false;
+  // kv holds FlashMLA's fp8_ds_mla entries (sparse, bf16 q; kv_dtype is fp8); the catalog's
+  // kv_dtype "fp8_ds_mla".
+  bool kv_ds_mla = false;
+  std::string kv_name() const { return kv_ds_mla ? "fp8_ds_mla" : name(kv_dtype); }
   // The prefix kernel to select: 0 the shape's default one (48 or 96 rows per workgroup), 192
   // the wide one (docs/shared-prefix.md), which must then be in the catalog.
   int prefix_rows = 0;

@@ -164,7 +164,7 @@ Traffic needed_traffic(const Problem& p, const Plan& plan, uint64_t walk_waves) 
     uint64_t tokens = uint64_t(u.kv_end - u.kv_start);  // sparse: the unmasked ones only
     if (p.sparse)
       for (int t = u.kv_start; t < u.kv_end; ++t) tokens -= p.masked(u.qo_row, t);
-    kv += tokens * kQkDim * kvb;
+    kv += tokens * uint64_t(p.kv_row_elems()) * kvb;
     idx += uint64_t((u.kv_end + p.page_size - 1) / p.page_size - u.kv_start / p.page_size) * 4;
     q += uint64_t(rows) * kQkDim * qb;
   };
@@ -231,7 +231,7 @@ DecodeResult run_decode_on_emulator(const Problem& p, const Selection& sel, cons
       for (int t = 0; t < p.kv_len(b); ++t)
         if (!p.masked(b, t))
           entries.emplace(p.kv_indices[size_t(p.kv_indptr[b] + t / p.page_size)], t % p.page_size);
-    r.kv_distinct_bytes = entries.size() * uint64_t(kQkDim) * elem_bytes(p.kv_dtype);
+    r.kv_distinct_bytes = entries.size() * uint64_t(p.kv_row_elems()) * elem_bytes(p.kv_dtype);
   }
 
   auto upload = [&](const void* data, size_t bytes, const char* name) {

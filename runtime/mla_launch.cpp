@@ -42,8 +42,13 @@ DeviceTensors check_args(const mla_plan* plan, const mla_decode_args* a) {
   const int64_t H = k.heads, P = k.page_size;
   check_stride(a->q_stride_row, H * kQkDim, "q_stride_row", "heads*576");
   check_stride(a->q_stride_head, kQkDim, "q_stride_head", "576");
-  check_stride(a->kv_stride_page, P * kQkDim, "kv_stride_page", "page_size*576");
-  check_stride(a->kv_stride_token, kQkDim, "kv_stride_token", "576");
+  if (k.kv_ds_mla) {  // fp8_ds_mla: bytes
+    check_stride(a->kv_stride_page, P * mla::abi::kDsMlaRowBytes, "kv_stride_page", "page_size*656 (fp8_ds_mla bytes)");
+    check_stride(a->kv_stride_token, mla::abi::kDsMlaRowBytes, "kv_stride_token", "656 (fp8_ds_mla bytes)");
+  } else {
+    check_stride(a->kv_stride_page, P * kQkDim, "kv_stride_page", "page_size*576");
+    check_stride(a->kv_stride_token, kQkDim, "kv_stride_token", "576");
+  }
   check_stride(a->o_stride_row, H * kVDim, "o_stride_row", "heads*512");
   check_stride(a->o_stride_head, kVDim, "o_stride_head", "512");
   if (a->num_pages < 1) bad(fmt::format("args.num_pages = {} (allowed: >= 1, the pages in kv)", a->num_pages));

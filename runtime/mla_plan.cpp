@@ -54,8 +54,9 @@ void check_selection(const Selection& ks, const DecodeShape& s, const mla_select
                     ks.decode.name, field, kernel_has, shape_has));
   };
   if (d.value("q_dtype", "") != name(s.q_dtype)) mismatch("q_dtype", d.value("q_dtype", ""), std::string(name(s.q_dtype)));
-  if (d.value("kv_dtype", "") != name(s.kv_dtype))
-    mismatch("kv_dtype", d.value("kv_dtype", ""), std::string(name(s.kv_dtype)));
+  if (d.value("kv_dtype", "") != s.kv_name()) mismatch("kv_dtype", d.value("kv_dtype", ""), s.kv_name());
+  if (d.value("attention", "dense") != (s.sparse ? "sparse" : "dense"))
+    mismatch("attention", d.value("attention", "dense"), s.sparse ? "sparse" : "dense");
   if (d.value("page_size", 0) != s.page_size)
     mismatch("page_size", std::to_string(d.value("page_size", 0)), std::to_string(s.page_size));
   if (d.value("return_lse", false) != s.return_lse)

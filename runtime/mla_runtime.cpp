@@ -25,7 +25,8 @@ DType dtype_of(const mla_dtype& d, const char* field) {
   const int32_t v = enum_bits(d);
   if (v == MLA_DTYPE_FP8) return DType::fp8;
   if (v == MLA_DTYPE_BF16) return DType::bf16;
-  bad(fmt::format("{} = {} is not a dtype (allowed: MLA_DTYPE_FP8, MLA_DTYPE_BF16)", field, v));
+  bad(fmt::format("{} = {} is not a dtype (allowed: MLA_DTYPE_FP8, MLA_DTYPE_BF16; kv_dtype also MLA_DTYPE_FP8_DS_MLA)",
+                  field, v));
 }
 
 void copy_str(char* dst, size_t cap, const std::string& s) {
@@ -56,7 +57,11 @@ Target device_target(const mla_context* ctx) {
 DecodeShape to_shape(const mla_context* ctx, const mla_shape& s) {
   DecodeShape d;
   d.q_dtype = dtype_of(s.q_dtype, "shape.q_dtype");
-  d.kv_dtype = dtype_of(s.kv_dtype, "shape.kv_dtype");
+  d.kv_ds_mla = enum_bits(s.kv_dtype) == MLA_DTYPE_FP8_DS_MLA;
+  d.kv_dtype = d.kv_ds_mla ? DType::fp8 : dtype_of(s.kv_dtype, "shape.kv_dtype");
+  if (d.kv_ds_mla && (!s.sparse || d.q_dtype != DType::bf16))
+    bad("shape.kv_dtype = MLA_DTYPE_FP8_DS_MLA needs shape.sparse = 1 and shape.q_dtype = MLA_DTYPE_BF16 (FlashMLA's "
+        "sparse cache)");
   if (s.heads < 1 || s.heads > 1024) bad(fmt::format("shape.heads = {} (allowed: 1..1024)", s.heads));
   if (s.qseqlen < 1 || s.qseqlen > 64) bad(fmt::format("shape.qseqlen = {} (allowed: 1..64)", s.qseqlen));
   if (s.page_size < 1 || s.page_size > 256 || (s.page_size & (s.page_size - 1)))
@@ -92,7 +97,7 @@ const CatalogKernel* padded_candidate(const mla_context* ctx, const DecodeShape&
   for (const auto& k : ctx->cat.kernels()) {
     if (k.kind != "mla_decode" || k.target != name(s.target)) continue;
     const auto& sh = k.shape;
-    if (sh.value("q_dtype", "") != name(s.q_dtype) || sh.value("kv_dtype", "") != name(s.kv_dtype) ||
+    if (sh.value("q_dtype", "") != name(s.q_dtype) || sh.value("kv_dtype", "") != s.kv_name() ||
         sh.value("page_size", 0) != s.page_size || sh.value("return_lse", false) != s.return_lse ||
         sh.value("logit_cap", false) != s.logit_cap || sh.value("attention", "dense") != (s.sparse ? "sparse" : "dense"))
       continue;

@@ -98,7 +98,15 @@ const char* mla_last_error(void);
  * alike. A C caller may store any int in one, negative ones too: the runtime reads every enum
  * argument and field as its int bits and rejects a value outside the list by name. */
 typedef enum mla_backend { MLA_BACKEND_HIP = 0, MLA_BACKEND_EMULATOR = 1, MLA_BACKEND_MAX_ENUM = 0x7fffffff } mla_backend;
-typedef enum mla_dtype { MLA_DTYPE_FP8 = 0, MLA_DTYPE_BF16 = 1, MLA_DTYPE_MAX_ENUM = 0x7fffffff } mla_dtype;
+/* MLA_DTYPE_FP8_DS_MLA (kv_dtype only, with shape.sparse and bf16 q): FlashMLA's 656-byte sparse
+ * cache entry, 512 e4m3fn (on every target) + four f32 scales (one per 128) + 64 bf16 rope; kv is
+ * [num_pages, page_size, 656] bytes (kv_stride_* in bytes). docs/sparse.md */
+typedef enum mla_dtype {
+  MLA_DTYPE_FP8 = 0,
+  MLA_DTYPE_BF16 = 1,
+  MLA_DTYPE_FP8_DS_MLA = 2,
+  MLA_DTYPE_MAX_ENUM = 0x7fffffff
+} mla_dtype;
 
 /* ---- Device: memory and the per-device module cache ---------------------------------- */
 
@@ -189,7 +197,7 @@ typedef struct mla_shape {
   int sparse;      /* 1: sparse attention (DSA): request b is one query row whose kv_indices row holds
                       cache slots (block * page_block_size + offset); a slot of -1, or at or past
                       num_pages, is masked and never read. qseqlen and page_size must be 1 (kv is
-                      viewed as [slots, 1, 576]); docs/sparse-decode.md */
+                      viewed as [slots, 1, 576]); docs/sparse.md */
 } mla_shape;      /* the target is the device's */
 
 /* Flags of mla_select. Without flags only a kernel built for exactly the shape is accepted. */

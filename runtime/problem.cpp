@@ -108,7 +108,8 @@ uint16_t encode(double x, DType d, Target t) { return d == DType::fp8 ? encode_f
 // problem.json
 
 nlohmann::json Problem::metadata_json() const {
-  return nlohmann::json{{"target", name(target)},   {"q_dtype", name(q_dtype)}, {"kv_dtype", name(kv_dtype)},
+  return nlohmann::json{{"target", name(target)},   {"q_dtype", name(q_dtype)},
+                        {"kv_dtype", kv_ds_mla ? "fp8_ds_mla" : name(kv_dtype)},
                         {"heads", heads},           {"qseqlen", qseqlen},       {"page_size", page_size},
                         {"sm_scale", sm_scale},     {"q_scale", q_scale},       {"kv_scale", kv_scale},
                         {"logit_cap", logit_cap},   {"return_lse", return_lse},
@@ -177,6 +178,8 @@ void check_metadata(const Problem& p, const std::string& file) {
   positive("kv_scale", p.kv_scale);
   if (!std::isfinite(p.logit_cap) || p.logit_cap < 0.0)
     throw ProblemError(fmt::format("{}: field 'logit_cap' = {} must be a finite number >= 0 (0 = off)", file, p.logit_cap));
+  if (p.kv_ds_mla && (!p.sparse || p.q_dtype != DType::bf16 || p.kv_dtype != DType::fp8))
+    throw ProblemError(fmt::format("{}: kv_dtype 'fp8_ds_mla' needs attention 'sparse' and q_dtype bf16", file));
   if (p.sparse && (p.qseqlen != 1 || p.page_size != 1 || p.logit_cap != 0.0))
     throw ProblemError(fmt::format("{}: attention 'sparse' needs qseqlen 1, page_size 1 and logit_cap 0 (has {}, {}, {}): "
                                    "every request is one query row over its own cache slots",
@@ -192,7 +195,9 @@ Problem parse_metadata(const nlohmann::json& j, const std::string& file) {
   Problem p;
   p.target = parse_target(get_string(j, "target", file), file + ": field 'target'");
   p.q_dtype = parse_dtype(get_string(j, "q_dtype", file), file + ": field 'q_dtype'");
-  p.kv_dtype = parse_dtype(get_string(j, "kv_dtype", file), file + ": field 'kv_dtype'");
+  const std::string kvd = get_string(j, "kv_dtype", file);
+  p.kv_ds_mla = kvd == "fp8_ds_mla";
+  p.kv_dtype = p.kv_ds_mla ? DType::fp8 : parse_dtype(kvd, file + ": field 'kv_dtype' (or fp8_ds_mla)");
   p.heads = get_int(j, "heads", file, 1, 1024);
   p.qseqlen = get_int(j, "qseqlen", file, 1, 64);
   p.page_size = get_int(j, "page_size", file, 1, 256);
@@ -283,8 +288,10 @@ void check_tensors(const Problem& p, const std::string& where) {
   if (p.q.elem_bytes != elem_bytes(p.q_dtype) || p.q.bytes.size() != p.q.count() * p.q.elem_bytes)
     throw ProblemError(fmt::format("{}: {} bytes of {}-byte elements do not match q_dtype {}", file("q.npy"), p.q.bytes.size(), p.q.elem_bytes, name(p.q_dtype)));
   // kv
-  if (p.kv.shape.size() != 3 || p.kv.shape[0] < 1 || p.kv.shape[1] != size_t(p.page_size) || p.kv.shape[2] != size_t(kQkDim))
-    throw ProblemError(fmt::format("{}: shape {} must be [num_pages >= 1, page_size = {}, 576]", file("kv.npy"), shape_str(p.kv.shape), p.page_size));
+  const size_t row = size_t(p.kv_row_elems());
+  if (p.kv.shape.size() != 3 || p.kv.shape[0] < 1 || p.kv.shape[1] != size_t(p.page_size) || p.kv.shape[2] != row)
+    throw ProblemError(fmt::format("{}: shape {} must be [num_pages >= 1, page_size = {}, {}]", file("kv.npy"),
+                                   shape_str(p.kv.shape), p.page_size, row));
   if (p.kv.shape[0] > size_t(INT32_MAX))
     throw ProblemError(fmt::format("{}: {} pages exceed the int32 page id range", file("kv.npy"), p.kv.shape[0]));
   if (p.kv.elem_bytes != elem_bytes(p.kv_dtype) || p.kv.bytes.size() != p.kv.count() * p.kv.elem_bytes)
@@ -484,6 +491,36 @@ void fill_normal(RawTensor& t, DType d, Target target, Normal& rng) {
   for (size_t i = 0; i < n; ++i) t.set_bits(i, encode(rng(), d, target));
 }
 
+// ProblemParams::kv_ds_mla: each row's 4 latent tiles quantised to e4m3fn (OCP, on every target)
+// with their scales, and the rope in bf16.
+void fill_ds_mla(RawTensor& t, bool pow2, Normal& rng) {
+  t.elem_bytes = 1;
+  t.bytes.assign(t.count(), 0);
+  const size_t rows = t.count() / abi::kDsMlaRowBytes;
+  double v[abi::kDsMlaTile];
+  for (size_t r = 0; r < rows; ++r) {
+    uint8_t* e = &t.bytes[r * abi::kDsMlaRowBytes];
+    for (int tile = 0; tile < kVDim / abi::kDsMlaTile; ++tile) {
+      const double mag = std::ldexp(1.0, int(rng.eng() % 3) - 1);
+      double amax = 0;
+      for (double& x : v) {
+        const uint64_t u = rng.eng() % 100;
+        x = u == 0 ? 0.0 : u == 1 ? -0.0 : rng() * mag;
+        amax = std::max(amax, std::fabs(x));
+      }
+      float scale = float(std::max(amax, 1e-30) / 448.0);
+      if (pow2) scale = std::ldexp(1.0f, int(std::ceil(std::log2(double(scale)))));
+      std::memcpy(e + abi::kDsMlaScaleOffset + 4 * tile, &scale, 4);
+      for (int i = 0; i < abi::kDsMlaTile; ++i)
+        e[abi::kDsMlaTile * tile + i] = v[i] == 0.0 ? (std::signbit(v[i]) ? 0x80 : 0x00) : encode_fp8(v[i] / scale, Target::gfx950);
+    }
+    for (int i = 0; i < kQkDim - kVDim; ++i) {
+      const uint16_t bits = encode_bf16(rng());
+      e[abi::kDsMlaRopeOffset + 2 * i] = uint8_t(bits), e[abi::kDsMlaRopeOffset + 2 * i + 1] = uint8_t(bits >> 8);
+    }
+  }
+}
+
 // ProblemParams::peak_tokens. A separate generator (seeded from the seed) so that a peaked problem
 // is the flat problem of the same seed with some keys replaced.
 void add_peaks(Problem& p, const ProblemParams& prm, const std::string& where) {
@@ -561,7 +598,8 @@ Problem make_random_problem(const ProblemParams& prm) {
   Problem p;
   p.target = prm.target;
   p.q_dtype = prm.q_dtype;
-  p.kv_dtype = prm.kv_dtype;
+  p.kv_dtype = prm.kv_ds_mla ? DType::fp8 : prm.kv_dtype;
+  p.kv_ds_mla = prm.kv_ds_mla;
   p.heads = prm.heads;
   p.qseqlen = prm.qseqlen;
   p.page_size = prm.page_size;
@@ -619,9 +657,10 @@ Problem make_random_problem(const ProblemParams& prm) {
   }
 
   p.q.shape = {size_t(batch) * prm.qseqlen, size_t(prm.heads), size_t(kQkDim)};
-  p.kv.shape = {size_t(num_pages), size_t(prm.page_size), size_t(kQkDim)};
+  p.kv.shape = {size_t(num_pages), size_t(prm.page_size), size_t(p.kv_row_elems())};
   fill_normal(p.q, prm.q_dtype, prm.target, rng);
-  fill_normal(p.kv, prm.kv_dtype, prm.target, rng);
+  if (p.kv_ds_mla) fill_ds_mla(p.kv, prm.ds_mla_pow2_scales, rng);
+  else fill_normal(p.kv, prm.kv_dtype, prm.target, rng);
   if (prm.peak_tokens > 0) add_peaks(p, prm, where);
   check_tensors(p, where);
   return p;

@@ -69,10 +69,15 @@ struct Problem {
   // cache (masked: not attended to, never read). A row whose every slot is masked has o = 0 and
   // lse = -inf.
   bool sparse = false;
+  // problem.json "kv_dtype": "fp8_ds_mla": kv holds FlashMLA's 656-byte entries (abi::kDsMlaRowBytes:
+  // 512 e4m3fn on every target, four f32 scales, 64 bf16 rope) as raw bytes [num_pages, page_size,
+  // 656]; kv_dtype is fp8; sparse only, with bf16 q.
+  bool kv_ds_mla = false;
+  int kv_row_elems() const { return kv_ds_mla ? abi::kDsMlaRowBytes : kQkDim; }
 
   // Tensors
   RawTensor q;   // [batch*qseqlen, heads, 576]
-  RawTensor kv;  // [num_pages, page_size, 576]
+  RawTensor kv;  // [num_pages, page_size, 576] (fp8_ds_mla: 656 bytes)
   std::vector<int32_t> qo_indptr;          // [batch+1]
   std::vector<int32_t> kv_indptr;          // [batch+1], prefix sums of pages per request
   std::vector<int32_t> kv_indices;         // [kv_indptr[batch]] page ids
@@ -94,7 +99,7 @@ struct Problem {
   }
   // Index of kv element (token t of request b, dim d) in kv.bits().
   size_t kv_elem(int b, int t, int d) const {
-    return (size_t(page_of(b, t)) * page_size + size_t(t % page_size)) * kQkDim + size_t(d);
+    return (size_t(page_of(b, t)) * page_size + size_t(t % page_size)) * size_t(kv_row_elems()) + size_t(d);
   }
   size_t q_elem(int row, int head, int d) const { return (size_t(row) * heads + head) * kQkDim + d; }
 
@@ -139,6 +144,11 @@ struct ProblemParams {
   bool sparse = false;
   int sparse_pool = 0;
   double sparse_masked = 0.0;
+  // fp8_ds_mla (sparse, bf16 q): each 128-value tile of a latent row is N(0,1) times 2^U{-1,0,1}, 1%
+  // of its values +0 and 1% -0 (e4m3fn 0x80); its scale is amax / 448, rounded up to a power of two
+  // (as DeepSeek writes them) when ds_mla_pow2_scales, else kept as it is (as SGLang writes them).
+  bool kv_ds_mla = false;
+  bool ds_mla_pow2_scales = true;
   // Shared prefixes: requests first .. first+count-1 hold the same first `tokens / page_size`
   // pages (tokens a multiple of page_size, within every member's whole pages).
   struct Shared {

@@ -152,11 +152,22 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   auto dtype = [&](const json& x, const std::string& f) {
     return as_string(x, path, f, {"fp8", "bf16"}) == "fp8" ? DType::fp8 : DType::bf16;
   };
+  // fp8_ds_mla: FlashMLA's 656-byte sparse cache entry, read as bf16 rows (KernelSpec::kv_ds_mla).
+  auto kv_dtype = [&](KernelSpec& t, const json& x, const std::string& f) {
+    const std::string d = as_string(x, path, f, {"fp8", "bf16", "fp8_ds_mla"});
+    t.kv_ds_mla = d == "fp8_ds_mla";
+    if (t.kv_ds_mla && !sparse)
+      fail(path, f, "fp8_ds_mla with attention \"dense\" (allowed: attention \"sparse\", FlashMLA's sparse cache)");
+    t.kv_dtype = d == "fp8" ? DType::fp8 : DType::bf16;
+  };
   expand("heads", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.heads = as_int_in(x, path, f, 1, kMaxHeads); });
   expand("q_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.q_dtype = dtype(x, f); });
-  expand("kv_dtype", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.kv_dtype = dtype(x, f); });
+  expand("kv_dtype", json(), kv_dtype);
   for (const KernelSpec& t : out)
-    if (t.q_dtype == DType::fp8 && t.kv_dtype == DType::bf16)
+    if (t.kv_ds_mla && t.q_dtype != DType::bf16)
+      fail(path, where, "q_dtype fp8 with kv_dtype fp8_ds_mla is not supported (allowed: bf16 q, as FlashMLA)");
+  for (const KernelSpec& t : out)
+    if (t.q_dtype == DType::fp8 && t.kv_dtype == DType::bf16 && !t.kv_ds_mla)
       fail(path, where, "q_dtype fp8 with kv_dtype bf16 is not supported (allowed pairs: fp8/fp8, bf16/fp8, bf16/bf16)");
   expand("qseqlen", json(1),
          [&](KernelSpec& t, const json& x, const std::string& f) { t.qseqlen = as_int_in(x, path, f, 1, kMaxQseqlen); });
@@ -224,6 +235,7 @@ Config parse_config(const std::string& text, const std::string& path) {
     r.page_size = 1;
     r.logit_cap = false;
     r.sparse = false;
+    r.kv_ds_mla = false;
     imply(r);
     if (s.sparse) continue;  // no shared prefixes in sparse attention
     KernelSpec x = s;

@@ -11,7 +11,7 @@ void declare_kernargs(Program& p, std::span<const abi::KernargField> table, cons
   for (const abi::KernargField& f : table) {
     std::string type(f.type);
     if (f.name == "q") type = elem(s.q_dtype);
-    else if (f.name == "kv") type = elem(s.kv_dtype);
+    else if (f.name == "kv") type = s.kv_ds_mla ? "const uint8_t*" : elem(s.kv_dtype);
     if (type.empty()) throw std::logic_error(fmt::format("kernarg {} has no type", f.name));
     const KernelArg& a = f.pointer ? p.abi.add_buffer(std::string(f.name), type)
                                    : p.abi.add_value(std::string(f.name), f.size, type);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/mla_decode_kernel.h"
+#include "kernels/mla_reduce.h"
 
 namespace mla::gen::decode {
 
@@ -14,8 +15,10 @@ class Producer {
  public:
   explicit Producer(Kernel& k)
       : k_(k), b(k.b), ra(k.b.regs()), T(k.g.tile_tokens), S(k.g.kv_splits), lanes_per_token(64 / T),
-        E(k.g.lds_row_bytes), chunk(k.g.kv_row_bytes / lanes_per_token), loads(chunk / 16), D(k.g.stage_slots) {
+        E(k.g.lds_row_bytes), chunk(k.g.kv_row_bytes / lanes_per_token), dsm(k.s.kv_ds_mla),
+        cpl(kMlaVDim / kDsMlaTile / lanes_per_token), loads(dsm ? 10 * cpl : chunk / 16), D(k.g.stage_slots) {
     if (chunk % 16 != 0) throw std::logic_error("mla_decode: token row does not split into 16-byte lane chunks");
+    if (dsm && cpl < 1) throw std::logic_error("mla_decode: fp8_ds_mla needs a scale tile per lane");
   }
 
   void emit() {
@@ -73,14 +76,36 @@ class Producer {
       b.v_mov_b32(vt, t);
     }
     b.v_and_b32(part_off, Imm(lanes_per_token - 1), k_.lane);
+    if (dsm) return ds_mla_offsets();
     b.v_mul_u32_u24(part_off, Imm(chunk), part_off);
     b.v_mul_u32_u24(lds_off, Imm(E), vt);
     b.v_add_u32(lds_off, lds_off, part_off);
   }
 
+  // fp8_ds_mla: lane j of a token takes its latent tiles [j cpl, (j + 1) cpl) (128 e4m3fn bytes
+  // each, in memory at j 128 cpl: part_off), their scales and the j-th part of the rope (32 cpl
+  // bytes); it writes them as bf16 at LDS byte j 256 cpl of the row (lds_off) and rope byte 1024 +
+  // 32 cpl j. The scales and the rope in memory, and the rope in LDS, lie a lane-dependent
+  // (positive) distance past those bases.
+  void ds_mla_offsets() {
+    const VReg j = part_off;
+    sc_rel = ra.vgpr(1, "p_scale_offset"), rope_rel = ra.vgpr(1, "p_rope_offset");
+    rope_lds_rel = ra.vgpr(1, "p_rope_lds_offset");
+    b.v_mul_u32_u24(sc_rel, Imm(kDsMlaTile * cpl - 4 * cpl), j);
+    b.v_sub_u32(sc_rel, Imm(kDsMlaScaleOffset), sc_rel);
+    b.v_mul_u32_u24(rope_rel, Imm(kDsMlaTile * cpl - 32 * cpl), j);
+    b.v_sub_u32(rope_rel, Imm(kDsMlaRopeOffset), rope_rel);
+    b.v_mul_u32_u24(rope_lds_rel, Imm(2 * kDsMlaTile * cpl - 32 * cpl), j);
+    b.v_sub_u32(rope_lds_rel, Imm(2 * kMlaVDim), rope_lds_rel);
+    b.v_mul_u32_u24(lds_off, Imm(E), vt);
+    b.v_mul_u32_u24(j, Imm(2 * kDsMlaTile * cpl), j);
+    b.v_add_u32(lds_off, lds_off, j);
+    b.v_lshrrev_b32(j, Imm(1), j);  // part_off: j 128 cpl
+  }
+
   void registers() {
     last_tok = ra.sgpr(1, "p_last_token"), row_bytes = ra.sgpr(1, "p_row_bytes");
-    b.s_mov_b32(row_bytes, Imm(k_.g.kv_row_bytes));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
+    b.s_mov_b32(row_bytes, Imm(k_.g.kv_mem_row_bytes));  // VOP3 (v_mul_*_u32) takes no literal on gfx9
     // v_addc_co_u32 reads VCC already: the kv base's high half must come from a VGPR.
     kv_hi = ra.vgpr(1, "p_kv_base_hi");
     b.v_mov_b32(kv_hi, k_.ptr(mla_decode_args::kv)[1]);
@@ -95,6 +120,20 @@ class Producer {
       else idx.push_back(ra.vgpr(1, fmt::format("p_page_id{}", s)));
       tok.push_back(ra.vgpr(1, fmt::format("p_token{}", s)));
       for (int d = 0; d < D; ++d) data[size_t(d)].push_back(ra.vgpr(4 * loads, fmt::format("p_tile_data{}_{}", d, s), 4));
+    }
+    // fp8_ds_mla: per register set and tile, the lane's latent tiles' scales; the conversion's
+    // scratch (4 f32, 4 bf16 dwords out, the scale pair, 3 for the gfx942 byte fix-up and rounding).
+    if (dsm) {
+      dscale.resize(size_t(D));
+      for (int d = 0; d < D; ++d)
+        for (int s = 0; s < S; ++s) dscale[size_t(d)].push_back(ra.vgpr(cpl, fmt::format("p_tile_scales{}_{}", d, s)));
+      cf = ra.vgpr(4, "p_dsm_f32", 2), cout = ra.vgpr(4, "p_dsm_bf16", 4), cs = ra.vgpr(2, "p_dsm_scale", 2);
+      cx = ra.vgpr(3, "p_dsm_tmp");
+      if (!b.target().has_cvt_pk_bf16) {
+        k7fff = ra.sgpr(1, "p_k7fff"), kperm = ra.sgpr(1, "p_kperm");
+        b.s_mov_b32(k7fff, Imm(0x7fff));
+        b.s_mov_b32(kperm, Imm(0x07060302));
+      }
     }
     // Sparse: per register set and tile, the lane's token's score bias (0, or -inf when masked).
     if (k_.s.sparse) {
@@ -198,6 +237,7 @@ class Producer {
   // tokens' scores, and a zero V keeps 0 * V finite.
   void load_data(int s) {
     auto row_loads = [&] {
+      if (dsm) return ds_mla_loads(s);
       for (int q = 0; q < loads; ++q) b.global_load_dwordx4(data[size_t(set)][s].sub(4 * q, 4), taddr[s], uint32_t(16 * q));
     };
     b.s_lshl_b32(tile_end, tile, Imm(log2i(T)));
@@ -218,6 +258,7 @@ class Producer {
     b.s_branch(loaded);
     b.bind(partial_tile);
     for (int r = 0; r < data[size_t(set)][s].count; ++r) b.v_mov_b32(data[size_t(set)][s][r], Imm(0));
+    for (int r = 0; dsm && r < cpl; ++r) b.v_mov_b32(dscale[size_t(set)][s][r], Imm(0));
     if (!k_.s.sparse) {
       b.s_sub_u32(tile_end, tile_end, Imm(T));  // tile start
       b.v_add_u32(addr[0], tile_end, vt);  // the unclamped token (tok[s] is the next slot's by now)
@@ -229,6 +270,67 @@ class Producer {
     b.bind(loaded);
   }
 
+  // fp8_ds_mla row loads: the lane's latent tiles (at taddr), their scales, its part of the rope.
+  void ds_mla_loads(int s) {
+    const VReg d = data[size_t(set)][s];
+    for (int q = 0; q < 8 * cpl; ++q) b.global_load_dwordx4(d.sub(4 * q, 4), taddr[s], uint32_t(16 * q));
+    auto at = [&](VReg rel) {
+      b.v_add_co_u32(addr[0], vcc, taddr[s][0], rel);
+      b.v_addc_co_u32(addr[1], vcc, taddr[s][1], Imm(0), vcc);
+    };
+    at(sc_rel);
+    for (int k = 0; k < cpl; ++k) b.global_load_dword(dscale[size_t(set)][s].sub(k, 1), addr, uint32_t(4 * k));
+    at(rope_rel);
+    for (int q = 0; q < 2 * cpl; ++q) b.global_load_dwordx4(d.sub(32 * cpl + 4 * q, 4), addr, uint32_t(16 * q));
+  }
+
+  // gfx942 reads fp8 as e4m3fnuz, whose value of every e4m3fn byte is half the e4m3fn one
+  // (exponent bias 8 against 7), except 0x80 (e4m3fn -0, e4m3fnuz NaN) and 0x7f / 0xff (e4m3fn
+  // NaN, e4m3fnuz +-240): those bytes of x become 0x00 and 0x80 in x' (the scale is doubled).
+  // Per byte b = x & 0x7f: bit 7 of (b + 0x7f) | b is set unless b = 0; bit 7 of b + 1 only for b = 0x7f.
+  VReg fnuz_bytes(VReg x) {
+    const VReg t = cx.sub(0, 1), z = cx.sub(1, 1), out = cx.sub(2, 1);
+    b.v_and_b32(t, Imm(0x7f7f7f7f), x);
+    b.v_add_u32(z, Imm(0x7f7f7f7f), t);
+    b.v_or_b32(z, z, t);
+    b.v_or_b32(z, Imm(0x7f7f7f7f), z);
+    b.v_and_b32(out, x, z);                 // 0x80 -> 0x00
+    b.v_add_u32(t, Imm(0x01010101), t);
+    b.v_and_b32(t, Imm(int64_t(0x80808080u)), t);  // 0x80 at NaN bytes
+    b.v_lshrrev_b32(z, Imm(7), t);
+    b.v_sub_u32(z, t, z);                   // 0x7f at NaN bytes
+    b.v_xor_b32(out, out, z);
+    b.v_or_b32(out, out, t);                // NaN bytes -> 0x80
+    return out;
+  }
+
+  // fp8_ds_mla rows to the bf16 rows the consumers read: latent value x its tile's scale, rounded
+  // to bf16 (nearest even), 8 values per ds_write_b128; the rope as it is.
+  void ds_mla_write(int s) {
+    const VReg d = data[size_t(set)][s];
+    const bool fnuz = b.target().fp8 == Fp8Format::FNUZ;
+    for (int k = 0; k < cpl; ++k) {
+      const VReg sc = dscale[size_t(set)][s].sub(k, 1);
+      if (fnuz) b.v_add_f32(cs[0], sc, sc);  // e4m3fnuz reads half the value
+      else b.v_mov_b32(cs[0], sc);
+      for (int g = 0; g < 16; ++g) {  // 8 values: two dwords of e4m3fn
+        for (int w = 0; w < 2; ++w) {
+          VReg x = d.sub(32 * k + 2 * g + w, 1);
+          if (fnuz) x = fnuz_bytes(x);
+          b.v_cvt_pk_f32_fp8(cf.sub(0, 2), x, 0);
+          b.v_cvt_pk_f32_fp8(cf.sub(2, 2), x, 1);
+          b.v_pk_mul_f32_bcast_lo(cf.sub(0, 2), cf.sub(0, 2), cs);
+          b.v_pk_mul_f32_bcast_lo(cf.sub(2, 2), cf.sub(2, 2), cs);
+          for (int h = 0; h < 2; ++h)
+            emit_pack_bf16_rne(b, cout[2 * w + h], cf[2 * h], cf[2 * h + 1], cx[0], cx[1], k7fff, kperm);
+        }
+        b.ds_write_b128(addr[0], cout, uint32_t(s * T * E + 2 * (kDsMlaTile * k + 8 * g)));
+      }
+    }
+    b.v_add_u32(addr[1], rope_lds_rel, addr[0]);
+    for (int q = 0; q < 2 * cpl; ++q) b.ds_write_b128(addr[1], d.sub(32 * cpl + 4 * q, 4), uint32_t(s * T * E + 16 * q));
+  }
+
   // Tile s of slot `slot_index` goes to LDS slot slot_index % 2, tile position s.
   void write_tile(int s) {
     if (k_.g.ring == 2) {
@@ -238,7 +340,8 @@ class Producer {
     } else {
       b.v_mov_b32(addr[0], lds_off);
     }
-    for (int q = 0; q < loads; ++q)
+    if (dsm) ds_mla_write(s);
+    for (int q = 0; q < (dsm ? 0 : loads); ++q)
       b.ds_write_b128(addr[0], data[size_t(set)][s].sub(4 * q, 4), uint32_t(s * T * E + 16 * q));
     if (k_.s.sparse) {  // the token's bias, by its first lane, in the row's LDS padding
       b.v_cmp_eq_u32(vcc, Imm(0), first_lane);
@@ -342,6 +445,12 @@ class Producer {
       for (VReg r : d) ra.release(r);
     for (auto& d : bias)
       for (VReg r : d) ra.release(r);
+    for (auto& d : dscale)
+      for (VReg r : d) ra.release(r);
+    if (dsm) {
+      for (VReg r : {cf, cout, cs, cx, sc_rel, rope_rel, rope_lds_rel}) ra.release(r);
+      if (!b.target().has_cvt_pk_bf16) ra.release(k7fff), ra.release(kperm);
+    }
     if (k_.s.sparse) ra.release(zero), ra.release(ninf);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
     for (SReg r : sidx) ra.release(r);
@@ -351,7 +460,9 @@ class Producer {
   Kernel& k_;
   Builder& b;
   RegAllocator& ra;
-  const int T, S, lanes_per_token, E, chunk, loads, D;
+  const int T, S, lanes_per_token, E, chunk;
+  const bool dsm;  // fp8_ds_mla rows (KernelSpec::kv_ds_mla)
+  const int cpl, loads, D;  // cpl: fp8_ds_mla scale tiles per lane
   VReg vt, part_off, lds_off, kv_hi, addr, first_lane;
   SReg last_tok, row_bytes, tile, slot, saved_exec0, saved_exec, tile_end, slot_index;
   std::vector<VReg> idx, tok, taddr;      // per tile of a slot
@@ -360,6 +471,9 @@ class Producer {
   std::vector<std::vector<VReg>> data;    // [register set][tile]: staged rows
   std::vector<std::vector<VReg>> bias;    // sparse: [register set][tile]: the lane's token's score bias
   VReg zero, ninf;                        // sparse: 0, -inf
+  std::vector<std::vector<VReg>> dscale;  // fp8_ds_mla: [register set][tile]: the lane's tiles' scales
+  VReg cf, cout, cs, cx, sc_rel, rope_rel, rope_lds_rel;  // fp8_ds_mla: conversion scratch, lane offsets
+  SReg k7fff, kperm;                      // fp8_ds_mla on gfx942: bf16 rounding constants
   int set = 0;                            // the register set the next load_data / write_tile use
 };
 

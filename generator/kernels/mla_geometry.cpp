@@ -25,6 +25,7 @@ nlohmann::json MlaGeometry::to_json() const {
           {"producers", producers},
           {"q_in_lds", q_in_lds},
           {"kv_row_bytes", kv_row_bytes},
+          {"kv_mem_row_bytes", kv_mem_row_bytes},
           {"lds_row_pad", lds_row_pad},
           {"q_row_pad", q_row_pad},
           {"q_split", q_split},
@@ -168,6 +169,7 @@ void pair_blocks_and_pad(MlaGeometry& g, const KernelSpec& s) {
     g.q_lds_row = kMlaDim * g.q_bytes + g.q_row_pad;
   }
   g.kv_row_bytes = kMlaDim * g.kv_bytes;
+  g.kv_mem_row_bytes = s.kv_ds_mla ? kDsMlaRowBytes : g.kv_row_bytes;
   g.lds_row_bytes = g.kv_row_bytes + g.lds_row_pad;
 }
 

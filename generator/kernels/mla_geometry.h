@@ -13,6 +13,7 @@ namespace mla::gen {
 
 inline constexpr int kMlaDim = abi::kQkDim;   // latent 512 + rope 64
 inline constexpr int kMlaVDim = abi::kVDim;   // o covers the latent part
+using abi::kDsMlaRowBytes, abi::kDsMlaScaleOffset, abi::kDsMlaRopeOffset, abi::kDsMlaTile;
 inline constexpr int kRowsPerWave = 16; // one 16-row MFMA block per consumer wave
 inline constexpr int kPShareLaneBytes = 48;  // split PV: 6 row blocks x 8 bytes per lane
 inline constexpr int kPShareBytes = 2 * 64 * kPShareLaneBytes;  // P^T operands, then rescale factors
@@ -93,7 +94,8 @@ struct MlaGeometry {
   int merge_bytes = 0;     // LDS per split merged at the end (O^T of 16 rows, m, l): S > 1 only
   int q_bytes = 1, kv_bytes = 1;  // element sizes
   int p_bytes = 1;         // P (and V as the PV MFMA reads it): fp8 or bf16
-  int kv_row_bytes = 0;    // bytes of one token row in memory (576 x kv bytes)
+  int kv_row_bytes = 0;    // bytes of one token row as the consumers read it (576 x kv bytes)
+  int kv_mem_row_bytes = 0;  // bytes of one token row in memory: kv_row_bytes, or 656 for fp8_ds_mla
   int lds_row_pad = 8;     // 8, or 16 when the K operand reads 16 bytes per lane
   int q_row_pad = 8;       // the same for the Q image's rows, by the Q read width
   int v_read_columns = 0;  // V without transposing reads: columns per token per LDS read (8)

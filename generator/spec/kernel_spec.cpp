@@ -22,7 +22,7 @@ std::string KernelSpec::name() const {
   switch (kind) {
     case KernelKind::MlaDecode:
       if (sparse)
-        return fmt::format("mla_decode_{}{}_h{}_sparse{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
+        return fmt::format("mla_decode_{}{}_h{}_sparse{}", dtype_name(q_dtype), kv_name(), heads,
                            return_lse ? "_lse" : "");
       return fmt::format("mla_decode_{}{}_h{}_qs{}_pg{}{}{}", dtype_name(q_dtype), dtype_name(kv_dtype), heads,
                          qseqlen, page_size, return_lse ? "_lse" : "", logit_cap ? "_softcap" : "");
@@ -44,7 +44,7 @@ nlohmann::json KernelSpec::to_json() const {
   if (is_mla()) {
     j["heads"] = heads;
     j["q_dtype"] = dtype_name(q_dtype);
-    j["kv_dtype"] = dtype_name(kv_dtype);
+    j["kv_dtype"] = kv_ds_mla ? std::string("fp8_ds_mla") : std::string(dtype_name(kv_dtype));
     j["qseqlen"] = qseqlen;
     if (kind == KernelKind::MlaDecode) j["attention"] = sparse ? "sparse" : "dense";
     if (is_attention()) {

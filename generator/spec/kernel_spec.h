@@ -35,10 +35,15 @@ struct KernelSpec {
   int page_size = 1;
   bool return_lse = false;
   bool logit_cap = false;  // soft-cap support compiled in (cap value is a runtime argument)
-  // Sparse attention (DSA, docs/sparse-decode.md): every query row reads its own index row of
+  // Sparse attention (DSA, docs/sparse.md): every query row reads its own index row of
   // cache slots (qseqlen 1, page size 1 in the kernel's view); an index of -1 or past the cache's
   // kv_slots is masked and never loaded.
   bool sparse = false;
+  // The cache holds FlashMLA's fp8_ds_mla entries (656 bytes: 512 e4m3fn, four f32 scales, one per
+  // 128 of them, 64 bf16 rope; docs/sparse.md): the producer dequantises each row to the bf16 row
+  // the bf16/bf16 consumers read, so kv_dtype is bf16 here (q_dtype must be bf16).
+  bool kv_ds_mla = false;
+  std::string kv_name() const { return kv_ds_mla ? "dsmla" : std::string(dtype_name(kv_dtype)); }
   // Prefix kernels: rows per workgroup when not the default (48 or 96): 192 is the wide kernel
   // (mla_prefix_wide.cpp), implied beside the default one where it fits (mla_geometry.h).
   int prefix_rows = 0;

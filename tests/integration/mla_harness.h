@@ -33,7 +33,7 @@ inline const rt::Catalog& catalog_for(const rt::DecodeShape& s) {
   std::string cfg = fmt::format(
       R"({{"deployment": "e2e", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
           "kv_dtype": "{}", {}, "return_lse": {}}}]}})",
-      rt::name(s.target), s.heads, rt::name(s.q_dtype), rt::name(s.kv_dtype), rows, s.return_lse ? "true" : "false");
+      rt::name(s.target), s.heads, rt::name(s.q_dtype), s.kv_name(), rows, s.return_lse ? "true" : "false");
   // A fresh directory: one an earlier process of the same pid left may hold another catalog
   // (another generator's), which the build would keep beside this shape's kernels.
   std::filesystem::remove_all(dir);

@@ -65,10 +65,23 @@ double bf16_round(double x) { return decode_bf16(bf16_bits(x)); }
 
 namespace {
 
+// Element d of token t's fp8_ds_mla entry: latent d < 512 is its e4m3fn byte (OCP on every target,
+// as FlashMLA writes it) times its 128-value tile's f32 scale; rope d >= 512 is bf16.
+double ds_mla_value(const rt::Problem& p, int b, int t, int d, bool bf16) {
+  const uint8_t* e = &p.kv.bytes[p.kv_elem(b, t, 0)];
+  if (d >= 512) return decode_bf16(uint16_t(e[528 + 2 * (d - 512)] | (e[529 + 2 * (d - 512)] << 8)));
+  float scale;
+  std::memcpy(&scale, e + 512 + 4 * (d / 128), 4);
+  const double v = decode_fp8_ocp(e[d]) * double(scale);
+  return bf16 ? bf16_round(v) : v;
+}
+
 // Decoders by table: every raw code once (fp8: 256 codes; bf16: decoded on the fly).
 struct Decoders {
   std::vector<double> qt, kt;
-  explicit Decoders(const rt::Problem& p) : qt(table(p.q_dtype, p.target)), kt(table(p.kv_dtype, p.target)) {}
+  explicit Decoders(const rt::Problem& p, bool ds_mla_bf16 = false)
+      : qt(table(p.q_dtype, p.target)), kt(table(p.kv_dtype, p.target)), ds_mla_bf16(ds_mla_bf16) {}
+  bool ds_mla_bf16;
   static std::vector<double> table(rt::DType d, rt::Target target) {
     std::vector<double> t;
     if (d == rt::DType::fp8) {
@@ -79,7 +92,14 @@ struct Decoders {
   }
   double q(const rt::Problem& p, size_t i) const { return qt.empty() ? decode_bf16(p.q.bits(i)) : qt[p.q.bits(i)]; }
   double kv(const rt::Problem& p, size_t i) const { return kt.empty() ? decode_bf16(p.kv.bits(i)) : kt[p.kv.bits(i)]; }
+  double kv(const rt::Problem& p, int b, int t, int d) const {
+    return p.kv_ds_mla ? ds_mla_value(p, b, t, d, ds_mla_bf16) : kv(p, p.kv_elem(b, t, d));
+  }
 };
+
+double kv_value(const rt::Problem& p, int b, int t, int d) {
+  return p.kv_ds_mla ? ds_mla_value(p, b, t, d, false) : decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
+}
 
 std::vector<double> scores_with(const rt::Problem& p, int b, const Decoders& dec) {
   const int H = p.heads, Q = p.qseqlen, len = p.kv_len(b), row0 = p.qo_indptr[b];
@@ -93,7 +113,7 @@ std::vector<double> scores_with(const rt::Problem& p, int b, const Decoders& dec
       for (int m = 0; m < Q * H; ++m) s[size_t(m) * len + t] = -std::numeric_limits<double>::infinity();
       continue;
     }
-    for (int d = 0; d < 576; ++d) kv[d] = dec.kv(p, p.kv_elem(b, t, d));
+    for (int d = 0; d < 576; ++d) kv[d] = dec.kv(p, b, t, d);
     for (int m = 0; m < Q * H; ++m) {
       const double* q = &qv[size_t(m) * 576];
       double acc = 0.0;
@@ -110,14 +130,14 @@ std::vector<double> scores_with(const rt::Problem& p, int b, const Decoders& dec
 
 std::vector<double> scores(const rt::Problem& p, int b) { return scores_with(p, b, Decoders(p)); }
 
-Reference run_reference(const rt::Problem& p) {
+Reference run_reference(const rt::Problem& p, const ReferenceOptions& opt) {
   const int H = p.heads, Q = p.qseqlen;
   Reference r;
   r.rows = p.rows();
   r.heads = H;
   r.o.assign(size_t(r.rows) * H * 512, 0.0);
   r.lse.assign(size_t(r.rows) * H, 0.0);
-  const Decoders dec(p);
+  const Decoders dec(p, opt.ds_mla_bf16);
   std::vector<double> kv(576), s;
   for (int b = 0; b < p.batch(); ++b) {
     const int len = p.kv_len(b), row0 = p.qo_indptr[b];
@@ -147,7 +167,7 @@ Reference run_reference(const rt::Problem& p) {
     // Pass 2: o = kv_scale * sum_t p_t * v_t.
     for (int t = 0; t < len; ++t) {
       if (p.masked(b, t)) continue;
-      for (int d = 0; d < 512; ++d) kv[d] = dec.kv(p, p.kv_elem(b, t, d));
+      for (int d = 0; d < 512; ++d) kv[d] = dec.kv(p, b, t, d);
       for (int m = 0; m < Q * H; ++m) {
         if (t >= visible[m / H]) continue;
         double pt = s[size_t(m) * len + t] * p.kv_scale;
@@ -171,7 +191,7 @@ double attend_range(const rt::Problem& p, int b, int r, int h, int t0, int t1, d
   double mx = -std::numeric_limits<double>::infinity();
   for (int t = t0; t < t1; ++t) {
     double acc = 0.0;
-    for (int d = 0; d < 576; ++d) acc += q[d] * decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
+    for (int d = 0; d < 576; ++d) acc += q[d] * kv_value(p, b, t, d);
     double x = scale * acc;
     if (p.logit_cap != 0.0) x = p.logit_cap * std::tanh(x / p.logit_cap);
     s[t - t0] = x;
@@ -182,7 +202,7 @@ double attend_range(const rt::Problem& p, int b, int r, int h, int t0, int t1, d
   std::fill(o, o + 512, 0.0);
   for (int t = t0; t < t1; ++t) {
     double w = s[t - t0] / sum * p.kv_scale;
-    for (int d = 0; d < 512; ++d) o[d] += w * decode(p.kv.bits(p.kv_elem(b, t, d)), p.kv_dtype, p.target);
+    for (int d = 0; d < 512; ++d) o[d] += w * kv_value(p, b, t, d);
   }
   return mx + std::log(sum);
 }

@@ -33,7 +33,13 @@ struct Reference {
 
 // s_t = sm_scale*q_scale*kv_scale*<q, kv[t, 0:576]>, s = cap*tanh(s/cap) if cap != 0, softmax over
 // the visible tokens [0, kv_len - qseqlen + r + 1) of query row r, o = kv_scale * sum_t p_t kv[t, 0:512].
-Reference run_reference(const rt::Problem& p);
+struct ReferenceOptions {
+  // fp8_ds_mla: each dequantised latent value (e4m3fn x scale) rounded to bf16 (nearest even), as
+  // FlashMLA's reference does (tests/quant.py dequantize_k_cache writes a bf16 cache) and its
+  // kernels (sm90 sparse_fp8 dequant.h: bf16 products). Default: exact.
+  bool ds_mla_bf16 = false;
+};
+Reference run_reference(const rt::Problem& p, const ReferenceOptions& opt = {});
 // The scores s_t above of request b, [r*heads + h][t] over all its kv_len tokens (row r's softmax
 // sees the first kv_len - qseqlen + r + 1).
 std::vector<double> scores(const rt::Problem& p, int b);
