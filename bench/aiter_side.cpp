@@ -439,6 +439,20 @@ AiterSide aiter_side(const BenchShape& s, const std::shared_ptr<const AiterKerne
   return a;
 }
 
+namespace {
+// The problem aiter runs for a shape: a sparse one expanded as vLLM's ROCm sparse backend does
+// (every query row a request of its 2048 slots, page 1, fp8 q and KV with per-tensor scales;
+// aiter has no fp8_ds_mla kernel), a dense one as it is.
+BenchShape aiter_problem(const BenchShape& s) {
+  if (!s.shape.sparse) return s;
+  BenchShape e = s;
+  e.shape.sparse = e.shape.kv_ds_mla = false;
+  e.shape.q_dtype = e.shape.kv_dtype = rt::DType::fp8;
+  e.shape.page_size = 1;
+  return e;
+}
+}  // namespace
+
 void add_aiter_sides(std::vector<ShapeResult>& r, const AiterSideOptions& o) {
   std::map<std::string, std::shared_ptr<const AiterKernelFit>> fits;
   for (auto& x : r) {
@@ -448,7 +462,8 @@ void add_aiter_sides(std::vector<ShapeResult>& r, const AiterSideOptions& o) {
       continue;
     }
     const Machine m = machine_for(x.shape.shape.target);
-    const AiterLaunch l = aiter_launch_for(x.shape, m.cus);
+    const BenchShape problem = aiter_problem(x.shape);
+    const AiterLaunch l = aiter_launch_for(problem, m.cus);
     if (l.stem.empty()) {
       x.aiter = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (" + l.not_run + ")"));
       x.aiter_spread = std::make_shared<AiterSide>(aiter_not_run(x.shape, "not run (" + l.not_run + ")"));
@@ -459,9 +474,9 @@ void add_aiter_sides(std::vector<ShapeResult>& r, const AiterSideOptions& o) {
       fmt::print(stderr, "mlabench: aiter {} ({}): scaled emulator runs\n", l.stem, rt::name(x.shape.shape.target));
       fits[key] = std::make_shared<AiterKernelFit>(measure_aiter_kernel(o.aiter_dir, x.shape.shape.target, l.stem, o));
     }
-    x.aiter = std::make_shared<AiterSide>(aiter_side(x.shape, fits[key], l, x.modeled.total_s));
+    x.aiter = std::make_shared<AiterSide>(aiter_side(problem, fits[key], l, x.modeled.total_s));
     x.aiter_spread = std::make_shared<AiterSide>(
-        aiter_side(x.shape, fits[key], aiter_v1_2_launch_for(x.shape, m.cus), x.modeled.total_s));
+        aiter_side(problem, fits[key], aiter_v1_2_launch_for(problem, m.cus), x.modeled.total_s));
     fmt::print(stderr, "mlabench: {}: aiter modeled {:.1f} us ({}){}\n", x.shape.name, x.aiter->modeled.total_s * 1e6,
                x.aiter->modeled.bound,
                x.aiter->published_us ? fmt::format(", published {:.1f} us, model / published {:.3f}", *x.aiter->published_us,

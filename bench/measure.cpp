@@ -25,6 +25,11 @@ namespace mla::bench {
 
 namespace {
 std::string config_text(const rt::DecodeShape& s) {
+  if (s.sparse)
+    return fmt::format(
+        R"({{"deployment": "mlabench", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
+            "kv_dtype": "{}", "attention": "sparse", "return_lse": {}}}]}})",
+        rt::name(s.target), s.heads, rt::name(s.q_dtype), s.kv_name(), s.return_lse ? "true" : "false");
   return fmt::format(
       R"({{"deployment": "mlabench", "kernels": [{{"kind": "mla_decode", "target": "{}", "heads": {}, "q_dtype": "{}",
           "kv_dtype": "{}", "qseqlen": {}, "page_size": {}, "return_lse": {}, "logit_cap": {}}}]}})",
@@ -91,6 +96,8 @@ rt::ProblemParams problem_params(const rt::DecodeShape& s, const std::vector<int
   pp.seed = seed;
   pp.return_lse = s.return_lse;
   pp.shared = shared;
+  pp.sparse = s.sparse;  // rows of kv_lens[b] distinct random slots, none masked
+  pp.kv_ds_mla = s.kv_ds_mla;
   return pp;
 }
 
@@ -501,9 +508,10 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
 
   // Minimum bytes: each KV token and page id once, Q read once, O written once.
   const double kvb = rt::elem_bytes(s.kv_dtype), qb = rt::elem_bytes(s.q_dtype);
+  const double row_bytes = s.kv_ds_mla ? double(abi::kDsMlaRowBytes) : rt::kQkDim * kvb;  // a token's KV
   const double rows = double(bs.kv_lens.size()) * s.qseqlen;
   for (int len : bs.kv_lens) {
-    r.kv_bytes += double(len) * rt::kQkDim * kvb;
+    r.kv_bytes += double(len) * row_bytes;
     r.idx_bytes += double((len + s.page_size - 1) / s.page_size) * 4;
   }
   r.q_bytes = rows * s.heads * rt::kQkDim * qb;
@@ -520,7 +528,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
     // The runtime's definition (reads vs the plan's needed reads), from the same extrapolation.
     double needed = 0;
     for (const auto& un : plan.units) {
-      needed += double(un.kv_end - un.kv_start) * rt::kQkDim * kvb;
+      needed += double(un.kv_end - un.kv_start) * row_bytes;
       needed += double((un.kv_end + s.page_size - 1) / s.page_size - un.kv_start / s.page_size) * 4;
       needed += std::min(plan.rows_per_group, plan.rows - un.row_group * plan.rows_per_group) * rt::kQkDim * qb;
     }
@@ -547,7 +555,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
   r.little_per_cu = m.little_bytes_per_cu();
-  const double tile_bytes = T * rt::kQkDim * kvb + 4.0 * std::max(1, T / s.page_size);
+  const double tile_bytes = T * row_bytes + 4.0 * std::max(1, T / s.page_size);
   r.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
   // The CU's stream feeds min(4, resident x consumers) consumer waves, each on its own SIMD; a
   // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
@@ -598,6 +606,9 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
   r.plan_over_best = r.modeled.total_s / r.brute.best_s;
   r.lower_bound_s = lower_bound_s(m, f, bs.kv_lens);
+  if (s.sparse)  // docs/sparse.md "Floor"
+    r.sparse_floor_s = r.launches_as_run * m.launch_s + 2 * m.trip_s() + reduce_rounds(plan) * m.trip_s() +
+                       (minimum + 2 * r.partial_bytes) / m.hbm_bytes_per_s;
   if (bs.shared) {
     r.cascade = measure_cascade(bs, r, o);
     BenchShape wide = bs;

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"emulator", "hip"}));
   app.add_option("--out", out_dir, "output folder (table.md, bench.json, bench.png)");
   app.add_option("--set", set, "seed-001, seed-000, mixed (lengths that differ), all, or none (only --shape)")
-      ->check(CLI::IsMember({"seed-001", "seed-000", "mixed", "all", "none"}));
+      ->check(CLI::IsMember({"seed-001", "seed-000", "mixed", "sparse", "all", "none"}));
   app.add_option("--shape", shape_specs,
                  "extra shape TARGET:Q/KV:hHEADS[:qsQSEQLEN]:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16, gfx950:fp8/fp8:h128:qs4:pg1:8192x8 or "
                  "gfx942:bf16/fp8:h16:pg1:32768,1000 (repeatable)");
@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
       for (auto& s : seed000_shapes()) shapes.push_back(s);
     if (set == "all" || set == "mixed")
       for (auto& s : mixed_shapes()) shapes.push_back(s);
+    if (set == "all" || set == "sparse")
+      for (auto& s : sparse_shapes()) shapes.push_back(s);
     for (auto& spec : shape_specs) shapes.push_back(parse_shape(spec));
     if (shapes.empty()) throw std::invalid_argument("no shapes (use --set or --shape)");
 

@@ -194,6 +194,24 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
                          x.shape.total_tokens(), x.modeled.total_s * 1e6, x.lower_bound_s * 1e6,
                          x.modeled.total_s / x.lower_bound_s, x.plan_over_best);
   }
+  if (std::any_of(r.begin(), r.end(), [](const ShapeResult& x) { return x.shape.set == "sparse"; })) {
+    s += "\nSparse decode (issue #43), all **modeled**: each query row attends to its own 2048 slots of the fp8_ds_mla "
+         "cache; aiter runs the expanded problem (vLLM's ROCm sparse backend: each row a request, page 1, fp8 per-tensor). "
+         "Floor (docs/sparse.md): the launches as run, two dependent trips (a slot's index, then its row), the reduce's "
+         "rounds and the bytes (entries, indices, Q, O, partials) at the HBM rate. Bytes: moved / (entries x 656 + "
+         "indices + Q + O + partials + tables).\n\n| shape | rows | **modeled** us as run | floor us | as run / floor | aiter "
+         "**modeled** us | ours / aiter | bytes moved / needed | launches |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& x : r)
+      if (x.shape.set == "sparse") {
+        const bool ran = x.aiter && x.aiter->ran;
+        const double aiter_s = ran ? x.aiter->modeled.total_s : 0;
+        s += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.3f} | {} | {} | {:.3f} | {} |\n", x.shape.name,
+                         x.shape.kv_lens.size(), x.as_run_s * 1e6, x.sparse_floor_s * 1e6, x.as_run_s / x.sparse_floor_s,
+                         ran ? fmt::format("{:.1f}", aiter_s * 1e6) : "not run",
+                         ran ? fmt::format("{:.3f}", x.as_run_s / aiter_s) : "not run", x.ratio_moved_over_plan,
+                         x.launches_as_run);
+      }
+  }
   s += "\nLaunches per layer (issue #33), all **modeled**: the runtime fixes its launches when a plan is made (graph "
        "capture): decode, prefix (the selection has a prefix kernel, cascades on: the default) and reduce, each a launch "
        "whether it has work or not; the table above prices the decode launch and a reduce launch with reduce entries. One "

@@ -103,6 +103,23 @@ std::vector<BenchShape> mixed_shapes() {
   return v;
 }
 
+std::vector<BenchShape> sparse_shapes() {
+  std::vector<BenchShape> v;
+  for (auto [model, heads] : {std::pair{"V3.2 TP8 / GLM-5 TP4", 16}, std::pair{"GLM-5 TP8", 8}})
+    for (int sq : {1, 2})
+      for (int batch : {1, 4, 16, 64, 128}) {
+        BenchShape s = seed_shape(fmt::format("{} x{} sq{}", model, batch, sq), "sparse", rt::Target::gfx950,
+                                  rt::DType::bf16, rt::DType::fp8, heads, 1);
+        s.shape.sparse = true;
+        s.shape.kv_ds_mla = true;
+        s.shape.return_lse = false;
+        s.kv_lens.assign(size_t(batch * sq), 2048);  // every row: its top-2048 slots
+        s.concurrency = batch;
+        v.push_back(s);
+      }
+  return v;
+}
+
 std::vector<PublishedGroup> seed001_published_groups() {
   return {{"32Kx8 64Kx4 128Kx2 256Kx1", 59.09, 59.21, 190.5, 1356.6},
           {"64Kx16 128Kx8 256Kx4", 225.5, 229.8, 449.9, 1365.9},

@@ -196,7 +196,7 @@ TEST_CASE("the shipped configs are valid and cover the deployments") {
     files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   auto configs = load_configs(files);
-  bool k3 = false, k27 = false, ds942 = false, ds950 = false;
+  bool k3 = false, k27 = false, ds942 = false, ds950 = false, dsa942 = false, dsa950 = false;
   for (const auto& c : configs)
     for (const auto& s : c.kernels) {
       if (!s.is_mla()) continue;
@@ -205,11 +205,17 @@ TEST_CASE("the shipped configs are valid and cover the deployments") {
       k27 |= s.arch == Arch::gfx942 && s.heads == 16 && s.q_dtype == DType::bf16 && s.kv_dtype == DType::fp8;
       ds942 |= s.arch == Arch::gfx942 && s.heads == 16 && c.deployment.find("DeepSeek") != std::string::npos;
       ds950 |= s.arch == Arch::gfx950 && s.heads == 16 && c.deployment.find("DeepSeek") != std::string::npos;
+      // DSA: FlashMLA's fp8_ds_mla at V3.2 TP8's 16 heads and GLM-5 TP8's 8, both targets.
+      const bool dsa = s.kind == KernelKind::MlaDecode && s.sparse && s.kv_ds_mla && (s.heads == 16 || s.heads == 8);
+      dsa942 |= dsa && s.arch == Arch::gfx942;
+      dsa950 |= dsa && s.arch == Arch::gfx950;
     }
   CHECK(k3);
   CHECK(k27);
   CHECK(ds942);
   CHECK(ds950);
+  CHECK(dsa942);
+  CHECK(dsa950);
 }
 
 TEST_CASE("sparse attention: one kernel per heads and dtypes, its reduce implied, no prefix kernel") {
