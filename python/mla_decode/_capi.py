@@ -24,6 +24,7 @@ MLA_BACKEND_HIP = 0
 MLA_BACKEND_EMULATOR = 1
 MLA_DTYPE_FP8 = 0
 MLA_DTYPE_BF16 = 1
+MLA_DTYPE_FP8_DS_MLA = 2  # kv only, sparse with bf16 q: FlashMLA's 656-byte entries (kv_stride_* in bytes)
 MLA_OPTION_VALIDATE = 0
 MLA_OPTION_CASCADE = 4
 MLA_OPTION_MERGE = 5

@@ -18,7 +18,11 @@ from ._tensors import BF16, FP8, FP8_FLAVOUR, Tensor, _torch, empty_like_kind, h
 
 LATENT_DIM = 512  # v / o head dim (kv_lora_rank)
 QK_DIM = 576      # 512 latent + 64 rope
-_MLA_DTYPE = {FP8: C.MLA_DTYPE_FP8, BF16: C.MLA_DTYPE_BF16}
+# FlashMLA's fp8_ds_mla cache entry (sparse attention, bf16 q): 512 e4m3fn latent bytes (on every
+# target), four f32 scales (one per 128 latent values), 64 bf16 rope values: 656 bytes a token.
+DS_MLA = "fp8_ds_mla"
+DS_MLA_BYTES = 656
+_MLA_DTYPE = {FP8: C.MLA_DTYPE_FP8, BF16: C.MLA_DTYPE_BF16, DS_MLA: C.MLA_DTYPE_FP8_DS_MLA}
 
 
 # ---- devices and catalogs -------------------------------------------------------------------
@@ -194,10 +198,19 @@ def _dtype_name(dtype, name):
             text = repr(dtype)
     table = {"fp8": FP8, "uint8": FP8, "float8_e4m3fn": FP8, "float8_e4m3fnuz": FP8,
              "bf16": BF16, "bfloat16": BF16, "uint16": BF16, "int16": BF16}
+    if name == "kv_dtype":
+        table[DS_MLA] = DS_MLA
     if text not in table:
         raise TypeError(f"{name}: {dtype!r} is not an MLA dtype; use fp8 (float8_e4m3fn[uz] or uint8 bits) "
-                        f"or bf16 (bfloat16 or uint16/int16 bits)")
+                        f"or bf16 (bfloat16 or uint16/int16 bits){'; or fp8_ds_mla' if name == 'kv_dtype' else ''}")
     return table[text]
+
+
+def _check_ds_mla(q_dtype, kv_dtype, topk):
+    """kv_dtype 'fp8_ds_mla' (FlashMLA's sparse cache) only with topk (sparse) and bf16 q, as the C API."""
+    if kv_dtype == DS_MLA and (topk is None or q_dtype != BF16):
+        raise ValueError(f"kv_dtype: 'fp8_ds_mla' (FlashMLA's 656-byte sparse cache entries) needs sparse metadata "
+                         f"(topk=) and q_dtype bf16; got topk={topk}, q_dtype {q_dtype}")
 
 
 # ---- the plan + workspace of one shape at one capacity ----------------------------------------
@@ -269,6 +282,7 @@ class MlaDecodeMetadata:
         self.merge_in_launch = bool(merge_in_launch)
         self.cascades = bool(cascades) and not self.merge_in_launch
         self.topk = None if topk is None else _sparse.check_topk(topk, self.logit_cap, self.merge_in_launch)
+        _check_ds_mla(self.q_dtype, self.kv_dtype, self.topk)
         self.plan_rows = self.max_batch  # requests the C plan holds (sparse: query rows)
         if self.topk is not None:
             self.plan_rows, self.cascades = self.max_batch * self.qseqlen, False
@@ -613,7 +627,8 @@ def get_mla_metadata_info(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype,
 
     topk: sparse attention (aiter's is_sparse=True with get_mla_metadata_v1(..., topk=)): room
     for max_batch * max_seqlen_q query rows of topk cache slots each, and a masked copy of
-    kv_indices of that size; page_size and max_total_tokens are then not used (docs/engines.md)."""
+    kv_indices of that size; page_size and max_total_tokens are then not used (docs/engines.md).
+    kv_dtype 'fp8_ds_mla' (with topk and bf16 q): FlashMLA's 656-byte cache entries."""
     return MlaDecodeMetadata(max_batch, max_seqlen_q, num_heads, q_dtype, kv_dtype, page_size=page_size,
                              return_lse=return_lse, logit_cap=logit_cap, max_total_tokens=max_total_tokens,
                              device=device, catalog_dir=catalog_dir, allow_padding=allow_padding,
@@ -706,8 +721,9 @@ _FP8_OR_BF16 = (FP8, BF16)
 _BF16_ONLY = (BF16,)
 
 
-def _check_layout(qt, kvt, ot, idx, page_size):
-    """Shapes, dtypes and layout of q, kv_buffer, o and kv_indices: (q kind, kv kind)."""
+def _check_layout(qt, kvt, ot, idx, page_size, sparse=False):
+    """Shapes, dtypes and layout of q, kv_buffer, o and kv_indices: (q kind, kv kind); a kv_buffer
+    of 656-byte rows is FlashMLA's fp8_ds_mla cache (kind DS_MLA), read by sparse metadata only."""
     q_shape, kv_shape, o_shape = qt.shape, kvt.shape, ot.shape
     if len(q_shape) != 3:
         qt.require_ndim(3, "[tokens, heads, 576]")
@@ -720,10 +736,17 @@ def _check_layout(qt, kvt, ot, idx, page_size):
                              f"shape {list(kv_shape)}")
     elif len(kv_shape) != 3:
         raise ValueError(f"kv_buffer: expected [num_pages, page_size, 1, {QK_DIM}], got shape {list(kv_shape)}")
-    if kv_shape[-1] != QK_DIM or kv_shape[1] != page_size:
-        raise ValueError(f"kv_buffer: expected [num_pages, page_size = {page_size}, 1, {QK_DIM}], got shape "
+    width = kv_shape[-1]
+    if width == DS_MLA_BYTES:
+        kv_kind = _ds_mla_kind(kvt, sparse)
+    elif width != QK_DIM:
+        raise ValueError(f"kv_buffer: expected [num_pages, page_size = {page_size}, 1, {QK_DIM}] (or {DS_MLA_BYTES} "
+                         f"bytes of fp8_ds_mla with sparse metadata), got shape {list(kv_shape)}")
+    else:
+        kv_kind = kvt.element(_FP8_OR_BF16)
+    if kv_shape[1] != page_size:
+        raise ValueError(f"kv_buffer: expected [num_pages, page_size = {page_size}, 1, {width}], got shape "
                          f"{list(kv_shape)}")
-    kv_kind = kvt.element(_FP8_OR_BF16)
     if len(o_shape) != 3:
         ot.require_ndim(3, f"[tokens, heads, {LATENT_DIM}]")
     ot.element(_BF16_ONLY)
@@ -738,6 +761,22 @@ def _check_layout(qt, kvt, ot, idx, page_size):
         for t in (qt, kvt, ot, idx):
             t.require_contiguous()
     return q_kind, kv_kind
+
+
+_DS_MLA_BYTES_DTYPES = ("uint8", "int8", "float8_e4m3fn")  # FlashMLA's k_cache dtypes
+
+
+def _ds_mla_kind(kvt, sparse):
+    """DS_MLA for a kv_buffer of 656-byte rows (uint8, int8 or float8_e4m3fn: FlashMLA's), read by the
+    sparse kernels only; ValueError / TypeError naming kv_buffer otherwise."""
+    if not sparse:
+        raise ValueError(f"kv_buffer: rows of {DS_MLA_BYTES} bytes are FlashMLA's fp8_ds_mla cache, read only by "
+                         f"sparse metadata (get_mla_metadata_info(..., 'bf16', 'fp8_ds_mla', topk=)); a dense cache "
+                         f"has {QK_DIM} fp8 / bf16 values a row (got shape {list(kvt.shape)})")
+    if kvt.dtype not in _DS_MLA_BYTES_DTYPES:
+        raise TypeError(f"{kvt.name}: dtype {kvt.kind}.{kvt.dtype} with {DS_MLA_BYTES}-byte rows; fp8_ds_mla entries "
+                        f"are bytes: {', '.join(_DS_MLA_BYTES_DTYPES)}")
+    return DS_MLA
 
 
 def _check_device(qt, kvt, ot, idx):
@@ -775,7 +814,8 @@ def _checked_call(q, kv_buffer, o, kv_indices, max_seqlen_q, page_size, nhead_kv
     call.kv_indices = idx = Tensor(kv_indices, "kv_indices")
     call.qseqlen, call.page_size = qseqlen, page_size = int(max_seqlen_q), int(page_size)
     _check_unsupported(nhead_kv, return_logits, cp_world_size, g_kv_indptr, causal, logit_cap, qseqlen, page_size)
-    q_kind, kv_kind = _check_layout(qt, kvt, ot, idx, page_size)
+    sparse = metadata is not None and getattr(metadata, "topk", None) is not None
+    q_kind, kv_kind = _check_layout(qt, kvt, ot, idx, page_size, sparse)
     call.tokens, call.heads = qt.shape[0], qt.shape[1]
     call.num_pages = kvt.shape[0]
     call.device = _check_device(qt, kvt, ot, idx)
@@ -854,7 +894,7 @@ def _scale_arg(value, name, device):
 def _check_values(call, return_lse, lse, sm_scale, q_scale, kv_scale, logit_cap):
     """lse (allocated if not given), the scales and the soft cap the kernels take."""
     call.lse, call.lse_t = _check_lse(call, lse) if return_lse else (None, None)
-    call.sm_scale = (1.0 / math.sqrt(call.kv.shape[-1])) if sm_scale is None else float(sm_scale)
+    call.sm_scale = (1.0 / math.sqrt(QK_DIM)) if sm_scale is None else float(sm_scale)  # aiter's 1/sqrt(576)
     call.q_scale = _scale_arg(q_scale, "q_scale", call.device)
     call.kv_scale = _scale_arg(kv_scale, "kv_scale", call.device)
     call.logit_cap = float(logit_cap)
@@ -990,7 +1030,9 @@ def mla_decode_fwd(
     kv_indices[t * topk : (t + 1) * topk] (slot = page * page_size + offset; kv_buffer of any
     page size is viewed as [slots, 1, 576]), of which only the first min(kv_indptr[b + 1] -
     kv_indptr[b], topk) count (b = t's request), as in aiter; -1 or a slot past the cache
-    anywhere is masked. A row with no slot gets o = 0 and lse = +inf (aiter's reduce).
+    anywhere is masked; a slot given twice is attended twice. A row with no slot gets o = 0 and
+    lse = +inf (aiter's reduce). Metadata made with kv_dtype 'fp8_ds_mla' (bf16 q) reads
+    FlashMLA's cache: kv_buffer [num_pages, page_size, 1, 656] uint8 / int8 / float8_e4m3fn bytes.
     check_indices=True (sparse only) reads the counted slots and raises MlaInputError naming the
     first that is neither -1 nor in the cache (default off: nothing is read on the host).
     """

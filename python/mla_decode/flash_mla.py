@@ -3,25 +3,30 @@
     from mla_decode.flash_mla import get_mla_metadata, flash_mla_with_kvcache
     sched, _ = get_mla_metadata()                      # FlashMLA's new form (no arguments)
     out, lse = flash_mla_with_kvcache(q, k_cache, None, None, 512, sched, indices=indices,
-                                      topk_length=topk_length, softmax_scale=scale)
+                                      topk_length=topk_length, softmax_scale=scale, is_fp8_kvcache=True)
 
 q [b, s_q, h_q, 576] bf16 (any h_q the catalog has: FlashMLA takes 64 and 128 only); k_cache
-[blocks, page_block_size, 1, 576] bf16 (is_fp8_kvcache=False); indices [b, s_q, topk] int32 cache
-slots (block * page_block_size + offset), -1 anywhere and slots past the cache invalid, entries
-at or past topk_length[b] invalid when it is given. Returns out [b, s_q, h_q, 512] bf16 and lse
-[b, h_q, s_q] f32 (natural log; FlashMLA's transposed view of a [b, s_q, h_q] tensor); a query
-row with no valid index gets out 0 and lse +inf. block_table and cache_seqlens are not read.
+[blocks, page_block_size, 1, 656] FlashMLA's fp8_ds_mla entries (is_fp8_kvcache=True, FlashMLA's
+only sparse cache: uint8, int8 or float8_e4m3fn bytes, 512 e4m3fn latent, four f32 scales one per
+128 latent values, 64 bf16 rope; each latent value is dequantised as e4m3fn x its tile's scale
+rounded to bf16, as FlashMLA's kernels do) or, beyond FlashMLA, [blocks, page_block_size, 1, 576]
+bf16 (is_fp8_kvcache=False); indices [b, s_q, topk] int32 cache slots (block * page_block_size +
+offset), -1 anywhere and slots past the cache invalid, entries at or past topk_length[b] invalid
+when it is given; a slot given twice in a row is attended twice (each entry is a token of the
+softmax, as in FlashMLA's reference). Returns out [b, s_q, h_q, 512] bf16 and lse [b, h_q, s_q]
+f32 (natural log; FlashMLA's transposed view of a [b, s_q, h_q] tensor); a query row with no valid
+index gets out 0 and lse +inf. block_table and cache_seqlens are not read.
 
 The older get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k, num_heads_q,
 is_fp8_kvcache, topk) that SGLang's flashmla_kv path calls is accepted too: it returns a pair the
 caller passes back as tile_scheduler_metadata and num_splits (both support the copy_() and slice
 SGLang applies to them under graphs).
 
-The plan behind a call depends only on (rows = b * s_q, h_q, topk, dtypes, device): one per such
-shape is made on first use and kept for the process (a captured graph replays it; ~16 MB of
+The plan behind a call depends only on (rows = b * s_q, h_q, topk, cache dtype, device): one per
+such shape is made on first use and kept for the process (a captured graph replays it; ~16 MB of
 workspace each), whatever scheduler object the call is given. Not provided: dense FlashMLA
-(indices=None: use mla_decode.mla_decode_fwd), FlashMLA's fp8_ds_mla cache (is_fp8_kvcache=True,
-planned), attn_sink, extra_k_cache / extra_indices_in_kvcache / extra_topk_length, d_qk 512.
+(indices=None: use mla_decode.mla_decode_fwd), attn_sink, extra_k_cache /
+extra_indices_in_kvcache / extra_topk_length, d_qk 512 (MODEL1's cache).
 """
 import dataclasses
 import threading
@@ -108,8 +113,8 @@ def _older_form(cache_seqlens, num_q_tokens_per_head_k, num_heads_k, num_heads_q
     return FlashMLASchedMeta(declared=declared), NumSplits()
 
 
-def _check_sparse_form(sched, num_splits, causal, is_fp8_kvcache, indices, attn_sink, extra_k_cache,
-                       extra_indices_in_kvcache, extra_topk_length, head_dim_v):
+def _check_sparse_form(sched, num_splits, causal, indices, attn_sink, extra_k_cache, extra_indices_in_kvcache,
+                       extra_topk_length, head_dim_v):
     """FlashMLA's sparse-mode rules and what this implementation does not provide, each named."""
     if not isinstance(sched, FlashMLASchedMeta):
         raise TypeError(f"tile_scheduler_metadata: expected the FlashMLASchedMeta of "
@@ -122,10 +127,6 @@ def _check_sparse_form(sched, num_splits, causal, is_fp8_kvcache, indices, attn_
                          "get_mla_metadata(...)")
     if causal:
         raise ValueError("causal: must be False with indices (sparse attention), as in FlashMLA")
-    if is_fp8_kvcache:
-        raise NotImplementedError("is_fp8_kvcache=True: FlashMLA's fp8_ds_mla cache (656 bytes per token: 512 e4m3 "
-                                  "latent, 4 f32 scales, 64 bf16 rope) is not read by these kernels yet (planned); "
-                                  "pass a bf16 [blocks, page_block_size, 1, 576] cache with is_fp8_kvcache=False")
     for name, value in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
                         ("extra_indices_in_kvcache", extra_indices_in_kvcache),
                         ("extra_topk_length", extra_topk_length)):
@@ -135,7 +136,26 @@ def _check_sparse_form(sched, num_splits, causal, is_fp8_kvcache, indices, attn_
         raise ValueError(f"head_dim_v: got {head_dim_v}; must be {D.LATENT_DIM}")
 
 
-def _check_tensors(q, k_cache, indices, topk_length):
+def _check_k_cache(kt, is_fp8_kvcache):
+    """k_cache: [blocks, page_block_size, 1, 656] bytes with is_fp8_kvcache (FlashMLA's fp8_ds_mla:
+    uint8, int8 or float8_e4m3fn, as FlashMLA takes), else [blocks, page_block_size, 1, 576] bf16."""
+    width = D.DS_MLA_BYTES if is_fp8_kvcache else D.QK_DIM
+    if len(kt.shape) != 4 or kt.shape[2] != 1 or kt.shape[3] != width:
+        what = ("fp8_ds_mla bytes with is_fp8_kvcache=True" if is_fp8_kvcache else
+                "bf16 values with is_fp8_kvcache=False")
+        hint = ""
+        if len(kt.shape) == 4 and kt.shape[3] in (D.DS_MLA_BYTES, D.QK_DIM) and kt.shape[3] != width:
+            hint = f"; a last dimension of {kt.shape[3]} is the {'bf16' if is_fp8_kvcache else 'fp8_ds_mla'} cache: " \
+                   f"pass is_fp8_kvcache={not is_fp8_kvcache}"
+        raise ValueError(f"k_cache: expected [num_blocks, page_block_size, 1, {width}] ({what}), got shape "
+                         f"{list(kt.shape)}{hint}")
+    if is_fp8_kvcache:
+        kt.require_dtype(*D._DS_MLA_BYTES_DTYPES)
+    else:
+        kt.require_dtype("bfloat16")
+
+
+def _check_tensors(q, k_cache, indices, topk_length, is_fp8_kvcache):
     """Shapes and dtypes: (b, s_q, h_q, topk), or ValueError / TypeError naming the argument."""
     qt, kt, it = Tensor(q, "q"), Tensor(k_cache, "k_cache"), Tensor(indices, "indices")
     for t in (qt, kt, it):
@@ -147,9 +167,7 @@ def _check_tensors(q, k_cache, indices, topk_length):
         raise ValueError(f"q: expected [batch, seq_len_q, num_heads_q, {D.QK_DIM}], got shape {list(qt.shape)}")
     qt.require_dtype("bfloat16")
     b, s_q, h_q, _ = qt.shape
-    if len(kt.shape) != 4 or kt.shape[2] != 1 or kt.shape[3] != D.QK_DIM:
-        raise ValueError(f"k_cache: expected [num_blocks, page_block_size, 1, {D.QK_DIM}], got shape {list(kt.shape)}")
-    kt.require_dtype("bfloat16")
+    _check_k_cache(kt, is_fp8_kvcache)
     it.require_dtype("int32")
     if len(it.shape) != 3 or tuple(it.shape[:2]) != (b, s_q) or it.shape[2] < 1:
         raise ValueError(f"indices: expected [batch, seq_len_q, topk] = [{b}, {s_q}, topk], got shape "
@@ -184,13 +202,14 @@ _plans = {}
 _plans_lock = threading.Lock()
 
 
-def _plan_for(device, emulator_target, heads, topk, rows):
-    """The sparse plan of (runtime, heads, topk, rows): made on first use, planned once, kept."""
-    key = (D._runtime_key(device, None, emulator_target), heads, topk, rows)
+def _plan_for(device, emulator_target, heads, topk, rows, kv_dtype):
+    """The sparse plan of (runtime, heads, topk, rows, kv dtype: bf16 or fp8_ds_mla): made on first
+    use, planned once, kept."""
+    key = (D._runtime_key(device, None, emulator_target), heads, topk, rows, kv_dtype)
     with _plans_lock:
         meta = _plans.get(key)
         if meta is None:
-            meta = D.MlaDecodeMetadata(rows, 1, heads, "bf16", "bf16", return_lse=True, device=device,
+            meta = D.MlaDecodeMetadata(rows, 1, heads, "bf16", kv_dtype, return_lse=True, device=device,
                                        emulator_target=emulator_target, topk=topk)
             meta._update_sparse(rows, 1)
             _plans[key] = meta
@@ -203,14 +222,16 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                            extra_topk_length=None, *, check_indices=False, emulator_target=None):
     """FlashMLA's sparse decode (module docstring): returns (out [b, s_q, h_q, 512] bf16,
     lse [b, h_q, s_q] f32). softmax_scale defaults to q.shape[-1] ** -0.5 (576 ** -0.5).
+    is_fp8_kvcache=True: k_cache holds FlashMLA's 656-byte fp8_ds_mla entries (FlashMLA's sparse
+    rule); False: a bf16 576-wide cache (not FlashMLA's: it requires True in sparse mode).
     check_indices=True (keyword, not FlashMLA's) reads the indices the kernels use and raises
     MlaInputError naming `indices`, the position and the value of one that is neither -1 nor a
     slot of the cache (default off: nothing is read on the host, as under a graph).
     emulator_target (keyword, CPU tensors): 'gfx942' or 'gfx950' (default $MLA_EMULATOR_TARGET,
     else gfx950). A non-contiguous q or indices is copied first; k_cache must be contiguous."""
-    _check_sparse_form(tile_scheduler_metadata, num_splits, causal, is_fp8_kvcache, indices, attn_sink,
-                       extra_k_cache, extra_indices_in_kvcache, extra_topk_length, head_dim_v)
-    b, s_q, h_q, topk = _check_tensors(q, k_cache, indices, topk_length)
+    _check_sparse_form(tile_scheduler_metadata, num_splits, causal, indices, attn_sink, extra_k_cache,
+                       extra_indices_in_kvcache, extra_topk_length, head_dim_v)
+    b, s_q, h_q, topk = _check_tensors(q, k_cache, indices, topk_length, bool(is_fp8_kvcache))
     config = FlashMLASchedMeta.Config(b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], bool(causal),
                                       bool(is_fp8_kvcache), topk, None, None)
     _configure(tile_scheduler_metadata, config)
@@ -219,7 +240,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
     if rows == 0:
         return out, lse.transpose(1, 2)
-    meta = _plan_for(D._device_name(q.device), emulator_target, h_q, topk, rows)
+    meta = _plan_for(D._device_name(q.device), emulator_target, h_q, topk, rows,
+                     D.DS_MLA if is_fp8_kvcache else "bf16")
     tile_scheduler_metadata.tile_scheduler_metadata = meta
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
     q, indices = q.contiguous(), indices.contiguous()  # no copy when they are

@@ -4,7 +4,10 @@ The kernels (mla_shape.sparse = 1) take each query row as a request of its own w
 kv_indices holds cache SLOTS (block * page_block_size + offset: the cache is read as
 [slots, 1, 576] whatever its page size); a slot of -1, or at or past the slot count, is masked:
 never read, not attended. A row whose every slot is masked gets o = 0 and lse = -inf from the
-kernels, which the two entries here turn into their peers' +inf. The plan is made with
+kernels, which the two entries here turn into their peers' +inf. A slot given twice in a row is
+attended twice (each entry is a token of the softmax, as FlashMLA's reference). The cache is
+[slots, 576] fp8 / bf16, or FlashMLA's fp8_ds_mla (656-byte entries: metadata made with kv_dtype
+'fp8_ds_mla', bf16 q; the C API's MLA_DTYPE_FP8_DS_MLA). The plan is made with
 kv_len = topk (the index-row width) for every row, so it depends only on (rows, topk, heads,
 dtypes, device): made once per row count, it is replayed by a captured graph with no host work,
 and the indices are read by the kernels on the device only.
@@ -207,9 +210,10 @@ def sparse_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, *, page
     check_metadata(call, metadata)
     topk, request_rows = metadata.topk, metadata.request_rows
     rows = call.tokens
-    if call.kv_indices.shape[0] < rows * topk:
-        raise ValueError(f"kv_indices: {call.kv_indices.shape[0]} entries, but {rows} query rows x topk {topk} = "
-                         f"{rows * topk} (row t at t * topk)")
+    if call.kv_indices.shape[0] != rows * topk:  # longer would be the table of another topk, read wrongly
+        raise ValueError(f"kv_indices: {call.kv_indices.shape[0]} entries, but the sparse metadata was made for topk "
+                         f"{topk}: {rows} query rows x topk {topk} = {rows * topk} (row t at t * topk); a table of "
+                         f"another topk needs metadata made with that topk")
     requests = rows // request_rows
     indptr = check_lengths(kv_indptr, "kv_indptr", requests + 1, call.kv_indices)
     with call.runtime.lock:

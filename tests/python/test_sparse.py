@@ -235,7 +235,8 @@ class TestAiterSparse(SparseCase):
             aiter_call(p, meta, return_lse=True)
         get_mla_metadata(meta, p["qo_indptr"], p["kv_indptr"], p["last"])
         short = dict(p, kv_indices=p["kv_indices"][:100])
-        with self.assertRaisesRegex(ValueError, r"kv_indices: 100 entries, but 2 query rows x topk 64"):
+        with self.assertRaisesRegex(ValueError, r"kv_indices: 100 entries, but the sparse metadata was made for "
+                                                r"topk 64: 2 query rows x topk 64 = 128"):
             aiter_call(short, meta, return_lse=True)
         with self.assertRaisesRegex(ValueError, r"metadata: made for \(q, kv, heads, lse\)"):
             aiter_call(p, meta, return_lse=False)
@@ -369,8 +370,10 @@ class TestFlashMla(SparseCase):
 
         with self.assertRaisesRegex(ValueError, r"indices: None asks for dense FlashMLA.*mla_decode_fwd"):
             call(indices=None)
-        with self.assertRaisesRegex(NotImplementedError, r"is_fp8_kvcache=True: FlashMLA's fp8_ds_mla cache "
-                                                         r"\(656 bytes.*planned"):
+        with self.assertRaisesRegex(ValueError, r"^k_cache: expected \[num_blocks, page_block_size, 1, 656\] "
+                                                r"\(fp8_ds_mla bytes with is_fp8_kvcache=True\), got shape "
+                                                r"\[2, 64, 1, 576\]; a last dimension of 576 is the bf16 cache: "
+                                                r"pass is_fp8_kvcache=False"):
             call(is_fp8_kvcache=True)
         for name, value in (("causal", True), ("num_splits", torch.zeros(2, dtype=torch.int32)),
                             ("attn_sink", torch.zeros(16)), ("extra_k_cache", k_cache),
