@@ -50,7 +50,8 @@ std::vector<BenchShape> seed000_shapes();
 std::vector<BenchShape> mixed_shapes();
 // sparse (issue #43): DSA decode on gfx950, each query row attending to its own 2048 slots of
 // FlashMLA's fp8_ds_mla cache, bf16 q: DeepSeek-V3.2 at TP8 (16 heads; GLM-5 at TP4 has the same 16)
-// and GLM-5 at TP8 (8 heads), at batch 1, 4, 16, 64, 128 and s_q 1 and 2 (rows = batch x s_q).
+// and GLM-5 at TP8 (8 heads), at batch 1, 4, 16, 64, 128 and s_q 1 and 2 (rows = batch x s_q); and
+// aiter's own form (fp8/fp8, 576-byte entries) at 16 heads, batch 1, 16, 64, 128.
 std::vector<BenchShape> sparse_shapes();
 // "gfx950:fp8/fp8:h12:pg128:68435x16" or "...:32768,1000,77" (see mlabench --help).
 BenchShape parse_shape(const std::string& spec);
@@ -431,7 +432,8 @@ struct ShapeResult {
   double lower_bound_s = 0;
   double modeled_tbps = 0;
   // Sparse shapes (docs/sparse.md "Floor"; modeled): the launches as run, one dependent round of
-  // gathers (the slots' indices, then their rows), the merge's rounds and the bytes at the HBM rate.
+  // gathers (the slots' indices, then their rows), the merge's rounds and the bytes every plan moves
+  // (entries, indices, Q, O) at the HBM rate.
   double sparse_floor_s = 0;
   // The layer as the runtime runs it (modeled): its launches are fixed when the plan is made (for
   // graph capture): decode, the prefix kernel's when the selection has one (cascades on, the

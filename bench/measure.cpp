@@ -96,7 +96,8 @@ rt::ProblemParams problem_params(const rt::DecodeShape& s, const std::vector<int
   pp.seed = seed;
   pp.return_lse = s.return_lse;
   pp.shared = shared;
-  pp.sparse = s.sparse;  // rows of kv_lens[b] distinct random slots, none masked
+  pp.sparse = s.sparse;  // rows of kv_lens[b] random slots of their own (no slot shared), none masked
+  pp.sparse_pool = s.sparse ? -1 : 0;
   pp.kv_ds_mla = s.kv_ds_mla;
   return pp;
 }
@@ -606,9 +607,9 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
   r.plan_over_best = r.modeled.total_s / r.brute.best_s;
   r.lower_bound_s = lower_bound_s(m, f, bs.kv_lens);
-  if (s.sparse)  // docs/sparse.md "Floor"
+  if (s.sparse)  // docs/sparse.md "Floor": partials are the plan's choice, not part of it
     r.sparse_floor_s = r.launches_as_run * m.launch_s + 2 * m.trip_s() + reduce_rounds(plan) * m.trip_s() +
-                       (minimum + 2 * r.partial_bytes) / m.hbm_bytes_per_s;
+                       minimum / m.hbm_bytes_per_s;
   if (bs.shared) {
     r.cascade = measure_cascade(bs, r, o);
     BenchShape wide = bs;

@@ -198,7 +198,7 @@ std::string markdown_report(const std::vector<ShapeResult>& r, const std::vector
     s += "\nSparse decode (issue #43), all **modeled**: each query row attends to its own 2048 slots of the fp8_ds_mla "
          "cache; aiter runs the expanded problem (vLLM's ROCm sparse backend: each row a request, page 1, fp8 per-tensor). "
          "Floor (docs/sparse.md): the launches as run, two dependent trips (a slot's index, then its row), the reduce's "
-         "rounds and the bytes (entries, indices, Q, O, partials) at the HBM rate. Bytes: moved / (entries x 656 + "
+         "rounds and the bytes every plan moves (entries, indices, Q, O) at the HBM rate. Bytes: moved / (entries x 656 + "
          "indices + Q + O + partials + tables).\n\n| shape | rows | **modeled** us as run | floor us | as run / floor | aiter "
          "**modeled** us | ours / aiter | bytes moved / needed | launches |\n|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& x : r)

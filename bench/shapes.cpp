@@ -117,6 +117,16 @@ std::vector<BenchShape> sparse_shapes() {
         s.concurrency = batch;
         v.push_back(s);
       }
+  // aiter's own form (vLLM's ROCm backend: fp8 q and 576-byte fp8 entries, per-tensor scales) at
+  // 16 heads: the same bytes per slot as aiter's expanded problem.
+  for (int batch : {1, 16, 64, 128}) {
+    BenchShape s = seed_shape(fmt::format("16 heads fp8/fp8 x{} sq1", batch), "sparse", rt::Target::gfx950,
+                              rt::DType::fp8, rt::DType::fp8, 16, 1);
+    s.shape.sparse = true;
+    s.kv_lens.assign(size_t(batch), 2048);
+    s.concurrency = batch;
+    v.push_back(s);
+  }
   return v;
 }
 

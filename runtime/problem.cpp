@@ -562,7 +562,7 @@ namespace {
 // every row's count, whose slots are distinct.
 int64_t sparse_pool(const ProblemParams& prm, int64_t used, const std::string& where) {
   const int64_t longest = *std::max_element(prm.kv_lens.begin(), prm.kv_lens.end());
-  const int64_t pool = prm.sparse_pool > 0 ? prm.sparse_pool : std::max(longest, used / 2);
+  const int64_t pool = prm.sparse_pool > 0 ? prm.sparse_pool : prm.sparse_pool < 0 ? used : std::max(longest, used / 2);
   if (pool < longest)
     throw ProblemError(fmt::format("{}: sparse_pool = {} slots is fewer than a row's {} distinct slots", where, pool, longest));
   if (!(prm.sparse_masked >= 0.0 && prm.sparse_masked <= 1.0))
@@ -575,17 +575,22 @@ int64_t sparse_pool(const ProblemParams& prm, int64_t used, const std::string& w
 void sparse_rows(Problem& p, const ProblemParams& prm, std::vector<int32_t>& perm, Normal& rng) {
   const int64_t pool = int64_t(perm.size());
   p.kv_indices.clear();
+  size_t first = 0;  // sparse_pool < 0: row b takes the next kv_lens[b] slots of the shuffled pool
   for (size_t b = 0; b < prm.kv_lens.size(); ++b) {
     const int n = prm.kv_lens[b];
-    for (int i = 0; i < n; ++i) std::swap(perm[size_t(i)], perm[size_t(i) + rng.eng() % uint64_t(pool - i)]);
+    if (prm.sparse_pool >= 0) {
+      first = 0;
+      for (int i = 0; i < n; ++i) std::swap(perm[size_t(i)], perm[size_t(i) + rng.eng() % uint64_t(pool - i)]);
+    }
     for (int i = 0; i < n; ++i) {
-      int32_t s = perm[size_t(i)];
+      int32_t s = perm[first + size_t(i)];
       if (double(rng.eng() % 1000000) < prm.sparse_masked * 1e6) {
         const uint64_t kind = rng.eng() % 4;
         s = kind < 2 ? -1 : kind == 2 ? int32_t(pool + int64_t(rng.eng() % 1000)) : INT32_MAX;
       }
       p.kv_indices.push_back(s);
     }
+    first += size_t(n);
   }
 }
 

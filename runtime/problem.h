@@ -138,8 +138,8 @@ struct ProblemParams {
   bool return_lse = false;
   int extra_pages = 0;  // unused pages, so page ids are not simply 0..used-1
   // Sparse (DSA): kv_lens[b] is row b's index count (its top-k); the cache holds sparse_pool slots
-  // (0: half the total index count, so rows share slots); each row's slots are distinct and drawn
-  // at random, and a fraction sparse_masked of its entries, at random positions, are -1 or a slot
+  // (0: half the total index count, so rows share slots; < 0: the index count, every row's slots
+  // its own, as different requests' are); each row's slots are distinct and drawn at random, and a fraction sparse_masked of its entries, at random positions, are -1 or a slot
   // past the cache (half each, some of them INT32_MAX). qseqlen and page_size must be 1.
   bool sparse = false;
   int sparse_pool = 0;

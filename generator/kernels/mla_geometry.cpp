@@ -322,7 +322,9 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.lds_bytes = g.ring * g.slot_bytes + g.q_region_bytes;
   // Two slots staged in the producer's registers when they fit the same 144-VGPR budget: twice
   // the bytes in flight (Little's law asks ~34 KiB per CU on MI300X, ~61 KiB on MI355X).
-  g.stage_slots = 2 * g.slot_tokens * g.kv_row_bytes <= 144 * 256 ? 2 : 1;
+  // fp8_ds_mla stages its 656-byte entries raw (the bf16 rows are made at the LDS write): 82
+  // VGPRs a set at 32 tokens, two sets within the 234 the bf16 consumers take anyway.
+  g.stage_slots = 2 * g.slot_tokens * g.kv_mem_row_bytes <= (s.kv_ds_mla ? 176 : 144) * 256 ? 2 : 1;
   g.workgroup_size = 64 * (1 + g.consumers);
   g.page_id_per_tile = s.page_size >= g.tile_tokens;
   lds_dma_ring(g, s, t);
