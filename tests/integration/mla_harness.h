@@ -2,6 +2,7 @@
 // mlagen's build_catalog -> catalog.json), then runs problems through the runtime's emulator
 // backend and compares with the fp64 reference.
 #pragma once
+#include <catch2/catch.hpp>
 #include <functional>
 #include <unistd.h>
 
@@ -65,6 +66,24 @@ inline E2E run_e2e(const rt::ProblemParams& params, const rt::EmulatorRunOptions
   ref::Reference want = ref::run_reference(e.problem);
   e.cmp = ref::compare(want, e.result.o, e.problem.return_lse ? &e.result.lse : nullptr);
   return e;
+}
+
+// The e2e bounds (test_mla_decode.cpp and test_sparse_decode.cpp): bf16 q d <= 1e-5, max error
+// <= 1e-2 max|ref|, lse within 1e-3; fp8 q d <= 3e-3, max error <= 5e-2 max|ref|. Global bytes read
+// within 1.03x of what the plan needs. fp8 P: lse = m + log(l) with l the sum of the fp8-rounded P
+// that O is normalised by (MlaDecodePlan::sum_rounded_p): the weight that merges this O exactly; it
+// differs from the exact log-sum-exp by the rounding of P, at most log(1 + 2^-4) = 0.0606 (e4m3
+// RNE), so the lse bound is 0.0625 there. A row with no token (o = 0, lse = -inf) compares equal.
+inline void check_accuracy(const E2E& e) {
+  INFO(rt::shape_of(e.problem).describe() << ": " << e.cmp.summary());
+  INFO("traffic: " << e.result.traffic.to_json().dump());
+  CHECK(e.cmp.clean());
+  const bool bf16_q = e.problem.q_dtype == rt::DType::bf16;
+  CHECK(e.cmp.d <= (bf16_q ? 1e-5 : 3e-3));
+  CHECK(e.cmp.max_abs_err <= (bf16_q ? 1e-2 : 5e-2) * e.cmp.max_abs_ref);
+  const bool fp8_p = e.problem.q_dtype == rt::DType::fp8 && e.problem.kv_dtype == rt::DType::fp8;
+  if (e.problem.return_lse) CHECK(e.cmp.lse_max_abs_err <= (bf16_q ? 1e-3 : fp8_p ? 0.0625 : 1e-2));
+  CHECK(e.result.traffic.ratio() <= 1.03);
 }
 
 }  // namespace mla::test
