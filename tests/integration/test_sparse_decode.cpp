@@ -142,3 +142,17 @@ TEST_CASE("sparse e2e: fp8_ds_mla entries, power-of-two and arbitrary scales, bo
         }
       }
 }
+
+// A slot listed twice in a row is two tokens of the softmax (FlashMLA's reference attends each
+// index entry): row 0 repeats one slot 40 times, row 1 lists every slot twice.
+TEST_CASE("sparse e2e: duplicate slots are attended once per entry") {
+  auto edit = [](rt::Problem& p) {
+    for (int32_t i = p.kv_indptr[0]; i < p.kv_indptr[0] + 40; ++i) p.kv_indices[size_t(i)] = p.kv_indices[0];
+    for (int32_t i = p.kv_indptr[1] + 1; i < p.kv_indptr[2]; i += 2) p.kv_indices[size_t(i)] = p.kv_indices[size_t(i - 1)];
+  };
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    auto p = sparse_params(t, rt::DType::bf16, rt::DType::bf16, 16, {100, 130}, 0.0, 17);
+    auto e = test::run_e2e(p, {}, edit);
+    check(e);
+  }
+}
