@@ -768,6 +768,37 @@ std::string read_outcome(const std::vector<uint8_t>& b, mla_status* status) {
 
 }  // namespace
 
+// Sparse shapes (docs/sparse.md): each query row is a request, so qseqlen and page_size are 1;
+// fp8_ds_mla is FlashMLA's sparse cache, read with bf16 q only. Each refusal names its field.
+TEST_CASE("C API: sparse shapes and fp8_ds_mla are refused outside their rules, each named", "[runtime][capi][errors]") {
+  Session s;
+  mla_selection sel;
+  auto sparse = [] {
+    mla_shape sh = shape16();
+    sh.page_size = 1, sh.sparse = 1;
+    return sh;
+  };
+  mla_shape sh = sparse();
+  sh.page_size = 16;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.page_size = 16 with shape.sparse");
+  sh = sparse(), sh.qseqlen = 2;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.qseqlen = 2 with shape.sparse");
+  sh = sparse(), sh.logit_cap = 1;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.logit_cap = 1 with shape.sparse");
+  sh = sparse(), sh.sparse = 2;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.sparse = 2 (allowed: 0, 1)");
+  sh = sparse(), sh.q_dtype = MLA_DTYPE_BF16, sh.kv_dtype = MLA_DTYPE_FP8_DS_MLA, sh.sparse = 0;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "MLA_DTYPE_FP8_DS_MLA needs shape.sparse = 1");
+  sh = sparse(), sh.kv_dtype = MLA_DTYPE_FP8_DS_MLA;  // fp8 q
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.q_dtype = MLA_DTYPE_BF16");
+  sh = sparse(), sh.q_dtype = MLA_DTYPE_FP8_DS_MLA;
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_INVALID_ARGUMENT, "shape.q_dtype = 2 is not a dtype");
+  // A valid sparse shape the test catalog has no kernel for: the closest dense kernel differs in
+  // its attention.
+  sh = sparse();
+  FAILS(mla_select(s.ctx, &sh, 0, &sel), MLA_ERROR_NO_KERNEL, "attention dense (asked sparse)");
+}
+
 TEST_CASE("code objects: libelf and msgpack read the target and kernel arguments and reject hostile bytes",
           "[runtime][codeobject]") {
   const std::vector<uint8_t> good = read_bytes(decode_co(catalog_dir()));
