@@ -441,13 +441,15 @@ AiterSide aiter_side(const BenchShape& s, const std::shared_ptr<const AiterKerne
 
 namespace {
 // The problem aiter runs for a shape: a sparse one expanded as vLLM's ROCm sparse backend does
-// (every query row a request of its 2048 slots, page 1, fp8 q and KV with per-tensor scales;
-// aiter has no fp8_ds_mla kernel), a dense one as it is.
+// (every query row a request of its 2048 slots, page 1, fp8 KV with a per-tensor scale and fp8 q,
+// bf16 q on gfx942 where aiter's only bf16-q code object is; aiter has no fp8_ds_mla kernel), a
+// dense one as it is.
 BenchShape aiter_problem(const BenchShape& s) {
   if (!s.shape.sparse) return s;
   BenchShape e = s;
   e.shape.sparse = e.shape.kv_ds_mla = false;
-  e.shape.q_dtype = e.shape.kv_dtype = rt::DType::fp8;
+  e.shape.kv_dtype = rt::DType::fp8;
+  e.shape.q_dtype = s.shape.target == rt::Target::gfx942 ? rt::DType::bf16 : rt::DType::fp8;
   e.shape.page_size = 1;
   return e;
 }

@@ -162,6 +162,9 @@ struct KernelFacts {
   int max_resident_wgs = 1;           // workgroups a CU can hold (LDS-limited)
   int row_groups = 1;
   double hot_loop_cycles = 0;         // issue cycles per tile per SIMD (co-issue model + ring stall)
+  // The decode producer's issue cycles per tile (its loop on the co-issue model, one wave per
+  // workgroup; 0: not priced). A CU's tiles pass through its resident workgroups' producers.
+  double producer_cycles_per_tile = 0;
   double lds_cycles_per_tile = 0;     // CU LDS clocks per tile (128 B/clk; consumers' reads + producer's write)
   double lds_cycles_per_block = 0;    // of those, one row block's reads (a unit computing fewer blocks saves them)
   double macs_per_block_token = 0;    // prefix kernel: MACs per token per computing row block (MACs fit on NBp)
@@ -185,6 +188,7 @@ struct KernelFacts {
 
 struct ModeledTime {
   double total_s = 0, decode_s = 0, reduce_s = 0, launch_s = 0;
+  bool producer_bound = false;  // the busiest CU's issue is its producers' (decode kernels' producer loop)
   double max_cu_mem_s = 0, max_cu_compute_s = 0, hbm_floor_s = 0;
   double max_cu_phases_s = 0;  // a phased kernel's worst CU: its units' prologues and epilogues
   double per_cu_rate = 0;  // bytes/s one CU streams at (Little's law, port cap)

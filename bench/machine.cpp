@@ -166,7 +166,9 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
       mfma = std::max(wide_sum[c] / 4, wide_most[c] / resident) / m.clock_hz;
       lds = wide_lds[c] / m.clock_hz;
     }
-    const double issue = std::max(mfma, lds);
+    // The producers: one wave per resident workgroup, each on its own SIMD.
+    const double producer = tiles[c] * f.producer_cycles_per_tile / m.clock_hz / std::min(4, resident);
+    const double issue = std::max({mfma, lds, producer});
     // Units on a CU run back to back (resident ones overlap their fill; phased ones add their
     // prologues and epilogues, the fill inside each prologue).
     const double fill = phased ? serial[c] : m.unit_fill_s * std::ceil(double(n[c]) / resident);
@@ -175,13 +177,14 @@ ModeledTime model_time_assigned(const Machine& m, const KernelFacts& f, const st
       worst = tc;
       t.max_cu_mem_s = mem;
       t.max_cu_compute_s = issue;
+      t.producer_bound = producer > std::max(mfma, lds);
       t.max_cu_phases_s = phased ? serial[c] : 0.0;
       t.per_cu_rate = rate;
     }
   }
   t.decode_s = std::max(worst, t.hbm_floor_s);
   if (t.decode_s == t.hbm_floor_s) t.bound = "HBM bandwidth";
-  else if (t.max_cu_compute_s > t.max_cu_mem_s) t.bound = "hot-loop issue";
+  else if (t.max_cu_compute_s > t.max_cu_mem_s) t.bound = t.producer_bound ? "producer issue" : "hot-loop issue";
   else if (t.per_cu_rate < port) t.bound = "bytes in flight (Little)";
   else t.bound = "CU read port";
   t.launch_s = m.launch_s;

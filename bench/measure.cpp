@@ -553,6 +553,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.hot.ring_stall_cycles = gen::modeled_ring_stall_cycles(r.hot, sel.decode.launch.ring, sel.decode.launch.slot_tokens,
                                                            sel.decode.launch.lds_row_bytes);
   f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
+  {  // One producer loop iteration: stage_slots slots of slot_tokens / T tiles each.
+    const gen::HotLoop ph = gen::analyze_hot_loop(text, gen_target(s.target), ".Lproducer_loop_");
+    const int slots = std::max(1, sel.decode.geometry.value("stage_slots", 1));
+    f.producer_cycles_per_tile = ph.coissue_cycles / (slots * double(sel.decode.launch.slot_tokens) / T);
+  }
   const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
   r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
   r.little_per_cu = m.little_bytes_per_cu();

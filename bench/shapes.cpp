@@ -117,6 +117,15 @@ std::vector<BenchShape> sparse_shapes() {
         s.concurrency = batch;
         v.push_back(s);
       }
+  // MI300X: the fp8_ds_mla kernel at 16 heads (its producer dequantises through e4m3fnuz).
+  for (int batch : {1, 16, 64}) {
+    BenchShape s = seed_shape(fmt::format("MI300X V3.2 TP8 x{} sq1", batch), "sparse", rt::Target::gfx942,
+                              rt::DType::bf16, rt::DType::fp8, 16, 1);
+    s.shape.sparse = s.shape.kv_ds_mla = true;
+    s.kv_lens.assign(size_t(batch), 2048);
+    s.concurrency = batch;
+    v.push_back(s);
+  }
   // aiter's own form (vLLM's ROCm backend: fp8 q and 576-byte fp8 entries, per-tensor scales) at
   // 16 heads: the same bytes per slot as aiter's expanded problem.
   for (int batch : {1, 16, 64, 128}) {

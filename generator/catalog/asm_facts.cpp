@@ -93,6 +93,37 @@ nlohmann::json HotLoop::to_json() const {
           {"lds_bytes", lds_bytes}};
 }
 
+// Whether the steady state of `loop` takes a forward branch to `target` (throws for a branch
+// it has no rule for).
+// - The consumer loop (a full tile deep inside a long unit): the masked-tile path and the O
+//   rescale are skipped (".Lskip", ".Lrescaled": taken); a wave always has its tile and, deep
+//   inside the unit, a next one (".Ltile_absent", ".Ltail_plain": not taken); a tile that
+//   released its slot early jumps over the absent tile's barriers (".Lslot_written",
+//   ".Ltile_done", ".Ltail_done": taken). Split PV with the speculative softmax: a full tile
+//   (".Ltile_slow": not taken) whose rows keep their max (".Lsoftmax_rescale": not taken), both
+//   row blocks of the wave's pair with rows (".Lpv_own_only", ".Lpv_partner_only": not taken),
+//   the partner's max kept too (".Lpartner_rescale": not taken); the other paths are out of line.
+// - The decode producer's loop: a full tile of the unit (".Lpartial_tile": not taken; the row
+//   loads then jump over that path, ".Lloaded": taken), a tile that exists (its write's
+//   ".Lskip": not taken) and slots still to come (".Lproducer_done": not taken).
+static bool steady_branch_taken(const std::string& loop, const std::string& target) {
+  auto any = [&](std::initializer_list<const char*> labels) {
+    for (const char* x : labels)
+      if (starts(target, x)) return true;
+    return false;
+  };
+  if (starts(loop, ".Lproducer_loop_")) {
+    if (any({".Lloaded"})) return true;
+    if (any({".Lpartial_tile", ".Lskip", ".Lproducer_done"})) return false;
+    throw std::runtime_error("hot loop: no steady-state rule for the producer loop's branch to " + target);
+  }
+  if (any({".Ltile_absent", ".Ltail_plain", ".Ltile_slow", ".Lsoftmax_rescale", ".Lpv_own_only", ".Lpv_partner_only",
+           ".Lpartner_rescale"}))
+    return false;
+  if (any({".Lskip", ".Lrescaled", ".Lslot_written", ".Ltile_done", ".Ltail_done"})) return true;
+  throw std::runtime_error("hot loop: no steady-state rule for the consumer loop's branch to " + target);
+}
+
 HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std::string& loop) {
   const auto L = lines_of(asm_text);
   auto [begin, end] = find_loop(L, loop);
@@ -103,26 +134,10 @@ HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std
     if (is_label(l)) continue;
     const std::string m = mnemonic(l);
     if (i < end && (starts(m, "s_cbranch") || m == "s_branch")) {
-      // Forward branches inside the loop, as the steady state (a full tile deep inside a long
-      // unit) goes: the masked-tile path and the O rescale are skipped (".Lskip", ".Lrescaled":
-      // taken); a wave always has its tile and, deep inside the unit, a next one (".Ltile_absent",
-      // ".Ltail_plain": not taken); a tile that released its slot early jumps over the absent
-      // tile's barriers (".Lslot_written", ".Ltile_done", ".Ltail_done": taken). Split PV with
-      // the speculative softmax: a full tile (".Ltile_slow": not taken) whose rows keep their
-      // max (".Lsoftmax_rescale": not taken), both row blocks of the wave's pair with rows
-      // (".Lpv_own_only", ".Lpv_partner_only": not taken), the partner's max kept too
-      // (".Lpartner_rescale": not taken); the other paths are out of line.
       // Taken or not, a branch on the steady path takes its issue slot (the issue table's
       // "branch = 4"); the taken ones then continue at their target.
-      std::string target = trim(l.substr(m.size()));
-      const bool not_taken = starts(target, ".Ltile_absent") || starts(target, ".Ltail_plain") ||
-                             starts(target, ".Ltile_slow") || starts(target, ".Lsoftmax_rescale") ||
-                             starts(target, ".Lpv_own_only") || starts(target, ".Lpv_partner_only") ||
-                             starts(target, ".Lpartner_rescale");
-      if (!not_taken && !starts(target, ".Lskip") && !starts(target, ".Lrescaled") &&
-          !starts(target, ".Lslot_written") && !starts(target, ".Ltile_done") && !starts(target, ".Ltail_done"))
-        throw std::runtime_error("hot loop: no steady-state rule for the consumer loop's branch to " + target);
-      if (!not_taken) {
+      const std::string target = trim(l.substr(m.size()));
+      if (steady_branch_taken(loop, target)) {
         size_t j = i + 1;
         while (j < end && L[j] != target + ":") ++j;
         if (j < end) next = j;

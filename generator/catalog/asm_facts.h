@@ -36,7 +36,8 @@ struct HotLoop {
 // (the masked-tile path a full tile branches over). Throws std::runtime_error for a loop it has
 // no steady-state rule for.
 // `loop` names another loop of the same shape (the wide prefix kernel's loops for waves of 1
-// and 2 row blocks, `.Lwide_loop_b1_` / `.Lwide_loop_b2_`).
+// and 2 row blocks, `.Lwide_loop_b1_` / `.Lwide_loop_b2_`), or the decode producer's
+// `.Lproducer_loop_` (one iteration: stage_slots slots of kv_splits tiles each, full tiles).
 HotLoop analyze_hot_loop(const std::string& asm_text, const Target& t, const std::string& loop = ".Lconsumer_loop_");
 
 // A kernel whose waves stream the KV themselves and compute (MlaGeometry::consumer_dma: no
