@@ -315,6 +315,7 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
                                                in.workgroups_per_cu * im->producer_inflight_bytes, im->little_latency_s);
     in.unit_fill = im->unit_fill_s * rate / in.kv_bytes_per_token;
     in.hbm_factor = num_cus * rate / im->hbm_bytes_per_s;
+    in.producer_per_tile = im->producer_cycles_per_tile * rate / im->clock_hz / in.kv_bytes_per_token;
   }
   if (k.prefix) {
     in.prefix_rows_per_group = k.prefix->launch.rows_per_group;

@@ -70,6 +70,14 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
     }
     return out;
   };
+  // Optional (catalogs before 2026-12-06 lack it): a decode kernel's producer issue per tile.
+  const double producer = j.contains("producer_cycles_per_tile") && j.at("producer_cycles_per_tile").is_number()
+                              ? j.at("producer_cycles_per_tile").get<double>()
+                              : 0.0;
+  if (!(producer >= 0) || !std::isfinite(producer))
+    throw CatalogError(fmt::format("{}: kernel {}: issue_model.producer_cycles_per_tile = {} (allowed: a finite number "
+                                   ">= 0)",
+                                   file, kernel, j.at("producer_cycles_per_tile").dump()));
   double prologue = 0, epilogue = 0;
   if (j.contains("phases") && !j.at("phases").is_null()) {
     const json& ph = j.at("phases");
@@ -86,6 +94,7 @@ IssueModel issue_model_of(const json& k, const std::string& file, const std::str
                     .lds_clocks_per_block_tile = field("lds_clocks_per_block_tile"),
                     .lds_clocks_per_tile = field("lds_clocks_per_tile"),
                     .producer_inflight_bytes = field("producer_inflight_bytes"),
+                    .producer_cycles_per_tile = producer,
                     .clock_hz = field("clock_hz"),
                     .little_latency_s = field("little_latency_s"),
                     .cu_port_bytes_per_clk = field("cu_port_bytes_per_clk"),

@@ -32,6 +32,7 @@ struct IssueModel {
   double lds_clocks_per_block_tile = 0;  // the CU's LDS clocks of that wave's reads
   double lds_clocks_per_tile = 0;        // and of the producer's write of the tile
   double producer_inflight_bytes = 0;  // per workgroup, steady state
+  double producer_cycles_per_tile = 0;  // a decode kernel's producer loop per tile (0: not priced)
   double clock_hz = 0, little_latency_s = 0, cu_port_bytes_per_clk = 0, unit_fill_s = 0, hbm_bytes_per_s = 0;
   // One wave's tile with b = 1.. computing row blocks (kernels of several blocks per wave; empty
   // in catalogs written before the wide prefix kernel, which had one block per wave).

@@ -32,10 +32,16 @@ struct LaunchModel {
   int blocks_per_wave = 1;  // > 1: the figures per wave-tile with b = 1..blocks_per_wave blocks
   std::vector<double> wave_tile_issue, wave_tile_lds;
   double prologue_per_row = 0, store_factor = 0;  // a phased kernel (both > 0)
+  // A decode kernel's producer issue per tile (0: not priced): one producer wave per resident
+  // workgroup, each on its own SIMD (fp8_ds_mla's producer dequantises, docs/sparse.md).
+  double producer_per_tile = 0;
 
   // Token-equivalents per tile of a unit of `rows` rows: its consumer waves' issue or the CU's
   // LDS time, whichever is longer (0: not modeled).
   double tile_issue(int rows) const {
+    return std::max(consumer_issue(rows), producer_per_tile / std::min(4, resident));
+  }
+  double consumer_issue(int rows) const {
     const int blocks = (rows + 15) / 16;
     if (blocks_per_wave > 1 && !wave_tile_issue.empty()) {
       double sum = 0, most = 0, lds = lds_per_tile;

@@ -40,6 +40,7 @@ void check_inputs(const PlanInputs& in) {
     fail(fmt::format("prefix_partial_o_bytes = {} (allowed: 2 for bf16 partials, 4 for f32)", in.prefix_partial_o_bytes));
   for (auto [name, v] : {std::pair<const char*, double>{"unit_fill", in.unit_fill},
                          {"hbm_factor", in.hbm_factor},
+                         {"producer_per_tile", in.producer_per_tile},
                          {"prefix_issue_per_block_tile", in.prefix_issue_per_block_tile},
                          {"prefix_lds_per_block_tile", in.prefix_lds_per_block_tile},
                          {"prefix_lds_per_tile", in.prefix_lds_per_tile},
@@ -311,10 +312,12 @@ void decode_model(const PlanInputs& in, LaunchModel& m) {
   m.issue_per_block_tile = m.lds_per_block_tile = m.lds_per_tile = m.prologue_per_row = m.store_factor = 0;
   m.blocks_per_wave = 1;
   m.wave_tile_issue.clear(), m.wave_tile_lds.clear();
+  m.producer_per_tile = in.producer_per_tile;
 }
 void prefix_model(const PlanInputs& in, LaunchModel& m) {
   decode_model(in, m);
   m.resident = in.prefix_workgroups_per_cu;
+  m.producer_per_tile = 0;
   m.partial_row_bytes = 512.0 * in.prefix_partial_o_bytes + 4;
   m.unit_fill = in.prefix_unit_fill, m.hbm_factor = in.prefix_hbm_factor;
   m.issue_per_block_tile = in.prefix_issue_per_block_tile;

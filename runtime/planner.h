@@ -81,6 +81,9 @@ struct PlanInputs {
   // The decode launch's cost model (cost_model.h, token-equivalents at its CUs' modeled rate):
   // a unit's fill and the HBM floor's factor. Both 0: tokens and partial bytes only.
   double unit_fill = 0, hbm_factor = 0;
+  // Its producer's issue per tile (catalog.json issue_model.producer_cycles_per_tile; 0: not
+  // priced): binds where the producer dequantises (fp8_ds_mla, docs/sparse.md).
+  double producer_per_tile = 0;
   int q_row_bytes = 0;  // a Q row's bytes (576 x q element bytes): every unit reads its rows' Q
   // Requests sharing a prefix (detected or caller-given, docs/shared-prefix.md), and the prefix
   // kernel's row group size: 0 = the catalog has no prefix kernel for this shape: no cascades.

@@ -334,6 +334,11 @@ nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, co
           {"wave_tile_cycles", cycles},
           {"wave_tile_lds_clocks", lds},
           {"producer_inflight_bytes", producer_inflight_bytes(asm_text, shape.consumer_dma_waves)},
+          {"producer_cycles_per_tile",
+           shape.producer_stage_slots > 0
+               ? analyze_hot_loop(asm_text, t, ".Lproducer_loop_").coissue_cycles /
+                     (shape.producer_stage_slots * double(shape.slot_tokens) / shape.tile_tokens)
+               : 0.0},
           {"phases", shape.consumer_dma_waves > 0 ? kernel_phases_inflight(asm_text, shape.consumer_dma_waves).to_json()
                                                    : nlohmann::json(nullptr)},
           {"clock_hz", m.clock_hz},

@@ -86,6 +86,9 @@ struct IssueModelShape {
   int ring = 0, slot_tokens = 0, tile_tokens = 0, lds_row_bytes = 0;
   int blocks_per_wave = 1;
   int consumer_dma_waves = 0;  // waves that stream the KV (no producer loop), 0 with producers
+  // A decode kernel's register-staging producer: its loop's cycles per tile (stage_slots slots of
+  // slot_tokens / tile_tokens tiles an iteration) go into producer_cycles_per_tile; 0: not priced.
+  int producer_stage_slots = 0;
 };
 nlohmann::json issue_model_json(const std::string& asm_text, const Target& t, const IssueModelShape& shape);
 

@@ -92,7 +92,8 @@ json kernel_entry(const CompiledKernel& k, const std::string& co_name, const std
         k.asm_text, *k.program.target,
         IssueModelShape{.ring = g.ring, .slot_tokens = g.slot_tokens, .tile_tokens = g.tile_tokens,
                         .lds_row_bytes = g.lds_row_bytes, .blocks_per_wave = g.blocks_per_wave,
-                        .consumer_dma_waves = g.consumer_dma ? g.consumers : 0});
+                        .consumer_dma_waves = g.consumer_dma ? g.consumers : 0,
+                        .producer_stage_slots = g.prefix ? 0 : g.stage_slots});
   }
   const Occupancy occ = occupancy(*k.program.target, r.agprs ? int(r.accum_offset + r.agprs) : int(r.vgprs),
                                   r.lds_bytes, int(k.program.abi.max_workgroup_size));
