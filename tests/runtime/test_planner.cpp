@@ -1388,3 +1388,27 @@ TEST_CASE("planner inputs: the runtime's workspace holds K3's cascade", "[planne
     CHECK(size_t(p.num_partials) <= ws.max_partials);
   }
 }
+
+// A decode kernel's producer issue (cost_model.h producer_per_tile; fp8_ds_mla's dequantising
+// producer, docs/sparse.md): where it binds, a unit's cost is its tiles' issue, the HBM floor no
+// longer lets CUs idle, and the plan spreads the tiles over every CU; below the tile's token time
+// it changes nothing (the dense kernels' producers).
+TEST_CASE("planner: a binding producer spreads the work over every CU; one below the tile time changes nothing",
+          "[planner]") {
+  rt::PlanInputs in = inputs(std::vector<int>(64, 2048), 16, 304);
+  in.unit_fill = 40, in.hbm_factor = 1.5;  // the HBM floor binds first: fewer CUs get work
+  const rt::Plan memory = rt::plan_decode(in);
+  check_plan(in, memory);
+  CHECK(memory.cus_used < 304);
+  in.producer_per_tile = 0.5 * in.tile_tokens;  // below a tile's token time: the same plan
+  const rt::Plan cheap = rt::plan_decode(in);
+  CHECK(cheap.unit_ranges == memory.unit_ranges);
+  CHECK(cheap.cu_tokens == memory.cu_tokens);
+  in.producer_per_tile = 4.0 * in.tile_tokens;  // 4x a tile's token time: issue-bound
+  const rt::Plan bound = rt::plan_decode(in);
+  check_plan(in, bound);
+  INFO(bound.to_json().dump());
+  CHECK(bound.cus_used >= 300);
+  in.producer_per_tile = -1;
+  CHECK_THROWS_WITH(rt::plan_decode(in), Catch::Contains("producer_per_tile = -1 (allowed: a finite number >= 0)"));
+}
