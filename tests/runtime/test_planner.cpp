@@ -1393,7 +1393,7 @@ TEST_CASE("planner inputs: the runtime's workspace holds K3's cascade", "[planne
 // producer, docs/sparse.md): where it binds, a unit's cost is its tiles' issue, the HBM floor no
 // longer lets CUs idle, and the plan spreads the tiles over every CU; below the tile's token time
 // it changes nothing (the dense kernels' producers).
-TEST_CASE("planner: a binding producer spreads the work over every CU; one below the tile time changes nothing",
+TEST_CASE("planner: a binding producer spreads the work over every CU, one below the tile time changes nothing",
           "[planner]") {
   rt::PlanInputs in = inputs(std::vector<int>(64, 2048), 16, 304);
   in.unit_fill = 40, in.hbm_factor = 1.5;  // the HBM floor binds first: fewer CUs get work
