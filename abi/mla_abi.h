@@ -226,6 +226,35 @@ inline constexpr KernargField kMergeArgs[] = {
     {"reserved", false, "uint32_t", merge_args::reserved, 4},
 };
 
+// The DSA indexer's logits (dsa_indexer_logits_*, docs/sparse.md "The indexer"): DeepGEMM's
+// fp8_paged_mqa_logits. Grid (ceil(max_context_len / chunk_tokens), batch): workgroup (c, b)
+// scores tokens [c * chunk_tokens, (c + 1) * chunk_tokens) of request b for its next_n rows.
+namespace indexer_args {
+inline constexpr uint32_t logits = 0x00, q = 0x08, kv_cache = 0x10, weights = 0x18, context_lens = 0x20,
+                          block_table = 0x28, block_table_stride = 0x30, logits_stride = 0x34, chunk_tokens = 0x38,
+                          max_context_len = 0x3c, num_blocks = 0x40, reserved = 0x44, size = 0x48;
+}
+inline constexpr KernargField kIndexerArgs[] = {
+    {"logits", true, "float*", indexer_args::logits, 8},
+    {"q", true, "const uint8_t*", indexer_args::q, 8},
+    {"kv_cache", true, "const uint8_t*", indexer_args::kv_cache, 8},
+    {"weights", true, "const float*", indexer_args::weights, 8},
+    {"context_lens", true, "const int32_t*", indexer_args::context_lens, 8},
+    {"block_table", true, "const int32_t*", indexer_args::block_table, 8},
+    {"block_table_stride", false, "uint32_t", indexer_args::block_table_stride, 4},
+    {"logits_stride", false, "uint32_t", indexer_args::logits_stride, 4},
+    {"chunk_tokens", false, "uint32_t", indexer_args::chunk_tokens, 4},
+    {"max_context_len", false, "uint32_t", indexer_args::max_context_len, 4},
+    {"num_blocks", false, "uint32_t", indexer_args::num_blocks, 4},
+    {"reserved", false, "uint32_t", indexer_args::reserved, 4},
+};
+// DeepGEMM's indexer cache: a block of block_size tokens holds block_size x 128 fp8 values, then
+// block_size f32 scales (not a scale after each token).
+inline constexpr int kIndexerDim = 128, kIndexerTokenBytes = 132;
+// Tokens a workgroup scores per loop iteration (one 32-column MFMA tile); chunk_tokens is a
+// multiple of it.
+inline constexpr int kIndexerTileTokens = 32;
+
 // Each table is dense, in offset order, and ends at its size.
 template <size_t N>
 constexpr bool dense(const KernargField (&t)[N], uint32_t size) {
@@ -239,5 +268,6 @@ constexpr bool dense(const KernargField (&t)[N], uint32_t size) {
 static_assert(dense(kDecodeArgs, decode_args::size), "decode kernargs are dense");
 static_assert(dense(kReduceArgs, reduce_args::size), "reduce kernargs are dense");
 static_assert(dense(kMergeArgs, merge_args::size), "merge kernargs are dense");
+static_assert(dense(kIndexerArgs, indexer_args::size), "indexer kernargs are dense");
 
 }  // namespace mla::abi

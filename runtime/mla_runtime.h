@@ -375,6 +375,31 @@ typedef struct mla_merge_args {
 } mla_merge_args;
 mla_status mla_merge_attn_states(mla_context* ctx, const mla_merge_args* args, void* stream);
 
+/* ---- the DSA indexer's logits (DeepGEMM's fp8_paged_mqa_logits) --------------------------- */
+
+/* DeepSeek Sparse Attention's lightning indexer (docs/sparse.md "The indexer"): for request b,
+ * query row i < next_n and token t < min(context_lens[b], max_context_len),
+ *   logits[b * next_n + i][t] = k_scale[t] * sum_h max(0, q[b, i, h, :] . k[t, :]) * weights[b * next_n + i][h]
+ * in f32 (fp8 products, f32 sums). Nothing is written at or past that end (DeepGEMM's
+ * clean_logits=False); a token whose block id is not in 0..num_blocks-1 is never read and gets
+ * -inf. Runs the catalog's dsa_indexer_logits_fp8_h<heads>_nn<next_n>_pg<block_size> kernel; the
+ * grid depends on batch and max_context_len only (graph-ready: lengths and blocks are read on
+ * the device). */
+typedef struct mla_indexer_logits_args {
+  uint64_t logits;        /* [batch * next_n, logits_stride] f32 */
+  uint64_t q;             /* [batch, next_n, heads, 128] fp8 (e4m3fnuz on gfx942, e4m3fn on gfx950) */
+  uint64_t kv_cache;      /* [num_blocks] blocks of block_size tokens: block_size x 128 fp8, then block_size f32 */
+  uint64_t weights;       /* [batch * next_n, heads] f32 */
+  uint64_t context_lens;  /* [batch] int32 */
+  uint64_t block_table;   /* [batch, block_table_stride] int32 block ids */
+  int batch, next_n, heads, block_size;
+  int block_table_stride; /* >= ceil(max_context_len / block_size) */
+  int max_context_len;    /* columns written at most */
+  int64_t logits_stride;  /* elements, >= max_context_len */
+  int64_t num_blocks;     /* blocks in kv_cache */
+} mla_indexer_logits_args;
+mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* args, void* stream);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

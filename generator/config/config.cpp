@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/dsa_indexer.h"
 #include "kernels/mla_geometry.h"
 
 namespace mla::gen {
@@ -20,6 +21,10 @@ using json = nlohmann::json;
 // rows past heads * qseqlen in the last 16-row block are range-checked to zero and never stored).
 constexpr int kMaxHeads = 128, kMaxQseqlen = 8;
 const std::vector<int> kPageSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+// The indexer: MTP rows per request (DeepGEMM's next_n), the cache's block sizes (DeepGEMM's 64,
+// vLLM ROCm's 1, and between).
+constexpr int kMaxIndexerNextN = 4;
+const std::vector<int> kIndexerBlockSizes = {1, 2, 4, 8, 16, 32, 64};
 
 [[noreturn]] void fail(const std::string& path, const std::string& field, const std::string& what) {
   throw ConfigError(fmt::format("{}: {}: {}", path, field, what));
@@ -81,9 +86,40 @@ void check_keys(const json& obj, const std::string& path, const std::string& whe
 }
 
 const std::map<std::string, KernelKind> kKinds = {{"mla_decode", KernelKind::MlaDecode},
+                                                  {"dsa_indexer_logits", KernelKind::DsaIndexerLogits},
                                                   {"vector_copy", KernelKind::VectorCopy},
                                                   {"fp8_dequant", KernelKind::Fp8Dequant},
                                                   {"mfma_tile", KernelKind::MfmaTile}};
+
+// The DSA indexer's logits kernels: heads x next_n x block_size. Every query row of a request
+// (next_n of them, each round_up(heads, 8) rows in the MFMA's view) stays in registers.
+std::vector<KernelSpec> expand_indexer(const json& e, const std::string& path, const std::string& where,
+                                       std::vector<KernelSpec> out) {
+  if (!e.contains("heads")) fail(path, where + ".heads", "missing (the indexer's query heads, 1..128)");
+  auto cross = [&](const char* key, const json& dflt, auto&& set) {
+    std::vector<KernelSpec> next;
+    for (const KernelSpec& s : out)
+      for (const auto& x : as_list(e.contains(key) ? e[key] : dflt, path, where + "." + key)) {
+        KernelSpec t = s;
+        set(t, x, where + "." + key);
+        next.push_back(std::move(t));
+      }
+    out = std::move(next);
+  };
+  cross("heads", json(), [&](KernelSpec& t, const json& x, const std::string& f) { t.heads = as_int_in(x, path, f, 1, kMaxHeads); });
+  cross("next_n", json(1), [&](KernelSpec& t, const json& x, const std::string& f) {
+    t.next_n = as_int_in(x, path, f, 1, kMaxIndexerNextN);
+  });
+  cross("block_size", json(64), [&](KernelSpec& t, const json& x, const std::string& f) {
+    t.page_size = as_int(x, path, f, kIndexerBlockSizes);
+  });
+  for (const KernelSpec& t : out)
+    if (indexer_rows(t) > kMaxIndexerRows)
+      fail(path, where,
+           fmt::format("heads {} x next_n {} is {} query rows (heads rounded up to 8); at most {} stay in registers",
+                       t.heads, t.next_n, indexer_rows(t), kMaxIndexerRows));
+  return out;
+}
 
 std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, const std::string& where,
                                      const std::string& deployment) {
@@ -93,7 +129,10 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
   KernelKind kind = KernelKind::MlaDecode;
   if (e.contains("kind")) kind = kKinds.at(as_string(e["kind"], path, where + ".kind", kind_names));
   const bool mla = kind == KernelKind::MlaDecode;
-  if (mla)
+  const bool indexer = kind == KernelKind::DsaIndexerLogits;
+  if (indexer)
+    check_keys(e, path, where, {"kind", "target", "heads", "next_n", "block_size"});
+  else if (mla)
     check_keys(e, path, where,
                {"kind", "target", "heads", "q_dtype", "kv_dtype", "qseqlen", "page_size", "return_lse", "logit_cap",
                 "attention"});
@@ -114,6 +153,7 @@ std::vector<KernelSpec> expand_entry(const json& e, const std::string& path, con
     base.arch = a;
     out.push_back(base);
   }
+  if (indexer) return expand_indexer(e, path, where, std::move(out));
   if (!mla) return out;
   // Every field takes a scalar or a list; the kernels are the cross product (README).
   // Sparse attention (DSA): each query row reads its own row of cache slots, so the kernel has

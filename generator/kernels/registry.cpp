@@ -16,6 +16,7 @@ Program build_program(const KernelSpec& spec) {
     case KernelKind::MlaPrefix: build_mla_decode(p, spec); break;
     case KernelKind::MlaReduce: build_mla_reduce(p, spec); break;
     case KernelKind::MlaMerge: build_mla_merge(p); break;
+    case KernelKind::DsaIndexerLogits: build_dsa_indexer_logits(p, spec); break;
   }
   return p;
 }

@@ -19,5 +19,6 @@ void build_mfma_tile(Program& p);
 void build_mla_decode(Program& p, const KernelSpec& spec);
 void build_mla_reduce(Program& p, const KernelSpec& spec);
 void build_mla_merge(Program& p);
+void build_dsa_indexer_logits(Program& p, const KernelSpec& spec);
 
 }  // namespace mla::gen

@@ -15,6 +15,7 @@ enum class KernelKind {
   MlaReduce,     // merge of split partials (builder: issue #4)
   MlaPrefix,     // a prefix group's rows over its shared prefix (issue #13; the decode builder)
   MlaMerge,      // merge_attn_states: two (o, lse) of the same rows into one (issue #14)
+  DsaIndexerLogits,  // the DSA indexer's paged fp8 MQA logits (DeepGEMM's fp8_paged_mqa_logits, issue #44)
   VectorCopy,    // pipeline kernel: grid-stride dword copy through buffer resources
   Fp8Dequant,    // pipeline kernel: fp8 (target format) -> f32 times a scale
   MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B
@@ -47,6 +48,9 @@ struct KernelSpec {
   // Prefix kernels: rows per workgroup when not the default (48 or 96): 192 is the wide kernel
   // (mla_prefix_wide.cpp), implied beside the default one where it fits (mla_geometry.h).
   int prefix_rows = 0;
+  // DSA indexer logits: query rows per request (MTP) scored by one read of each cached token; the
+  // cache's block size is page_size, heads the indexer's heads (head dim abi::kIndexerDim).
+  int next_n = 1;
   // Where it came from, for messages and the catalog.
   std::string source_config;
   std::string deployment;
@@ -58,7 +62,7 @@ struct KernelSpec {
   // Built by the decode builder: decode, or prefix (mla_decode.cpp).
   bool is_attention() const { return kind == KernelKind::MlaDecode || kind == KernelKind::MlaPrefix; }
   // e.g. mla_decode_fp8fp8_h12_qs1_pg128, mla_decode_bf16fp8_h16_qs1_pg1_lse, mla_decode_fp8fp8_h16_sparse,
-  //      mla_prefix_fp8fp8_h12_qs1_pg128, pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
+  //      mla_prefix_fp8fp8_h12_qs1_pg128, dsa_indexer_logits_fp8_h64_nn2_pg64, pipe_vector_copy, pipe_fp8_dequant_f32, pipe_mfma_16x16x32_fp8
   std::string name() const;
   nlohmann::json to_json() const;
 };

@@ -1,0 +1,16 @@
+// The DSA indexer's kernels (docs/sparse.md "The indexer"): shape facts shared by the config
+// checks and the builders.
+#pragma once
+#include "spec/kernel_spec.h"
+
+namespace mla::gen {
+
+// The logits kernel keeps every query row of its request in registers as MFMA A operands
+// (16 VGPRs per 32 rows) beside their weights (as many again): 256 rows is 256 VGPRs of them.
+inline constexpr int kMaxIndexerRows = 256;
+// Heads rounded up to 8: each group of 8 rows a lane's 32x32 MFMA result holds then belongs to
+// one query row, so which row a result register adds into is known when the kernel is built.
+inline int indexer_padded_heads(const KernelSpec& s) { return (s.heads + 7) / 8 * 8; }
+inline int indexer_rows(const KernelSpec& s) { return s.next_n * indexer_padded_heads(s); }
+
+}  // namespace mla::gen

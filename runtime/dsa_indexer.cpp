@@ -1,0 +1,106 @@
+// The DSA indexer's C API (mla_indexer_logits): argument checks, the catalog kernel of the
+// shape, its chunk size and its one launch.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "abi/mla_abi.h"
+#include "runtime/backend.h"
+#include "runtime/catalog.h"
+#include "runtime/dsa_indexer.h"
+#include "runtime/mla_capi_internal.h"
+#include "runtime/mla_runtime.h"
+
+namespace mla::rt {
+
+namespace {
+// Below this many tokens per workgroup its query rows (next_n x heads x 128 bytes, read once per
+// workgroup) cost more than ~1/8 of its KV bytes at 64 heads x 2 rows: the fewest tokens a chunk has.
+constexpr int kMinChunkTokens = 512;
+}  // namespace
+
+int indexer_chunk_tokens(int batch, int max_context_len, int num_cus, int resident_per_cu) {
+  const int tile = abi::kIndexerTileTokens;
+  // One round of workgroups over the device at full residency, then at least kMinChunkTokens.
+  const int64_t slots = int64_t(std::max(1, num_cus)) * std::max(1, resident_per_cu);
+  const int64_t tiles = (int64_t(max_context_len) + tile - 1) / tile;
+  const int64_t per_wg = (int64_t(batch) * tiles + slots - 1) / slots;
+  const int64_t chunk = std::max<int64_t>(per_wg * tile, kMinChunkTokens);
+  return int(std::min<int64_t>(chunk, tiles * tile));
+}
+
+DecodeOp indexer_logits_op(const CatalogKernel& kernel, const mla_indexer_logits_args& a, int chunk_tokens) {
+  KernargPacker mk(kernel);
+  mk.ptr("logits", a.logits).ptr("q", a.q).ptr("kv_cache", a.kv_cache).ptr("weights", a.weights);
+  mk.ptr("context_lens", a.context_lens).ptr("block_table", a.block_table);
+  mk.u32("block_table_stride", uint32_t(a.block_table_stride)).u32("logits_stride", uint32_t(a.logits_stride));
+  mk.u32("chunk_tokens", uint32_t(chunk_tokens)).u32("max_context_len", uint32_t(a.max_context_len));
+  mk.u32("num_blocks", uint32_t(a.num_blocks)).u32("reserved", 0);
+  DecodeOp op;
+  op.kind = DecodeOp::Launch;
+  op.kernel = &kernel;
+  op.grid = {unsigned((a.max_context_len + chunk_tokens - 1) / chunk_tokens), unsigned(a.batch), 1};
+  op.block = {unsigned(kernel.workgroup_size), 1, 1};
+  op.kernarg = mk.finish();
+  op.what = "indexer_logits";
+  return op;
+}
+
+const CatalogKernel& indexer_logits_kernel(const Catalog& cat, Target target, int heads, int next_n, int block_size) {
+  const std::string t(name(target));
+  for (const auto& c : cat.kernels())
+    if (c.kind == "dsa_indexer_logits" && c.target == t && c.shape.value("heads", 0) == heads &&
+        c.shape.value("next_n", 0) == next_n && c.shape.value("block_size", 0) == block_size)
+      return c;
+  throw RtError(MLA_ERROR_NO_KERNEL,
+                fmt::format("{}: no dsa_indexer_logits_fp8_h{}_nn{}_pg{} kernel for {} (add an entry "
+                            "{{\"kind\": \"dsa_indexer_logits\", \"heads\": {}, \"next_n\": {}, \"block_size\": {}}} "
+                            "to a config and rebuild the catalog)",
+                            cat.dir(), heads, next_n, block_size, t, heads, next_n, block_size));
+}
+
+}  // namespace mla::rt
+
+namespace {
+
+void check_indexer_args(const mla_indexer_logits_args* a) {
+  using mla::rt::capi::bad;  // MLA_ERROR_INVALID_ARGUMENT
+  for (auto [ptr, field] : {std::pair{a->logits, "logits"}, {a->q, "q"}, {a->kv_cache, "kv_cache"},
+                            {a->weights, "weights"}, {a->context_lens, "context_lens"},
+                            {a->block_table, "block_table"}})
+    if (!ptr) bad(fmt::format("args.{} is a null device pointer", field));
+  if (a->batch < 1 || a->batch > 65535) bad(fmt::format("args.batch = {} (allowed: 1..65535)", a->batch));
+  if (a->next_n < 1 || a->next_n > 4) bad(fmt::format("args.next_n = {} (allowed: 1..4)", a->next_n));
+  if (a->heads < 1 || a->heads > 128) bad(fmt::format("args.heads = {} (allowed: 1..128)", a->heads));
+  if (a->block_size < 1 || a->block_size > 64 || (a->block_size & (a->block_size - 1)))
+    bad(fmt::format("args.block_size = {} (allowed: 1, 2, 4, .., 64)", a->block_size));
+  if (a->max_context_len < 1) bad(fmt::format("args.max_context_len = {} (allowed: >= 1)", a->max_context_len));
+  const int64_t blocks_needed = (int64_t(a->max_context_len) + a->block_size - 1) / a->block_size;
+  if (a->block_table_stride < blocks_needed)
+    bad(fmt::format("args.block_table_stride = {} < ceil(max_context_len / block_size) = {}", a->block_table_stride,
+                    blocks_needed));
+  if (a->logits_stride < a->max_context_len || a->logits_stride > (int64_t(1) << 30))
+    bad(fmt::format("args.logits_stride = {} (allowed: max_context_len = {} .. 2^30)", a->logits_stride,
+                    a->max_context_len));
+  if (a->num_blocks < 1 || a->num_blocks > INT32_MAX)
+    bad(fmt::format("args.num_blocks = {} (allowed: 1..2^31-1)", a->num_blocks));
+}
+
+}  // namespace
+
+extern "C" mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* args, void* stream) {
+  using namespace mla::rt::capi;
+  return guard([&] {
+    need(ctx, "ctx");
+    need(args, "args");
+    check_indexer_args(args);
+    const auto& k = mla::rt::indexer_logits_kernel(ctx->cat, device_target(ctx), args->heads, args->next_n,
+                                                   args->block_size);
+    ctx->dev->be->ensure_module(k);
+    const int chunk = mla::rt::indexer_chunk_tokens(args->batch, args->max_context_len, ctx->planned_cus(),
+                                                    k.resident_workgroups_per_cu);
+    ctx->dev->be->run({mla::rt::indexer_logits_op(k, *args, chunk)}, stream);
+  });
+}

@@ -1,0 +1,244 @@
+// The DSA indexer's logits kernels end to end: config -> catalog -> C API (mla_indexer_logits) ->
+// the emulator under its strict checks, against the fp64 reference (tests/reference).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "catalog/catalog.h"
+#include "config/config.h"
+#include "reference/dsa_indexer_reference.h"
+#include "runtime/dsa_indexer.h"
+#include "runtime/mla_runtime.h"
+
+using namespace mla;
+
+namespace {
+
+#define OK(call) REQUIRE((call) == MLA_SUCCESS)
+
+struct Shape {
+  int heads, next_n, block_size;
+  bool operator<(const Shape& o) const {
+    return std::tie(heads, next_n, block_size) < std::tie(o.heads, o.next_n, o.block_size);
+  }
+};
+
+// One catalog per target with every shape the tests use, built once per process.
+const std::string& catalog_dir(rt::Target t) {
+  static std::map<rt::Target, std::string> dirs;
+  if (auto it = dirs.find(t); it != dirs.end()) return it->second;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("mla-indexer-{}-{}", getpid(), rt::name(t))).string();
+  std::filesystem::remove_all(dir);
+  const std::string cfg = fmt::format(
+      R"({{"deployment": "indexer e2e", "kernels": [
+        {{"kind": "dsa_indexer_logits", "target": "{0}", "heads": [64, 32], "next_n": [1, 2, 4], "block_size": [1, 64]}},
+        {{"kind": "dsa_indexer_logits", "target": "{0}", "heads": 12, "next_n": 3, "block_size": 16}},
+        {{"kind": "dsa_indexer_logits", "target": "{0}", "heads": 5, "next_n": 1, "block_size": 2}}]}})",
+      rt::name(t));
+  gen::BuildOptions opts;
+  opts.out_dir = dir;
+  opts.jobs = 2;
+  gen::build_catalog({gen::parse_config(cfg, "indexer-e2e.json")}, opts);
+  return dirs.emplace(t, dir).first->second;
+}
+
+struct Session {
+  mla_device* dev = nullptr;
+  mla_context* ctx = nullptr;
+  explicit Session(rt::Target t) {
+    OK(mla_device_open(MLA_BACKEND_EMULATOR, 0, std::string(rt::name(t)).c_str(), &dev));
+    OK(mla_context_create(dev, catalog_dir(t).c_str(), &ctx));
+  }
+  ~Session() {
+    mla_context_destroy(ctx);
+    mla_device_close(dev);
+  }
+  template <class T>
+  uint64_t upload(const std::vector<T>& v) {
+    uint64_t p = 0;
+    OK(mla_malloc(dev, std::max<size_t>(1, v.size()) * sizeof(T), &p));
+    if (!v.empty()) OK(mla_memcpy_h2d(dev, p, v.data(), v.size() * sizeof(T)));
+    return p;
+  }
+};
+
+constexpr uint32_t kPoison = 0x7fc0dead;  // a NaN no kernel computes
+
+struct Run {
+  std::vector<float> logits;  // [batch * next_n][stride]
+  int64_t stride = 0;
+};
+
+Run run_logits(Session& s, const ref::IndexerProblem& p, int64_t extra_stride = 3) {
+  Run r;
+  r.stride = p.max_context_len + extra_stride;
+  const size_t n = size_t(p.batch) * size_t(p.next_n) * size_t(r.stride);
+  std::vector<uint32_t> poison(n, kPoison);
+  mla_indexer_logits_args a{};
+  a.logits = s.upload(poison);
+  a.q = s.upload(p.q);
+  a.kv_cache = s.upload(p.kv_cache);
+  a.weights = s.upload(p.weights);
+  a.context_lens = s.upload(p.context_lens);
+  a.block_table = s.upload(p.block_table);
+  a.batch = p.batch;
+  a.next_n = p.next_n;
+  a.heads = p.heads;
+  a.block_size = p.block_size;
+  a.block_table_stride = p.block_table_stride;
+  a.max_context_len = p.max_context_len;
+  a.logits_stride = r.stride;
+  a.num_blocks = p.num_blocks;
+  OK(mla_indexer_logits(s.ctx, &a, nullptr));
+  OK(mla_stream_synchronize(s.dev, nullptr));
+  r.logits.resize(n);
+  OK(mla_memcpy_d2h(s.dev, r.logits.data(), a.logits, n * sizeof(float)));
+  return r;
+}
+
+// Every logit before a row's end within 1e-5 of max|ref| of its row (the issue's bound); every
+// position past it untouched.
+void check_logits(const ref::IndexerProblem& p, const Run& r, const std::set<std::pair<int, int>>& minus_inf = {}) {
+  const std::vector<double> want = ref::indexer_logits_reference(p);
+  for (int row = 0; row < p.batch * p.next_n; ++row) {
+    const int b = row / p.next_n, len = std::min(p.context_lens[size_t(b)], p.max_context_len);
+    double amax = 0;
+    for (int t = 0; t < len; ++t)
+      if (!minus_inf.count({b, t})) amax = std::max(amax, std::fabs(want[size_t(row) * p.max_context_len + t]));
+    for (int t = 0; t < r.stride; ++t) {
+      const float got = r.logits[size_t(row) * size_t(r.stride) + size_t(t)];
+      INFO(fmt::format("row {} (request {}, query {}) token {} of {}", row, b, row % p.next_n, t, len));
+      if (t >= len) {
+        uint32_t bits;
+        std::memcpy(&bits, &got, 4);
+        REQUIRE(bits == kPoison);
+      } else if (minus_inf.count({b, t})) {
+        REQUIRE((std::isinf(got) && got < 0));
+      } else {
+        const double w = want[size_t(row) * p.max_context_len + t];
+        REQUIRE(std::fabs(double(got) - w) <= 1e-5 * amax + 1e-30);
+      }
+    }
+  }
+}
+
+struct Case {
+  int heads, next_n, block_size;
+  std::vector<int> lens;
+};
+// Heads 64 / 32 (DeepSeek-V3.2, GLM-5) at block sizes 64 and 1, MTP rows 1-4; a head count that
+// is no multiple of 4 or 8 (padding rows and weights); lengths at tile, block and chunk edges
+// (512-token chunks: 1500 spans three workgroups), 1 token, and an empty request.
+const Case kCases[] = {
+    {64, 1, 64, {1500, 37, 64, 0}}, {64, 2, 1, {200, 33, 1}},  {32, 4, 64, {129, 96}},
+    {32, 1, 1, {513, 31}},          {12, 3, 16, {100, 17}},   {5, 1, 2, {65, 2, 40}},
+    {64, 4, 1, {70}},               {32, 2, 64, {640, 32}},
+};
+
+void run_case(rt::Target t, int i) {
+  const Case& c = kCases[i];
+  ref::IndexerParams pp;
+  pp.target = t;
+  pp.batch = int(c.lens.size());
+  pp.next_n = c.next_n;
+  pp.heads = c.heads;
+  pp.block_size = c.block_size;
+  pp.context_lens = c.lens;
+  pp.seed = 4400 + uint64_t(i) * 7 + (t == rt::Target::gfx950 ? 1 : 0);
+  const ref::IndexerProblem p = ref::make_indexer_problem(pp);
+  Session s(t);
+  check_logits(p, run_logits(s, p));
+}
+
+}  // namespace
+
+#define INDEXER_CASE(i)                                                                      \
+  TEST_CASE("indexer logits e2e " #i " gfx942") { run_case(rt::Target::gfx942, i); } \
+  TEST_CASE("indexer logits e2e " #i " gfx950") { run_case(rt::Target::gfx950, i); }
+INDEXER_CASE(0)
+INDEXER_CASE(1)
+INDEXER_CASE(2)
+INDEXER_CASE(3)
+INDEXER_CASE(4)
+INDEXER_CASE(5)
+INDEXER_CASE(6)
+INDEXER_CASE(7)
+
+TEST_CASE("indexer logits: a block id outside the cache is never read and scores -inf, lengths past max_context_len "
+          "are cut there") {
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    INFO(rt::name(t));
+    ref::IndexerParams pp;
+    pp.target = t;
+    pp.batch = 2;
+    pp.heads = 32;
+    pp.next_n = 2;
+    pp.block_size = 1;
+    pp.context_lens = {90, 50};
+    pp.seed = 77;
+    ref::IndexerProblem p = ref::make_indexer_problem(pp);
+    std::set<std::pair<int, int>> bad;
+    for (int tok : {0, 31, 32, 89}) {  // request 0: first and last of tiles, the very last token
+      p.block_table[size_t(tok)] = tok == 31 ? -7 : int32_t(p.num_blocks + tok);
+      bad.insert({0, tok});
+    }
+    // The reference refuses unreadable blocks: give it a copy with readable ones at the bad
+    // positions (their logits are not compared).
+    ref::IndexerProblem readable = p;
+    for (auto [b, tok] : bad) readable.block_table[size_t(b * p.block_table_stride + tok)] = 0;
+    Session s(t);
+    Run r = run_logits(s, p);
+    check_logits(readable, r, bad);
+    // max_context_len below a request's length: nothing is written past it.
+    p.context_lens[1] = 50;
+    readable.max_context_len = p.max_context_len = 60;
+    p.context_lens[0] = 90;  // longer than max_context_len: cut at 60 (the reference's length)
+    readable.context_lens[0] = 60;
+    Run cut = run_logits(s, p);
+    check_logits(readable, cut, bad);
+  }
+}
+
+TEST_CASE("indexer logits: bad arguments are refused with the field named, before any launch") {
+  Session s(rt::Target::gfx942);
+  mla_indexer_logits_args a{};
+  auto fails = [&](const char* what) {
+    REQUIRE(mla_indexer_logits(s.ctx, &a, nullptr) != MLA_SUCCESS);
+    CHECK_THAT(std::string(mla_last_error()), Catch::Contains(what));
+  };
+  fails("args.logits is a null device pointer");
+  uint64_t buf = 0;
+  OK(mla_malloc(s.dev, 4096, &buf));
+  a.logits = a.q = a.kv_cache = a.weights = a.context_lens = a.block_table = buf;
+  a.batch = 1, a.next_n = 1, a.heads = 64, a.block_size = 64, a.max_context_len = 64, a.block_table_stride = 1;
+  a.logits_stride = 64, a.num_blocks = 1;
+  a.next_n = 5;
+  fails("args.next_n = 5 (allowed: 1..4)");
+  a.next_n = 1;
+  a.block_size = 48;
+  fails("args.block_size = 48");
+  a.block_size = 64;
+  a.logits_stride = 63;
+  fails("args.logits_stride = 63");
+  a.logits_stride = 64;
+  a.block_table_stride = 0;
+  fails("args.block_table_stride = 0 < ceil(max_context_len / block_size) = 1");
+  a.block_table_stride = 1;
+  a.heads = 48;
+  fails("no dsa_indexer_logits_fp8_h48_nn1_pg64 kernel");
+}
+
+TEST_CASE("indexer chunk size: one round over the device, at least 512 tokens, a whole number of tiles") {
+  CHECK(rt::indexer_chunk_tokens(1, 8192, 304, 2) == 512);
+  CHECK(rt::indexer_chunk_tokens(1, 100, 304, 2) == 128);           // never past the longest row's tiles
+  CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) == 13824);     // 64 x 4096 tiles over 608 slots
+  CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) % 32 == 0);
+  CHECK(rt::indexer_chunk_tokens(16, 131072, 256, 1) == 8192);
+}
