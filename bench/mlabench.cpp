@@ -8,6 +8,7 @@
 
 #include "bench/aiter_side.h"
 #include "bench/bench.h"
+#include "bench/indexer.h"
 #include "bench/calibrate.h"
 #include "codeobj/tools.h"
 
@@ -64,8 +65,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend, "emulator (measured counters + modeled times) or hip (timing on an AMD GPU)")
       ->check(CLI::IsMember({"emulator", "hip"}));
   app.add_option("--out", out_dir, "output folder (table.md, bench.json, bench.png)");
-  app.add_option("--set", set, "seed-001, seed-000, mixed (lengths that differ), all, or none (only --shape)")
-      ->check(CLI::IsMember({"seed-001", "seed-000", "mixed", "sparse", "all", "none"}));
+  app.add_option("--set", set, "seed-001, seed-000, mixed (lengths that differ), sparse, dsa-indexer (the DSA indexer's logits kernels), all, or "
+                 "none (only --shape)")
+      ->check(CLI::IsMember({"seed-001", "seed-000", "mixed", "sparse", "dsa-indexer", "all", "none"}));
   app.add_option("--shape", shape_specs,
                  "extra shape TARGET:Q/KV:hHEADS[:qsQSEQLEN]:pgPAGE:LENS, e.g. gfx950:fp8/fp8:h12:pg128:68435x16, gfx950:fp8/fp8:h128:qs4:pg1:8192x8 or "
                  "gfx942:bf16/fp8:h16:pg1:32768,1000 (repeatable)");
@@ -126,6 +128,19 @@ int main(int argc, char** argv) {
       for (auto& s : mixed_shapes()) shapes.push_back(s);
     if (set == "all" || set == "sparse")
       for (auto& s : sparse_shapes()) shapes.push_back(s);
+    // The indexer's logits kernels: their own table (indexer.md / indexer.json).
+    if (set == "dsa-indexer") {
+      std::filesystem::create_directories(out_dir);
+      const auto r = mla::bench::measure_indexer(mla::bench::dsa_indexer_shapes(), true);
+      const std::string md = mla::bench::indexer_markdown(r);
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& x : r) j.push_back(x.to_json());
+      std::ofstream(out_dir + "/indexer.md") << md;
+      std::ofstream(out_dir + "/indexer.json") << j.dump(2) << "\n";
+      std::cout << md;
+      fmt::print(stderr, "mlabench: wrote {0}/indexer.md, {0}/indexer.json\n", out_dir);
+      return 0;
+    }
     for (auto& spec : shape_specs) shapes.push_back(parse_shape(spec));
     if (shapes.empty()) throw std::invalid_argument("no shapes (use --set or --shape)");
 

@@ -56,13 +56,14 @@ void check_kernel_interface(const CatalogKernel& k, const CodeObjectInfo& co) {
                                    ek->kernarg_segment_size, k.kernarg_size));
 }
 
-// The argument list of a decode or reduce kernel is the contract's (abi/mla_abi.h), which the
+// The argument list of a decode, reduce, merge or indexer kernel is the contract's (abi/mla_abi.h), which the
 // generator declared it from and the packing below relies on.
 void check_contract_args(const CatalogKernel& k) {
   std::span<const abi::KernargField> table;
   if (k.kind == "mla_decode" || k.kind == "mla_prefix") table = abi::kDecodeArgs;
   else if (k.kind == "mla_reduce") table = abi::kReduceArgs;
   else if (k.kind == "mla_merge") table = abi::kMergeArgs;
+  else if (k.kind == "dsa_indexer_logits") table = abi::kIndexerArgs;
   else return;
   if (k.args.size() != table.size())
     throw RtError(MLA_ERROR_KERNARG_MISMATCH, fmt::format("{}: kernel {} has {} arguments, the contract (abi/mla_abi.h) {}",

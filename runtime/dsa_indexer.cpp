@@ -15,20 +15,15 @@
 
 namespace mla::rt {
 
-namespace {
-// Below this many tokens per workgroup its query rows (next_n x heads x 128 bytes, read once per
-// workgroup) cost more than ~1/8 of its KV bytes at 64 heads x 2 rows: the fewest tokens a chunk has.
-constexpr int kMinChunkTokens = 512;
-}  // namespace
-
 int indexer_chunk_tokens(int batch, int max_context_len, int num_cus, int resident_per_cu) {
   const int tile = abi::kIndexerTileTokens;
-  // One round of workgroups over the device at full residency, then at least kMinChunkTokens.
+  // One round of workgroups over the device at full residency. Small steps get chunks of one tile:
+  // the bytes a wave keeps in flight are few, so only many waves reach the HBM (Little's law);
+  // their query rows are re-read from the L2 (docs/sparse.md "The indexer: performance").
   const int64_t slots = int64_t(std::max(1, num_cus)) * std::max(1, resident_per_cu);
   const int64_t tiles = (int64_t(max_context_len) + tile - 1) / tile;
   const int64_t per_wg = (int64_t(batch) * tiles + slots - 1) / slots;
-  const int64_t chunk = std::max<int64_t>(per_wg * tile, kMinChunkTokens);
-  return int(std::min<int64_t>(chunk, tiles * tile));
+  return int(std::min(per_wg, tiles) * tile);
 }
 
 DecodeOp indexer_logits_op(const CatalogKernel& kernel, const mla_indexer_logits_args& a, int chunk_tokens) {

@@ -8,8 +8,8 @@
 namespace mla::rt {
 
 // Tokens per workgroup of the logits kernel: one round of workgroups over the device
-// (num_cus x resident_per_cu), at least 512 (each workgroup reads its query rows once), a
-// multiple of abi::kIndexerTileTokens. A function of the capacity only (batch, max_context_len).
+// (num_cus x resident_per_cu), a multiple of abi::kIndexerTileTokens. A function of the capacity
+// only (batch, max_context_len).
 int indexer_chunk_tokens(int batch, int max_context_len, int num_cus, int resident_per_cu);
 // The catalog's dsa_indexer_logits kernel of the shape (MLA_ERROR_NO_KERNEL naming the config entry
 // to add otherwise).

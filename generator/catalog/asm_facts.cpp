@@ -117,6 +117,11 @@ static bool steady_branch_taken(const std::string& loop, const std::string& targ
     if (any({".Lpartial_tile", ".Lskip", ".Lproducer_done"})) return false;
     throw std::runtime_error("hot loop: no steady-state rule for the producer loop's branch to " + target);
   }
+  // The indexer's logits loop (dsa_indexer_logits.cpp): the mid-loop exit is not taken.
+  if (starts(loop, ".Ltile_loop_")) {
+    if (any({".Ldone"})) return false;
+    throw std::runtime_error("hot loop: no steady-state rule for the indexer loop's branch to " + target);
+  }
   if (any({".Ltile_absent", ".Ltail_plain", ".Ltile_slow", ".Lsoftmax_rescale", ".Lpv_own_only", ".Lpv_partner_only",
            ".Lpartner_rescale"}))
     return false;

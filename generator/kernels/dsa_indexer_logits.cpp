@@ -16,7 +16,7 @@
 //
 // Cache (DeepGEMM's layout): block blk holds P x 128 fp8 (the target's flavour) at blk * P * 132,
 // then P f32 scales. Block ids come from block_table one tile ahead of the KV loads, which run
-// one tile ahead of the MFMAs; a block id at or past num_blocks is never read (its logits -inf).
+// two tiles ahead of the MFMAs; a block id at or past num_blocks is never read (its logits -inf).
 #include <fmt/format.h>
 
 #include "abi/mla_abi.h"
@@ -37,6 +37,8 @@ constexpr uint32_t kNegInf = 0xff800000u;
 constexpr uint32_t kOutOfRange = 0x80000000u;
 // i = (m * magic) >> 20 divides a row m < kMaxIndexerRows by Hp exactly (checked at build).
 constexpr int kDivShift = 20;
+// Tile slots: the tile computed and kSlots - 1 tiles of KV in flight behind it.
+constexpr int kSlots = 3;
 
 int log2_exact(int x) {
   int l = 0;
@@ -80,7 +82,7 @@ class IndexerLogits {
   AReg q;                      // MB x 16 AGPRs: the A operands
   VReg w;                      // MB x 16 VGPRs: each result register's weight
   VReg acc[2], part;           // two result blocks in flight; N row partials
-  Slot slot[2];
+  Slot slot[kSlots];
   Label done;
 };
 
@@ -309,38 +311,46 @@ void IndexerLogits::compute(SReg tt, Slot& sl) {
   ra.release(saved);
 }
 
-// Unrolled by two so that each slot has its own registers. Per iteration: the block ids of tile
-// t + 64, then the KV of tile t + 32 (block ids one tile ahead of the KV, KV one tile ahead of the
-// MFMAs: the vector memory counter completes in order), then tile t. The loads ahead are issued
-// even past the end (clamped to the last token, in bounds): a branch around them would leave the
-// waitcnt pass a path with fewer loads in flight, and its wait would then drain the tile ahead.
+// Unrolled by kSlots so that each slot has its own registers. Per iteration: the block ids of
+// tile t + kSlots, then the KV of tile t + kSlots - 1, then tile t: block ids one tile ahead of
+// their KV, the KV kSlots - 1 tiles ahead of the MFMAs (the vector memory counter completes in
+// order, so each wait leaves the loads behind it in flight). Two tiles in flight per wave: one
+// would keep too few bytes in flight for the HBM at the occupancy these registers allow
+// (docs/sparse.md "The indexer: performance"). The loads ahead are issued even past the end
+// (clamped to the last token, in bounds): a branch around them would leave the waitcnt pass a
+// path with fewer loads in flight, and its wait would then drain the tiles ahead.
 void IndexerLogits::tile_loop() {
-  for (int x = 0; x < 2; ++x) {
+  for (int x = 0; x < kSlots; ++x) {
     slot[x].k = ra.vgpr(16, fmt::format("kv{}", x), 4);
     slot[x].scale = ra.vgpr(1, fmt::format("k_scale{}", x));
     slot[x].block = ra.vgpr(1, fmt::format("block{}", x));
     slot[x].addr = ra.vgpr(4, fmt::format("kv_addr{}", x), 2);
     slot[x].in_cache = ra.sgpr(2, fmt::format("in_cache{}", x), 2);
-    acc[x] = ra.vgpr(16, fmt::format("scores{}", x), 4);
   }
+  for (int x = 0; x < 2; ++x) acc[x] = ra.vgpr(16, fmt::format("scores{}", x), 4);
   part = ra.vgpr(N, "row_partials");
   Label loop = b.new_label("tile_loop");
-  issue_block_id(t, slot[0]);
-  b.s_add_u32(tn, t, Imm(kTile));
-  issue_block_id(tn, slot[1]);
-  issue_kv(t, slot[0]);
-  b.bind(loop);
-  for (int x = 0; x < 2; ++x) {
-    b.s_add_u32(tn, t, Imm(2 * kTile));
+  for (int x = 0; x < kSlots; ++x) {
+    b.s_add_u32(tn, t, Imm(x * kTile));
     issue_block_id(tn, slot[x]);
-    b.s_add_u32(tn, t, Imm(kTile));
-    issue_kv(tn, slot[1 - x]);
+  }
+  for (int x = 0; x + 1 < kSlots; ++x) {
+    b.s_add_u32(tn, t, Imm(x * kTile));
+    issue_kv(tn, slot[x]);
+  }
+  b.bind(loop);
+  for (int x = 0; x < kSlots; ++x) {
+    b.s_add_u32(tn, t, Imm(kSlots * kTile));
+    issue_block_id(tn, slot[x]);
+    b.s_add_u32(tn, t, Imm((kSlots - 1) * kTile));
+    issue_kv(tn, slot[(x + kSlots - 1) % kSlots]);
     compute(t, slot[x]);
     b.s_add_u32(t, t, Imm(kTile));
     b.s_cmp_lt_u32(t, t_end);
-    b.s_cbranch_scc0(done);
+    // The last tile's test is the back-branch (the hot-loop analysis finds the loop by it).
+    if (x + 1 < kSlots) b.s_cbranch_scc0(done);
+    else b.s_cbranch_scc1(loop);
   }
-  b.s_branch(loop);
 }
 
 }  // namespace

@@ -132,14 +132,15 @@ void check_logits(const ref::IndexerProblem& p, const Run& r, const std::set<std
 struct Case {
   int heads, next_n, block_size;
   std::vector<int> lens;
+  int num_cus;  // MLA_OPTION_NUM_CUS: few CUs give chunks of many tiles, 0 (304 / 256) one tile each
 };
 // Heads 64 / 32 (DeepSeek-V3.2, GLM-5) at block sizes 64 and 1, MTP rows 1-4; a head count that
 // is no multiple of 4 or 8 (padding rows and weights); lengths at tile, block and chunk edges
-// (512-token chunks: 1500 spans three workgroups), 1 token, and an empty request.
+// (chunks of one tile up to whole requests, ending mid-chunk), 1 token, and an empty request.
 const Case kCases[] = {
-    {64, 1, 64, {1500, 37, 64, 0}}, {64, 2, 1, {200, 33, 1}},  {32, 4, 64, {129, 96}},
-    {32, 1, 1, {513, 31}},          {12, 3, 16, {100, 17}},   {5, 1, 2, {65, 2, 40}},
-    {64, 4, 1, {70}},               {32, 2, 64, {640, 32}},
+    {64, 1, 64, {1500, 37, 64, 0}, 1}, {64, 2, 1, {200, 33, 1}, 0}, {32, 4, 64, {129, 96}, 2},
+    {32, 1, 1, {513, 31}, 3},          {12, 3, 16, {100, 17}, 1},  {5, 1, 2, {65, 2, 40}, 0},
+    {64, 4, 1, {70}, 1},               {32, 2, 64, {640, 32}, 5},
 };
 
 void run_case(rt::Target t, int i) {
@@ -154,6 +155,7 @@ void run_case(rt::Target t, int i) {
   pp.seed = 4400 + uint64_t(i) * 7 + (t == rt::Target::gfx950 ? 1 : 0);
   const ref::IndexerProblem p = ref::make_indexer_problem(pp);
   Session s(t);
+  OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, c.num_cus));
   check_logits(p, run_logits(s, p));
 }
 
@@ -235,10 +237,9 @@ TEST_CASE("indexer logits: bad arguments are refused with the field named, befor
   fails("no dsa_indexer_logits_fp8_h48_nn1_pg64 kernel");
 }
 
-TEST_CASE("indexer chunk size: one round over the device, at least 512 tokens, a whole number of tiles") {
-  CHECK(rt::indexer_chunk_tokens(1, 8192, 304, 2) == 512);
-  CHECK(rt::indexer_chunk_tokens(1, 100, 304, 2) == 128);           // never past the longest row's tiles
-  CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) == 13824);     // 64 x 4096 tiles over 608 slots
-  CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) % 32 == 0);
+TEST_CASE("indexer chunk size: one round over the device, a whole number of tiles") {
+  CHECK(rt::indexer_chunk_tokens(1, 8192, 304, 2) == 32);           // 256 tiles over 608 slots: one each
+  CHECK(rt::indexer_chunk_tokens(1, 100, 1, 1) == 128);             // never past the longest row's tiles
+  CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) == 13824);     // 64 x 4096 tiles over 608 slots: 432 each
   CHECK(rt::indexer_chunk_tokens(16, 131072, 256, 1) == 8192);
 }

@@ -1,0 +1,241 @@
+// mlabench --set dsa-indexer (bench/indexer.h): counters of one-workgroup emulator runs of each
+// logits kernel, extrapolated to the shape, priced by the machine model. The model is stated in
+// docs/sparse.md "The indexer: performance"; every time here is modeled.
+#include "bench/indexer.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "catalog/asm_facts.h"
+#include "catalog/catalog.h"
+#include "catalog/compile.h"
+#include "config/config.h"
+#include "emulator/code_object.h"
+#include "emulator/device.h"
+#include "runtime/dsa_indexer.h"
+
+namespace mla::bench {
+
+namespace {
+
+constexpr int kSampleTokens[2] = {512, 1024};  // the two one-workgroup runs
+constexpr int kTopK = 2048, kDsMlaBytes = abi::kDsMlaRowBytes;
+
+// What a kernel costs per token and per workgroup (measured), and its hot loop (modeled).
+struct KernelRates {
+  std::string name;
+  int resident = 1;
+  double read_tok = 0, read_wg = 0, hbm_tok = 0, hbm_wg = 0, write_tok = 0;
+  double tile_cycles = 0, inflight_per_wave = 0;
+};
+
+emu::Counters sample_run(const rt::CatalogKernel& k, const IndexerShape& s, int tokens) {
+  emu::Device dev(s.target == rt::Target::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950);
+  std::mt19937_64 rng(uint64_t(tokens) * 31 + uint64_t(s.heads));
+  auto random_bytes = [&](size_t n, const char* name) {
+    std::vector<uint8_t> v(n);
+    for (auto& x : v) x = uint8_t(rng() & 0x7e);  // positive finite fp8 codes in both flavours
+    const uint64_t p = dev.alloc(n, 256, name);
+    dev.write(p, v.data(), n);
+    return p;
+  };
+  const int blocks = (tokens + s.block_size - 1) / s.block_size + 1;
+  mla_indexer_logits_args a{};
+  a.batch = 1, a.next_n = s.next_n, a.heads = s.heads, a.block_size = s.block_size;
+  a.max_context_len = tokens, a.logits_stride = tokens, a.num_blocks = blocks, a.block_table_stride = blocks;
+  a.q = random_bytes(size_t(s.next_n) * s.heads * abi::kIndexerDim, "q");
+  a.kv_cache = random_bytes(size_t(blocks) * s.block_size * abi::kIndexerTokenBytes, "kv_cache");
+  std::vector<float> w(size_t(s.next_n) * s.heads, 0.125f);
+  a.weights = dev.alloc(w.size() * 4, 256, "weights");
+  dev.write(a.weights, w.data(), w.size() * 4);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int i = 0; i < blocks; ++i) table[size_t(i)] = (i * 7 + 3) % blocks;  // scattered block ids, all in range
+  a.block_table = dev.alloc(table.size() * 4, 256, "block_table");
+  dev.write(a.block_table, table.data(), table.size() * 4);
+  a.context_lens = dev.alloc(4, 256, "context_lens");
+  dev.write(a.context_lens, &tokens, 4);
+  a.logits = dev.alloc(size_t(s.next_n) * tokens * 4, 256, "logits");
+  const rt::DecodeOp op = rt::indexer_logits_op(k, a, tokens);  // one workgroup
+  return dev.dispatch(emu::CodeObject::load_file(k.co_path), k.name, {op.grid.x, op.grid.y, op.grid.z},
+                      {op.block.x, 1, 1}, op.kernarg);
+}
+
+KernelRates rates_of(const rt::Catalog& cat, const IndexerShape& s, bool verbose) {
+  const rt::CatalogKernel& k = rt::indexer_logits_kernel(cat, s.target, s.heads, s.next_n, s.block_size);
+  KernelRates r;
+  r.name = k.name;
+  r.resident = k.resident_workgroups_per_cu;
+  emu::Counters c[2];
+  for (int i = 0; i < 2; ++i) c[i] = sample_run(k, s, kSampleTokens[i]);
+  const double dt = kSampleTokens[1] - kSampleTokens[0];
+  auto line = [&](double y0, double y1, double& per_tok, double& per_wg) {
+    per_tok = (y1 - y0) / dt;
+    per_wg = y0 - per_tok * kSampleTokens[0];
+  };
+  line(double(c[0].total.global_read_bytes), double(c[1].total.global_read_bytes), r.read_tok, r.read_wg);
+  line(double(c[0].global_read_distinct), double(c[1].global_read_distinct), r.hbm_tok, r.hbm_wg);
+  double write_wg = 0;
+  line(double(c[0].total.global_write_bytes), double(c[1].total.global_write_bytes), r.write_tok, write_wg);
+  // In the steady loop a wave waits on tile t with the next two tiles' loads in flight (and one
+  // tile's block ids): two tiles' bytes (the setup's query loads, a larger peak, happen once).
+  r.inflight_per_wave = 2 * r.read_tok * abi::kIndexerTileTokens;
+  gen::KernelSpec spec;
+  spec.kind = gen::KernelKind::DsaIndexerLogits;
+  spec.arch = s.target;
+  spec.heads = s.heads;
+  spec.next_n = s.next_n;
+  spec.page_size = s.block_size;
+  const gen::HotLoop h = gen::analyze_hot_loop(gen::compile_kernel(spec).asm_text, gen_target(s.target), ".Ltile_loop_");
+  r.tile_cycles = h.coissue_cycles / 3;  // the loop is unrolled by three tiles
+  if (verbose)
+    fmt::print(stderr,
+               "mlabench: {} {}: read {:.1f} B/token + {:.0f} B/workgroup (distinct {:.1f} + {:.0f}), written {:.1f} "
+               "B/token, {:.0f} co-issue cycles per tile, {:.0f} B in flight per wave\n",
+               rt::name(s.target), k.name, r.read_tok, r.read_wg, r.hbm_tok, r.hbm_wg, r.write_tok, r.tile_cycles,
+               r.inflight_per_wave);
+  return r;
+}
+
+const rt::Catalog& indexer_catalog(rt::Target t, const std::vector<IndexerShape>& shapes) {
+  static std::map<rt::Target, std::unique_ptr<rt::Catalog>> cats;
+  if (auto it = cats.find(t); it != cats.end()) return *it->second;
+  std::string entries;
+  std::set<std::tuple<int, int, int>> seen;
+  for (const auto& s : shapes)
+    if (s.target == t && seen.insert({s.heads, s.next_n, s.block_size}).second)
+      entries += fmt::format(R"({}{{"kind": "dsa_indexer_logits", "target": "{}", "heads": {}, "next_n": {}, "block_size": {}}})",
+                             entries.empty() ? "" : ", ", rt::name(t), s.heads, s.next_n, s.block_size);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / fmt::format("mlabench-indexer-{}-{}", getpid(), rt::name(t))).string();
+  std::filesystem::remove_all(dir);
+  gen::BuildOptions opts;
+  opts.out_dir = dir;
+  opts.jobs = 2;
+  gen::build_catalog({gen::parse_config(fmt::format(R"({{"deployment": "mlabench", "kernels": [{}]}})", entries),
+                                        "mlabench-indexer.json")},
+                     opts);
+  return *cats.emplace(t, std::make_unique<rt::Catalog>(rt::Catalog::open(dir))).first->second;
+}
+
+// The model (docs/sparse.md "The indexer: performance"): a launch, one workgroup's fill (kernel
+// arguments, length, query rows and block ids, then KV: two unit fills of dependent trips), then
+// the largest of the HBM time (distinct bytes: the cache once, a request's query rows and weights
+// once per XCD that runs its workgroups), the busiest CU's issue (its workgroups' tiles over
+// min(4, waves) SIMDs) and Little's law on the streamed bytes its resident waves keep in flight.
+IndexerResult model(const Machine& m, const KernelRates& r, const IndexerShape& s) {
+  IndexerResult x;
+  x.shape = s;
+  x.kernel = r.name;
+  x.resident_per_cu = r.resident;
+  x.chunk_tokens = rt::indexer_chunk_tokens(s.batch, s.context, m.cus, r.resident);
+  const int per_req = (s.context + x.chunk_tokens - 1) / x.chunk_tokens;
+  x.workgroups = s.batch * per_req;
+  const double tokens = double(s.batch) * s.context;
+  const int xcds = abi::facts(s.target).num_xcds;
+  x.read_bytes = tokens * r.read_tok + x.workgroups * r.read_wg;
+  x.hbm_read_bytes = tokens * r.hbm_tok + double(s.batch) * std::min(per_req, xcds) * r.hbm_wg;
+  x.write_bytes = tokens * r.write_tok;
+  x.logits_bytes = tokens * s.next_n * 4;
+  x.cache_bytes = tokens * abi::kIndexerTokenBytes;
+  x.tile_cycles = r.tile_cycles;
+  x.inflight_per_wave = r.inflight_per_wave;
+  x.hbm_s = (x.hbm_read_bytes + x.write_bytes) / m.hbm_bytes_per_s;
+  const int wg_per_cu = (x.workgroups + m.cus - 1) / m.cus;
+  const int waves = std::min(wg_per_cu, r.resident);
+  const double tiles_per_wg = double(x.chunk_tokens) / abi::kIndexerTileTokens;
+  x.issue_s = wg_per_cu * tiles_per_wg * r.tile_cycles / std::min(4, waves) / m.clock_hz;
+  // The streamed bytes (per token); a workgroup's query rows and weights load at once in its
+  // prologue, inside the fill.
+  const double cu_bytes = tokens * r.read_tok / std::min(x.workgroups, m.cus);
+  x.latency_s = cu_bytes / (waves * r.inflight_per_wave / m.little_latency_s);
+  x.fixed_s = m.launch_s + 2 * m.unit_fill_s;
+  const double body = std::max({x.hbm_s, x.issue_s, x.latency_s});
+  x.bound = body == x.hbm_s ? "HBM" : body == x.issue_s ? "issue" : "bytes in flight";
+  x.total_s = x.fixed_s + body;
+  return x;
+}
+
+}  // namespace
+
+std::vector<IndexerShape> dsa_indexer_shapes() {
+  std::vector<IndexerShape> v;
+  for (rt::Target t : {rt::Target::gfx950, rt::Target::gfx942})
+    for (auto [model, heads] : {std::pair{"V3.2 TP8", 64}, {"GLM-5 TP8", 32}})
+      for (int nn : {1, 2})
+        for (int ctx_k : {8, 32, 64, 128})
+          for (int batch : {1, 16, 64})
+            v.push_back({fmt::format("{} h{} nn{} {}K x{}", model, heads, nn, ctx_k, batch), t, heads, nn, 64, batch,
+                         ctx_k * 1024});
+  return v;
+}
+
+std::vector<IndexerResult> measure_indexer(const std::vector<IndexerShape>& shapes, bool verbose) {
+  std::map<std::tuple<rt::Target, int, int, int>, KernelRates> rates;
+  std::vector<IndexerResult> out;
+  for (const auto& s : shapes) {
+    const auto key = std::tuple{s.target, s.heads, s.next_n, s.block_size};
+    if (!rates.count(key)) rates[key] = rates_of(indexer_catalog(s.target, shapes), s, verbose);
+    out.push_back(model(machine_for(s.target), rates[key], s));
+  }
+  return out;
+}
+
+nlohmann::json IndexerResult::to_json() const {
+  return {{"shape", shape.name},
+          {"target", rt::name(shape.target)},
+          {"heads", shape.heads},
+          {"next_n", shape.next_n},
+          {"block_size", shape.block_size},
+          {"batch", shape.batch},
+          {"context", shape.context},
+          {"kernel", kernel},
+          {"chunk_tokens", chunk_tokens},
+          {"workgroups", workgroups},
+          {"read_bytes", read_bytes},
+          {"hbm_read_bytes", hbm_read_bytes},
+          {"write_bytes", write_bytes},
+          {"cache_bytes", cache_bytes},
+          {"logits_bytes_written", logits_bytes},
+          {"logits_bytes_read_back", logits_bytes},
+          {"tile_cycles_modeled", tile_cycles},
+          {"inflight_bytes_per_wave", inflight_per_wave},
+          {"modeled_s", total_s},
+          {"hbm_s", hbm_s},
+          {"issue_s", issue_s},
+          {"latency_s", latency_s},
+          {"fixed_s", fixed_s},
+          {"bound", bound},
+          {"hbm_fraction", hbm_fraction()}};
+}
+
+std::string indexer_markdown(const std::vector<IndexerResult>& r) {
+  std::string md =
+      "## DSA indexer logits (modeled from emulator counters; docs/sparse.md \"The indexer: performance\")\n\n"
+      "Bandwidth reached = bytes moved at HBM (the cache, query rows, weights, block ids and the logits written) / "
+      "the modeled time, launch included, as a share of the achievable ceiling; the cache-only column counts the "
+      "cache's bytes alone. The target (>= 0.85) applies where a step reads >= 256 MB of cache. Logits MB: written "
+      "here and read back by the top-k. DSA layer MB: cache + logits twice + sparse MLA's min(2048, context) x 656 B "
+      "per query row.\n\n"
+      "| target | shape | chunk | workgroups | cache MB | HBM bytes / cache | logits MB | modeled us | HBM us | fixed "
+      "us | bandwidth reached | cache-only | bound | DSA layer MB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r) {
+    const double rows = double(x.shape.batch) * x.shape.next_n;
+    const double sparse = rows * std::min(kTopK, x.shape.context) * kDsMlaBytes;
+    const double cache_only = x.cache_bytes / machine_for(x.shape.target).hbm_bytes_per_s / x.total_s;
+    const std::string mark = x.cache_bytes < 256e6 ? "" : x.hbm_fraction() >= 0.85 ? " (>= 0.85)" : " (**< 0.85**)";
+    md += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f}{} | {:.2f} | {} | "
+                      "{:.1f} |\n",
+                      rt::name(x.shape.target), x.shape.name, x.chunk_tokens, x.workgroups, x.cache_bytes / 1e6,
+                      (x.hbm_read_bytes + x.write_bytes) / x.cache_bytes, x.logits_bytes / 1e6, x.total_s * 1e6,
+                      x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound,
+                      (x.cache_bytes + 2 * x.logits_bytes + sparse) / 1e6);
+  }
+  return md;
+}
+
+}  // namespace mla::bench
