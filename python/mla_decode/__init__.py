@@ -7,7 +7,8 @@
 MlaDecodeMetadata holds a plan + workspace for graph capture (see its docstring);
 get_mla_metadata_info / get_mla_metadata split it as aiter's get_mla_metadata_info_v1 /
 get_mla_metadata_v1; with topk= the metadata is sparse (DSA: sparse.py). mla_decode.flash_mla
-has FlashMLA's sparse decode contract. merge_attn_states has vLLM's contract. With torch
+has FlashMLA's sparse decode contract; mla_decode.deep_gemm has DeepGEMM's DSA indexer entries
+(get_paged_mqa_logits_metadata, fp8_paged_mqa_logits). merge_attn_states has vLLM's contract. With torch
 installed, importing the package registers torch.ops.mla_decode.decode_fwd (ops.py).
 docs/engines.md shows the engines' calls. Environment: MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime.so),
 MLA_CATALOG_DIR (default <repo>/out), MLA_EMULATOR_TARGET for CPU tensors (default gfx950).

@@ -74,6 +74,14 @@ class mla_merge_args(ctypes.Structure):
                 ("num_tokens", c_int64), ("num_heads", c_int)]
 
 
+class mla_indexer_logits_args(ctypes.Structure):
+    _fields_ = [("logits", c_uint64), ("q", c_uint64), ("kv_cache", c_uint64), ("weights", c_uint64),
+                ("context_lens", c_uint64), ("block_table", c_uint64),
+                ("batch", c_int), ("next_n", c_int), ("heads", c_int), ("block_size", c_int),
+                ("block_table_stride", c_int), ("max_context_len", c_int),
+                ("logits_stride", c_int64), ("num_blocks", c_int64)]
+
+
 class MlaError(RuntimeError):
     """A C API call failed: `status` is the mla_status name, the message is mla_last_error()."""
 
@@ -120,6 +128,7 @@ def _declare(lib):
         "mla_plan_describe_json": (c_char_p, [c_void_p]),
         "mla_decode": (c_int, [c_void_p, c_void_p, P(mla_decode_args), c_uint64, c_size_t, c_void_p]),
         "mla_merge_attn_states": (c_int, [c_void_p, P(mla_merge_args), c_void_p]),
+        "mla_indexer_logits": (c_int, [c_void_p, P(mla_indexer_logits_args), c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
