@@ -248,6 +248,24 @@ inline constexpr KernargField kIndexerArgs[] = {
     {"num_blocks", false, "uint32_t", indexer_args::num_blocks, 4},
     {"reserved", false, "uint32_t", indexer_args::reserved, 4},
 };
+// The DSA indexer's top-k (dsa_topk_per_row_decode, docs/sparse.md "The indexer"): vLLM's
+// top_k_per_row_decode. One workgroup per row r = b * next_n + i; its length is
+// seq_lens[b] - next_n + i + 1; row_div_magic = ceil(2^32 / next_n) (0 for next_n 1) gives b.
+namespace topk_args {
+inline constexpr uint32_t logits = 0x00, seq_lens = 0x08, indices = 0x10, next_n = 0x18, row_div_magic = 0x1c,
+                          logits_stride = 0x20, indices_stride = 0x24, topk = 0x28, reserved = 0x2c, size = 0x30;
+}
+inline constexpr KernargField kTopkArgs[] = {
+    {"logits", true, "const float*", topk_args::logits, 8},
+    {"seq_lens", true, "const int32_t*", topk_args::seq_lens, 8},
+    {"indices", true, "int32_t*", topk_args::indices, 8},
+    {"next_n", false, "uint32_t", topk_args::next_n, 4},
+    {"row_div_magic", false, "uint32_t", topk_args::row_div_magic, 4},
+    {"logits_stride", false, "uint32_t", topk_args::logits_stride, 4},
+    {"indices_stride", false, "uint32_t", topk_args::indices_stride, 4},
+    {"topk", false, "uint32_t", topk_args::topk, 4},
+    {"reserved", false, "uint32_t", topk_args::reserved, 4},
+};
 // DeepGEMM's indexer cache: a block of block_size tokens holds block_size x 128 fp8 values, then
 // block_size f32 scales (not a scale after each token).
 inline constexpr int kIndexerDim = 128, kIndexerTokenBytes = 132;
@@ -269,5 +287,6 @@ static_assert(dense(kDecodeArgs, decode_args::size), "decode kernargs are dense"
 static_assert(dense(kReduceArgs, reduce_args::size), "reduce kernargs are dense");
 static_assert(dense(kMergeArgs, merge_args::size), "merge kernargs are dense");
 static_assert(dense(kIndexerArgs, indexer_args::size), "indexer kernargs are dense");
+static_assert(dense(kTopkArgs, topk_args::size), "top-k kernargs are dense");
 
 }  // namespace mla::abi

@@ -108,6 +108,10 @@ inline uint32_t* vdst(Wave& w, const Inst& in, unsigned opi, unsigned k = 0) {
 uint8_t* gmem(Wave& w, uint64_t addr, unsigned n, bool write);
 // LDS: bounds check + race bookkeeping; returns the byte pointer.
 uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write);
+// An LDS atomic's access (ds_add_*): read then written in one operation. Atomics of different
+// waves on the same bytes within one barrier epoch do not race with each other (the hardware
+// serialises them, in an order no source fixes); against a plain read or write they do.
+uint8_t* lds_access_atomic(Wave& w, uint32_t addr, unsigned n);
 
 // ---- waitcnt scoreboard ----
 enum class Queue { VM, LGKM };

@@ -403,6 +403,35 @@ void ds_write2(Wave& w, const Inst& in) {
   PendingOp& op = push_pending(w, Queue::LGKM, false, true);
   for (const uint32_t* e : addrs) record_lds_op(w, op, e, mask, eb, true);
 }
+// ds_add_u32 vaddr, vdata / ds_add_rtn_u32 vdst, vaddr, vdata: MEM[vaddr + offset] += vdata (32-bit
+// wrap), the rtn form returning the value before the add. Lanes act in lane order (no source
+// fixes the order among lanes of one instruction; addition commutes, so only the rtn values of
+// lanes sharing an address depend on it). ISA3/ISA4 'LDS & GDS' DS_ADD_U32 / DS_ADD_RTN_U32.
+template <bool RTN>
+void ds_add(Wave& w, const Inst& in) {
+  uint64_t mask = w.exec();
+  uint32_t t0[64], t1[64];
+  const uint32_t* a = vsrc(w, in, RTN ? 1 : 0, 0, t0);
+  const uint32_t* d = vsrc(w, in, RTN ? 2 : 1, 0, t1);
+  uint32_t addrs[64], old[64];
+  for (int l = 0; l < 64; ++l) {
+    if (!((mask >> l) & 1)) continue;
+    addrs[l] = a[l] + uint32_t(in.offset);
+    uint8_t* m = lds_access_atomic(w, addrs[l], 4);
+    uint32_t v;
+    std::memcpy(&v, m, 4);
+    old[l] = v;
+    v += d[l];
+    std::memcpy(m, &v, 4);
+  }
+  if (RTN) {
+    uint32_t* dst = vdst(w, in, 0);
+    for (int l = 0; l < 64; ++l) if ((mask >> l) & 1) dst[l] = old[l];
+  }
+  PendingOp& op = push_pending(w, Queue::LGKM, false, true);
+  record_lds_op(w, op, addrs, mask, 4, true);
+  op.lds_atomic = true;
+}
 // ds_bpermute_b32 vdst, vaddr, vdata: lane l reads vdata of lane ((vaddr+offset)/4)%64.
 template <bool BACK>
 void ds_permute(Wave& w, const Inst& in) {
@@ -555,6 +584,8 @@ void register_vmem_ops() {
   add("ds_write2_b64", ds_write2, LD, 0, K_LDS | K_STORE, 8, 8);
   add("ds_write2st64_b32", ds_write2, LD, 0, K_LDS | K_STORE, 4, 256);
   add("ds_write2st64_b64", ds_write2, LD, 0, K_LDS | K_STORE, 8, 512);
+  add("ds_add_u32", ds_add<false>, LD, 0, K_LDS | K_STORE, 4);
+  add("ds_add_rtn_u32", ds_add<true>, LD, 1, K_LDS | K_LOAD | K_STORE, 4);
   add("ds_bpermute_b32", ds_permute<true>, LD, 1, K_LDS | K_LOAD, 0);
   add("ds_permute_b32", ds_permute<false>, LD, 1, K_LDS | K_LOAD, 0);
   add("ds_read_b64_tr_b8", ds_read_tr, LD, 1, K_LDS | K_LOAD, 8, 8);

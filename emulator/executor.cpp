@@ -284,38 +284,51 @@ static thread_local std::vector<DmaRange> g_dma;
 static constexpr const char* kRaceRelaxed =
     "the accesses take effect in the order the emulator's scheduler issued them (one ordering the hardware may also pick)";
 
-static void lds_race_record(Wave& w, uint32_t addr, unsigned n, bool write, uint32_t epoch) {
+enum class LdsKind { read, write, atomic };
+
+static uint8_t other_wave(uint8_t recorded, uint8_t me) { return recorded == 0xff ? (me == 0 ? 1 : 0) : recorded; }
+
+static void lds_race_record(Wave& w, uint32_t addr, unsigned n, LdsKind kind, uint32_t epoch) {
   auto& sh = w.ds->shadow;
   uint8_t me = uint8_t(w.id);
   bool reported = false;  // one finding per access, not per byte
+  const char* what = kind == LdsKind::read ? "read" : kind == LdsKind::write ? "written" : "updated by an atomic";
   for (unsigned i = 0; i < n; ++i) {
     LdsShadow& e = sh[addr + i];
-    if (write) {
-      if (!reported && ((e.wepoch == epoch && e.wwave != me) || (e.repoch == epoch && e.rwave != me))) {
-        reported = true;
-        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is written by wave {} and {} by wave {} with no s_barrier between",
-                                       addr + i, w.id, e.wepoch == epoch && e.wwave != me ? "written" : "read",
-                                       e.wepoch == epoch && e.wwave != me ? e.wwave : e.rwave == 0xff ? (me == 0 ? 1 : 0) : e.rwave), kRaceRelaxed);
-      }
+    // Which other access of this epoch conflicts: a plain write with anything; a plain read with
+    // writes and atomics; an atomic with plain reads and writes (not with other atomics).
+    const bool w_other = e.wepoch == epoch && e.wwave != me;
+    const bool r_other = e.repoch == epoch && e.rwave != me;
+    const bool a_other = e.aepoch == epoch && e.awave != me;
+    const char* against = nullptr;
+    uint8_t by = 0;
+    if (w_other) against = "written", by = e.wwave;
+    else if (kind != LdsKind::read && r_other) against = "read", by = other_wave(e.rwave, me);
+    else if (kind != LdsKind::atomic && a_other) against = "updated by an atomic", by = other_wave(e.awave, me);
+    if (!reported && against) {
+      reported = true;
+      w.violation("lds_race", fmt::format("LDS byte 0x{:x} is {} by wave {} and {} by wave {} with no s_barrier between",
+                                          addr + i, what, w.id, against, by), kRaceRelaxed);
+    }
+    if (kind == LdsKind::write) {
       e.wepoch = epoch;
       e.wwave = me;
-    } else {
-      if (!reported && e.wepoch == epoch && e.wwave != me) {
-        reported = true;
-        w.violation("lds_race", fmt::format("LDS byte 0x{:x} is read by wave {} and written by wave {} with no s_barrier between", addr + i,
-                                            w.id, e.wwave), kRaceRelaxed);
-      }
+    } else if (kind == LdsKind::read) {
       if (e.repoch == epoch && e.rwave != me) e.rwave = 0xff;
       else { e.repoch = epoch; e.rwave = me; }
+    } else {
+      if (e.aepoch == epoch && e.awave != me) e.awave = 0xff;
+      else { e.aepoch = epoch; e.awave = me; }
     }
   }
 }
 
-uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
+static uint8_t* lds_access_kind(Wave& w, uint32_t addr, unsigned n, LdsKind kind) {
   DispatchState& ds = *w.ds;
+  const bool reads = kind != LdsKind::write, writes = kind != LdsKind::read;
   if (uint64_t(addr) + n > ds.lds_size)
     w.fail("out_of_bounds", fmt::format("LDS {} of {} bytes at 0x{:x} is beyond the {} bytes the kernel allocates (group_segment_fixed_size)",
-                                        write ? "write" : "read", n, addr, ds.lds_size));
+                                        kind == LdsKind::atomic ? "atomic" : writes ? "write" : "read", n, addr, ds.lds_size));
   if (!g_dma.empty() && ds.opts.check_lds_dma)
     for (auto& d : g_dma)
       if (addr < d.hi && addr + n > d.lo) {
@@ -324,25 +337,31 @@ uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
                     "the DMA's bytes are already in LDS (the emulator writes them when the load issues), as if it had completed");
         break;
       }
-  if (write) w.ctr->lds_write_bytes += n; else w.ctr->lds_read_bytes += n;
+  if (writes) w.ctr->lds_write_bytes += n;
+  if (reads) w.ctr->lds_read_bytes += n;
   if (ds.opts.check_lds_uninit) {
     // Every write marks its bytes, LDS-DMA lanes included (an out-of-range lane writes zeros:
     // docs/emulator-provenance.md); a read of a byte no access of this workgroup wrote sees
-    // whatever an earlier workgroup on the CU left there.
+    // whatever an earlier workgroup on the CU left there (an atomic reads first).
     uint8_t* mark = ds.lds_written.data() + addr;
-    if (write) {
-      std::memset(mark, 1, n);
-    } else if (const void* z = std::memchr(mark, 0, n)) {
-      w.violation("lds_uninit",
-                  fmt::format("LDS byte 0x{:x} is read before this workgroup wrote it (LDS is not initialised when a workgroup "
-                              "starts: it holds what an earlier workgroup left)",
-                              addr + uint32_t(static_cast<const uint8_t*>(z) - mark)),
-                  "the read sees zeros (the emulator clears LDS when a workgroup starts)");
-    }
+    if (reads)
+      if (const void* z = std::memchr(mark, 0, n))
+        w.violation("lds_uninit",
+                    fmt::format("LDS byte 0x{:x} is read before this workgroup wrote it (LDS is not initialised when a "
+                                "workgroup starts: it holds what an earlier workgroup left)",
+                                addr + uint32_t(static_cast<const uint8_t*>(z) - mark)),
+                    "the read sees zeros (the emulator clears LDS when a workgroup starts)");
+    if (writes) std::memset(mark, 1, n);
   }
-  if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, write, ds.epoch);
+  if (ds.opts.check_lds_race && ds.wg->waves.size() > 1) lds_race_record(w, addr, n, kind, ds.epoch);
   return ds.wg->lds.data() + addr;
 }
+
+uint8_t* lds_access(Wave& w, uint32_t addr, unsigned n, bool write) {
+  return lds_access_kind(w, addr, n, write ? LdsKind::write : LdsKind::read);
+}
+
+uint8_t* lds_access_atomic(Wave& w, uint32_t addr, unsigned n) { return lds_access_kind(w, addr, n, LdsKind::atomic); }
 
 // ------------------------------------------------------------------------------------------
 // Waitcnt scoreboard
@@ -858,9 +877,11 @@ Counters Executor::run(Device& dev, std::shared_ptr<const CodeObject> co, std::s
 void barrier_rerecord(Wave& w) {
   for (auto& op : w.lgkmq)
     if (op.lds && !op.lds_addrs.empty())
-      for (uint32_t a : op.lds_addrs) lds_race_record(w, a, op.lds_bytes, op.lds_write, w.ds->epoch);
+      for (uint32_t a : op.lds_addrs)
+        lds_race_record(w, a, op.lds_bytes,
+                        op.lds_atomic ? LdsKind::atomic : op.lds_write ? LdsKind::write : LdsKind::read, w.ds->epoch);
   for (auto& op : w.vmq)
-    if (op.lds && op.lds_hi > op.lds_lo) lds_race_record(w, op.lds_lo, op.lds_hi - op.lds_lo, true, w.ds->epoch);
+    if (op.lds && op.lds_hi > op.lds_lo) lds_race_record(w, op.lds_lo, op.lds_hi - op.lds_lo, LdsKind::write, w.ds->epoch);
 }
 
 Counters Device::dispatch(std::shared_ptr<const CodeObject> co, std::string_view kernel, Dim3 grid, Dim3 block,

@@ -30,6 +30,7 @@ struct PendingOp {
   uint8_t nregs = 0;
   // LDS footprint (for barrier-crossing race accounting and DMA visibility).
   bool lds_write = false;
+  bool lds_atomic = false;               // DS: a read-modify-write (ds_add_u32 / ds_add_rtn_u32)
   uint32_t lds_lo = 0, lds_hi = 0;      // DMA: contiguous range written at completion
   std::vector<uint32_t> lds_addrs;      // DS: per active lane byte address
   uint8_t lds_bytes = 0;                // DS: bytes per lane
@@ -107,8 +108,8 @@ struct Wave {
 
 // LDS shadow entry (race detection), one per byte.
 struct LdsShadow {
-  uint32_t wepoch = 0, repoch = 0;
-  uint8_t wwave = 0, rwave = 0;
+  uint32_t wepoch = 0, repoch = 0, aepoch = 0;  // last plain write, plain read, atomic (ds_add_*)
+  uint8_t wwave = 0, rwave = 0, awave = 0;      // their wave (0xff: several read / several atomics)
 };
 
 struct Workgroup {

@@ -64,6 +64,7 @@ void check_contract_args(const CatalogKernel& k) {
   else if (k.kind == "mla_reduce") table = abi::kReduceArgs;
   else if (k.kind == "mla_merge") table = abi::kMergeArgs;
   else if (k.kind == "dsa_indexer_logits") table = abi::kIndexerArgs;
+  else if (k.kind == "dsa_topk") table = abi::kTopkArgs;
   else return;
   if (k.args.size() != table.size())
     throw RtError(MLA_ERROR_KERNARG_MISMATCH, fmt::format("{}: kernel {} has {} arguments, the contract (abi/mla_abi.h) {}",

@@ -56,9 +56,49 @@ const CatalogKernel& indexer_logits_kernel(const Catalog& cat, Target target, in
                             cat.dir(), heads, next_n, block_size, t, heads, next_n, block_size));
 }
 
+const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target) {
+  const std::string t(name(target));
+  for (const auto& c : cat.kernels())
+    if (c.kind == "dsa_topk" && c.target == t) return c;
+  throw RtError(MLA_ERROR_NO_KERNEL, fmt::format("{}: no dsa_topk_per_row_decode kernel for {} (every dsa_indexer_logits "
+                                                 "config entry implies it: rebuild the catalog)",
+                                                 cat.dir(), t));
+}
+
+DecodeOp indexer_topk_op(const CatalogKernel& kernel, const mla_indexer_topk_args& a) {
+  // b = row / next_n as mul_hi(row, ceil(2^32 / next_n)): exact for next_n <= 8 and rows < 2^26.
+  const uint32_t magic = a.next_n == 1 ? 0 : uint32_t(((uint64_t(1) << 32) + uint64_t(a.next_n) - 1) / uint64_t(a.next_n));
+  KernargPacker mk(kernel);
+  mk.ptr("logits", a.logits).ptr("seq_lens", a.seq_lens).ptr("indices", a.indices);
+  mk.u32("next_n", uint32_t(a.next_n)).u32("row_div_magic", magic).u32("logits_stride", uint32_t(a.logits_stride));
+  mk.u32("indices_stride", uint32_t(a.indices_stride)).u32("topk", uint32_t(a.topk)).u32("reserved", 0);
+  DecodeOp op;
+  op.kind = DecodeOp::Launch;
+  op.kernel = &kernel;
+  op.grid = {unsigned(a.num_rows), 1, 1};
+  op.block = {unsigned(kernel.workgroup_size), 1, 1};
+  op.kernarg = mk.finish();
+  op.what = "indexer_topk";
+  return op;
+}
+
 }  // namespace mla::rt
 
 namespace {
+
+void check_topk_args(const mla_indexer_topk_args* a) {
+  using mla::rt::capi::bad;
+  for (auto [ptr, field] : {std::pair{a->logits, "logits"}, {a->seq_lens, "seq_lens"}, {a->indices, "indices"}})
+    if (!ptr) bad(fmt::format("args.{} is a null device pointer", field));
+  if (a->next_n < 1 || a->next_n > 8) bad(fmt::format("args.next_n = {} (allowed: 1..8)", a->next_n));
+  if (a->num_rows < 1 || a->num_rows > (1 << 24) || a->num_rows % a->next_n)
+    bad(fmt::format("args.num_rows = {} (allowed: 1..2^24, a multiple of next_n = {})", a->num_rows, a->next_n));
+  if (a->topk < 1 || a->topk > 65536) bad(fmt::format("args.topk = {} (allowed: 1..65536)", a->topk));
+  if (a->logits_stride < 1 || a->logits_stride > (int64_t(1) << 30))
+    bad(fmt::format("args.logits_stride = {} (allowed: 1..2^30)", a->logits_stride));
+  if (a->indices_stride < a->topk || a->indices_stride > (int64_t(1) << 30))
+    bad(fmt::format("args.indices_stride = {} (allowed: topk = {} .. 2^30)", a->indices_stride, a->topk));
+}
 
 void check_indexer_args(const mla_indexer_logits_args* a) {
   using mla::rt::capi::bad;  // MLA_ERROR_INVALID_ARGUMENT
@@ -84,6 +124,18 @@ void check_indexer_args(const mla_indexer_logits_args* a) {
 }
 
 }  // namespace
+
+extern "C" mla_status mla_indexer_topk(mla_context* ctx, const mla_indexer_topk_args* args, void* stream) {
+  using namespace mla::rt::capi;
+  return guard([&] {
+    need(ctx, "ctx");
+    need(args, "args");
+    check_topk_args(args);
+    const auto& k = mla::rt::indexer_topk_kernel(ctx->cat, device_target(ctx));
+    ctx->dev->be->ensure_module(k);
+    ctx->dev->be->run({mla::rt::indexer_topk_op(k, *args)}, stream);
+  });
+}
 
 extern "C" mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* args, void* stream) {
   using namespace mla::rt::capi;

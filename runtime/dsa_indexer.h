@@ -15,5 +15,8 @@ int indexer_chunk_tokens(int batch, int max_context_len, int num_cus, int reside
 // to add otherwise).
 const CatalogKernel& indexer_logits_kernel(const Catalog& cat, Target target, int heads, int next_n, int block_size);
 DecodeOp indexer_logits_op(const CatalogKernel& kernel, const mla_indexer_logits_args& a, int chunk_tokens);
+// The top-k kernel of the target and its launch (one workgroup per row).
+const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target);
+DecodeOp indexer_topk_op(const CatalogKernel& kernel, const mla_indexer_topk_args& a);
 
 }  // namespace mla::rt

@@ -400,6 +400,22 @@ typedef struct mla_indexer_logits_args {
 } mla_indexer_logits_args;
 mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* args, void* stream);
 
+/* The indexer's top-k per row (vLLM's top_k_per_row_decode): row r = b * next_n + i of logits
+ * has length len = seq_lens[b] - next_n + i + 1 (clamped to 0 .. logits_stride); indices[r] gets
+ * the positions of its topk largest logits (ties at the topk-th value: the lowest positions; the
+ * same input gives the same rows), or 0 .. len - 1 then -1 when len <= topk. Logits past a row's
+ * length are never read. Runs the catalog's dsa_topk_per_row_decode kernel, one workgroup per
+ * row. */
+typedef struct mla_indexer_topk_args {
+  uint64_t logits;         /* [num_rows, logits_stride] f32 */
+  uint64_t seq_lens;       /* [num_rows / next_n] int32 */
+  uint64_t indices;        /* [num_rows, indices_stride] int32 (written: topk per row) */
+  int num_rows, next_n, topk;
+  int64_t logits_stride;   /* elements */
+  int64_t indices_stride;  /* elements, >= topk */
+} mla_indexer_topk_args;
+mla_status mla_indexer_topk(mla_context* ctx, const mla_indexer_topk_args* args, void* stream);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

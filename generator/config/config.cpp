@@ -269,6 +269,15 @@ Config parse_config(const std::string& text, const std::string& path) {
     implied.push_back(r);
   };
   for (const auto& s : c.kernels) {
+    // The indexer's logits imply the top-k that turns them into index rows (one kernel per target).
+    if (s.kind == KernelKind::DsaIndexerLogits) {
+      KernelSpec t;
+      t.kind = KernelKind::DsaTopk;
+      t.arch = s.arch;
+      t.source_config = s.source_config;
+      t.deployment = s.deployment;
+      imply(t);
+    }
     if (s.kind != KernelKind::MlaDecode) continue;
     KernelSpec r = s;
     r.kind = KernelKind::MlaReduce;

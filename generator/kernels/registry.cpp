@@ -17,6 +17,7 @@ Program build_program(const KernelSpec& spec) {
     case KernelKind::MlaReduce: build_mla_reduce(p, spec); break;
     case KernelKind::MlaMerge: build_mla_merge(p); break;
     case KernelKind::DsaIndexerLogits: build_dsa_indexer_logits(p, spec); break;
+    case KernelKind::DsaTopk: build_dsa_topk(p, spec); break;
   }
   return p;
 }

@@ -20,5 +20,6 @@ void build_mla_decode(Program& p, const KernelSpec& spec);
 void build_mla_reduce(Program& p, const KernelSpec& spec);
 void build_mla_merge(Program& p);
 void build_dsa_indexer_logits(Program& p, const KernelSpec& spec);
+void build_dsa_topk(Program& p, const KernelSpec& spec);
 
 }  // namespace mla::gen

@@ -105,6 +105,7 @@ class Builder {
   void v_or_b32(VReg d, VSrc a, VSrc b) { vop("v_or_b32", d, {a, b}); }
   void v_xor_b32(VReg d, VSrc a, VSrc b) { vop("v_xor_b32", d, {a, b}); }
   void v_lshlrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshlrev_b32", d, {shift, a}); }
+  void v_ashrrev_i32(VReg d, VSrc shift, VSrc a) { vop("v_ashrrev_i32", d, {shift, a}); }
   void v_lshrrev_b32(VReg d, VSrc shift, VSrc a) { vop("v_lshrrev_b32", d, {shift, a}); }
   void v_lshl_add_u32(VReg d, VSrc a, VSrc shift, VSrc b) { vop("v_lshl_add_u32", d, {a, shift, b}); }
   void v_lshl_or_b32(VReg d, VSrc a, VSrc shift, VSrc b) { vop("v_lshl_or_b32", d, {a, shift, b}); }
@@ -117,6 +118,7 @@ class Builder {
   // Compares write a lane mask: VCC or an SGPR pair.
   void v_cmp_lt_u32(SSrc d, VSrc a, VSrc b);
   void v_cmp_gt_u32(SSrc d, VSrc a, VSrc b);
+  void v_cmp_le_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_le_u32", {d.op}, {a.op, b.op}); }
   void v_cmp_gt_i32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_i32", {d.op}, {a.op, b.op}); }
   void v_cmp_gt_f32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_gt_f32", {d.op}, {a.op, b.op}); }
   void v_cmp_eq_u32(SSrc d, VSrc a, VSrc b) { emit("v_cmp_eq_u32", {d.op}, {a.op, b.op}); }
@@ -157,6 +159,12 @@ class Builder {
   // Two fp8 (target format) from bytes [1:0] (word_sel 0) or [3:2] (word_sel 1) to two f32.
   void v_cvt_pk_f32_fp8(VReg d2, VReg a, int word_sel);
   void v_readfirstlane_b32(SReg d, VReg a) { vop_s("v_readfirstlane_b32", d, {VSrc(a)}); }
+  void v_readlane_b32(SReg d, VReg a, SReg lane) { vop_s("v_readlane_b32", d, {VSrc(a), VSrc(lane)}); }
+  // d = the set bits of mask below this lane (lo: lanes 0-31 of a 64-bit mask's low half, hi: the
+  // high half for lanes 32-63) + add.
+  void v_mbcnt_lo(VReg d, SReg mask_lo, VSrc add) { vop("v_mbcnt_lo_u32_b32", d, {VSrc(mask_lo), add}); }
+  void v_mbcnt_hi(VReg d, SReg mask_hi, VSrc add) { vop("v_mbcnt_hi_u32_b32", d, {VSrc(mask_hi), add}); }
+  void s_bcnt1_i32_b64(SReg d, SSrc mask) { sop("s_bcnt1_i32_b64", d, 1, {mask}); }
   void v_accvgpr_read_b32(VReg d, AReg a);
   void v_accvgpr_write_b32(AReg d, VSrc a);
 
@@ -214,6 +222,8 @@ class Builder {
   void ds_read_b64_tr_b8(VReg d, VReg addr, uint32_t offset = 0);
   void ds_read_b64_tr_b16(VReg d, VReg addr, uint32_t offset = 0);
   void ds_write_b32(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b32", addr, data, 1, offset); }
+  // MEM[addr + offset] += data, atomically among the workgroup's waves (no value returned).
+  void ds_add_u32(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_add_u32", addr, data, 1, offset); }
   void ds_write_b64(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b64", addr, data, 2, offset); }
   void ds_write_b128(VReg addr, VReg data, uint32_t offset = 0) { ds_write("ds_write_b128", addr, data, 4, offset); }
 

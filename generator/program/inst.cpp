@@ -52,6 +52,7 @@ const OpInfo kOps[] = {
     {"s_cmp_lt_i32", C::Salu, kDefScc},
     {"s_cmp_ge_i32", C::Salu, kDefScc},
     {"s_and_saveexec_b64", C::Salu, kDefScc | kUseExec | kDefExec},
+    {"s_bcnt1_i32_b64", C::Salu, kDefScc},
     // Scalar memory.
     {"s_load_dword", C::Smem, 0},
     {"s_load_dwordx2", C::Smem, 0},
@@ -136,6 +137,8 @@ const OpInfo kOps[] = {
     {"v_cvt_pk_bf16_f32", C::Valu, kUseExec},
     {"v_readfirstlane_b32", C::Valu, kUseExec | kReadlane},
     {"v_readlane_b32", C::Valu, kReadlane},
+    {"v_mbcnt_lo_u32_b32", C::Valu, kUseExec},
+    {"v_mbcnt_hi_u32_b32", C::Valu, kUseExec},
     {"v_writelane_b32", C::Valu, kWritelane},
     {"v_accvgpr_read_b32", C::Valu, kUseExec | kAccRead},
     {"v_accvgpr_write_b32", C::Valu, kUseExec | kAccWrite},
@@ -185,6 +188,8 @@ const OpInfo kOps[] = {
     {"ds_write_b32", C::LdsWrite, kUseExec},
     {"ds_write_b64", C::LdsWrite, kUseExec},
     {"ds_write_b128", C::LdsWrite, kUseExec},
+    // LDS atomic add (no return): ordered like a write.
+    {"ds_add_u32", C::LdsWrite, kUseExec},
 };
 
 }  // namespace

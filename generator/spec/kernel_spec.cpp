@@ -11,6 +11,7 @@ std::string_view kind_name(KernelKind k) {
     case KernelKind::MlaPrefix: return "mla_prefix";
     case KernelKind::MlaMerge: return "mla_merge";
     case KernelKind::DsaIndexerLogits: return "dsa_indexer_logits";
+    case KernelKind::DsaTopk: return "dsa_topk";
     case KernelKind::VectorCopy: return "vector_copy";
     case KernelKind::Fp8Dequant: return "fp8_dequant";
     case KernelKind::MfmaTile: return "mfma_tile";
@@ -34,6 +35,7 @@ std::string KernelSpec::name() const {
       return fmt::format("mla_reduce_h{}_qs{}{}", heads, qseqlen, return_lse ? "_lse" : "");
     case KernelKind::MlaMerge: return "mla_merge_attn_states";
     case KernelKind::DsaIndexerLogits: return fmt::format("dsa_indexer_logits_fp8_h{}_nn{}_pg{}", heads, next_n, page_size);
+    case KernelKind::DsaTopk: return "dsa_topk_per_row_decode";
     case KernelKind::VectorCopy: return "pipe_vector_copy_b32";
     case KernelKind::Fp8Dequant: return "pipe_fp8_dequant_f32";
     case KernelKind::MfmaTile: return "pipe_mfma_16x16x32_fp8";

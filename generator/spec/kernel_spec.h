@@ -16,6 +16,7 @@ enum class KernelKind {
   MlaPrefix,     // a prefix group's rows over its shared prefix (issue #13; the decode builder)
   MlaMerge,      // merge_attn_states: two (o, lse) of the same rows into one (issue #14)
   DsaIndexerLogits,  // the DSA indexer's paged fp8 MQA logits (DeepGEMM's fp8_paged_mqa_logits, issue #44)
+  DsaTopk,           // the indexer's top-k per row (vLLM's top_k_per_row_decode), implied by the logits kernels
   VectorCopy,    // pipeline kernel: grid-stride dword copy through buffer resources
   Fp8Dequant,    // pipeline kernel: fp8 (target format) -> f32 times a scale
   MfmaTile,      // pipeline kernel: one 16x16x32 fp8 MFMA tile, D = A * B

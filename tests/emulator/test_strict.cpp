@@ -153,6 +153,28 @@ TEST_CASE("strict: LDS races between waves", "[strict]") {
   }
 }
 
+// LDS atomics (ds_add_u32): atomics of two waves on the same word need no barrier between them;
+// an atomic and a plain read (or write) of the same word by two waves do. Thread t writes t at
+// 4t, adds t to its partner's word, then reads its own word: t + (t ^ 64) once both adds landed.
+TEST_CASE("strict: LDS atomics race with plain accesses, not with each other", "[strict]") {
+  const std::string init = "  ds_write_b32 v1, v0\n  s_waitcnt lgkmcnt(0)\n  s_barrier\n";
+  for (Gfx g : kTargets) {
+    INFO(gfx_name(g));
+    REQUIRE_THROWS_WITH(run_two_waves(g, "atomic_race", init + "  ds_add_u32 v2, v0\n  s_waitcnt lgkmcnt(0)\n  ds_read_b32 v4, v1\n"),
+                        Catch::Contains("updated by an atomic"));
+    for (uint64_t seed : {0, 5}) {
+      DispatchOptions opts;
+      opts.random_seed = seed;
+      // Both waves add to each word (its own thread and its partner): no race among the atomics.
+      auto v = run_two_waves(g, "atomic_ok",
+                             init + "  ds_add_u32 v2, v0\n  ds_add_u32 v1, v0\n  s_waitcnt lgkmcnt(0)\n  s_barrier\n"
+                                    "  ds_read_b32 v4, v1\n",
+                             opts);
+      for (uint32_t t = 0; t < 128; ++t) CHECK(v[t] == t + t + (t ^ 64));
+    }
+  }
+}
+
 // An LDS op still outstanding when a barrier releases belongs to the new epoch whatever its
 // form: ds_write2 / ds_read2 record both elements' addresses (until 2026-12-04 they recorded
 // none, and the race twins below ran clean). Read side: thread t reads t^64's two words (at 4t'

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -242,4 +244,117 @@ TEST_CASE("indexer chunk size: one round over the device, a whole number of tile
   CHECK(rt::indexer_chunk_tokens(1, 100, 1, 1) == 128);             // never past the longest row's tiles
   CHECK(rt::indexer_chunk_tokens(64, 131072, 304, 2) == 13824);     // 64 x 4096 tiles over 608 slots: 432 each
   CHECK(rt::indexer_chunk_tokens(16, 131072, 256, 1) == 8192);
+}
+
+namespace {
+
+// Top-k of random logit rows through mla_indexer_topk: lengths from the causal ends of next_n
+// rows, logits drawn from `levels` distinct values (few levels: many ties at the k-th value) or
+// continuous, -inf among them, poison past each row's end (never read).
+struct TopkRun {
+  std::vector<float> logits;
+  std::vector<int32_t> seq_lens, indices;
+  int rows = 0, next_n = 1, topk = 0;
+  int64_t stride = 0, out_stride = 0;
+};
+
+TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk, int levels, uint64_t seed) {
+  TopkRun r;
+  r.seq_lens = std::move(seq_lens);
+  r.next_n = next_n;
+  r.topk = topk;
+  r.rows = int(r.seq_lens.size()) * next_n;
+  int maxlen = 1;
+  for (int l : r.seq_lens) maxlen = std::max(maxlen, l);
+  r.stride = maxlen + 5;
+  r.out_stride = topk + 3;
+  std::mt19937_64 rng(seed);
+  r.logits.assign(size_t(r.rows) * size_t(r.stride), std::numeric_limits<float>::quiet_NaN());
+  for (int row = 0; row < r.rows; ++row) {
+    const int end = ref::indexer_row_end(r.seq_lens[size_t(row / next_n)], next_n, row % next_n);
+    for (int t = 0; t < end; ++t) {
+      const uint64_t x = rng();
+      float v = levels > 0 ? float(int(x % uint64_t(levels)) - levels / 2) * 0.25f
+                           : float(int64_t(x >> 11) % 2000001 - 1000000) * 1e-3f;
+      if (x % 97 == 0) v = -std::numeric_limits<float>::infinity();
+      r.logits[size_t(row) * size_t(r.stride) + size_t(t)] = v;
+    }
+  }
+  std::vector<int32_t> poison(size_t(r.rows) * size_t(r.out_stride), 0x5a5a5a5a);
+  mla_indexer_topk_args a{};
+  a.logits = s.upload(r.logits);
+  a.seq_lens = s.upload(r.seq_lens);
+  a.indices = s.upload(poison);
+  a.num_rows = r.rows;
+  a.next_n = next_n;
+  a.topk = topk;
+  a.logits_stride = r.stride;
+  a.indices_stride = r.out_stride;
+  OK(mla_indexer_topk(s.ctx, &a, nullptr));
+  OK(mla_stream_synchronize(s.dev, nullptr));
+  r.indices.resize(poison.size());
+  OK(mla_memcpy_d2h(s.dev, r.indices.data(), a.indices, poison.size() * 4));
+  return r;
+}
+
+// Every row: the reference's set exactly (ties at the k-th value resolved to the lowest
+// positions, as the kernel documents), checked by the tolerant checker too; positions past topk
+// untouched.
+void check_topk(const TopkRun& r) {
+  for (int row = 0; row < r.rows; ++row) {
+    const int end = ref::indexer_row_end(r.seq_lens[size_t(row / r.next_n)], r.next_n, row % r.next_n);
+    std::vector<double> logits(static_cast<size_t>(end));
+    for (int t = 0; t < end; ++t) logits[size_t(t)] = r.logits[size_t(row) * size_t(r.stride) + size_t(t)];
+    std::vector<int32_t> got(r.indices.begin() + row * r.out_stride, r.indices.begin() + row * r.out_stride + r.topk);
+    INFO(fmt::format("row {} of {}, length {}, topk {}", row, r.rows, end, r.topk));
+    REQUIRE(ref::check_topk_row(got, logits, end, r.topk, 0.0) == "");
+    std::vector<int32_t> want = ref::topk_reference(logits, end, r.topk);
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    REQUIRE(got == want);
+    for (int64_t c = r.topk; c < r.out_stride; ++c) REQUIRE(r.indices[size_t(row * r.out_stride + c)] == 0x5a5a5a5a);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("indexer top-k: the k largest per row, ties to the lowest positions, short rows padded with -1") {
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    INFO(rt::name(t));
+    Session s(t);
+    // Rows shorter than, equal to and one past k; long rows over the four waves' quarters;
+    // next_n 2 causal ends; continuous values, heavy ties (4 and 40 levels), -inf.
+    check_topk(run_topk(s, {100, 2048, 2049, 5000, 0, 1}, 1, 2048, 0, 1));
+    check_topk(run_topk(s, {300, 257, 64, 1000}, 2, 64, 4, 2));
+    check_topk(run_topk(s, {3000, 700}, 2, 256, 40, 3));
+    check_topk(run_topk(s, {1500}, 4, 1, 0, 4));
+  }
+}
+
+TEST_CASE("indexer top-k: the same input gives the same rows, in the same order") {
+  Session s(rt::Target::gfx950);
+  TopkRun a = run_topk(s, {4000, 900}, 1, 512, 8, 9);
+  TopkRun b = run_topk(s, {4000, 900}, 1, 512, 8, 9);
+  CHECK(a.indices == b.indices);
+}
+
+TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
+  Session s(rt::Target::gfx942);
+  mla_indexer_topk_args a{};
+  auto fails = [&](const char* what) {
+    REQUIRE(mla_indexer_topk(s.ctx, &a, nullptr) != MLA_SUCCESS);
+    CHECK_THAT(std::string(mla_last_error()), Catch::Contains(what));
+  };
+  fails("args.logits is a null device pointer");
+  uint64_t buf = 0;
+  OK(mla_malloc(s.dev, 4096, &buf));
+  a.logits = a.seq_lens = a.indices = buf;
+  a.num_rows = 3, a.next_n = 2, a.topk = 16, a.logits_stride = 100, a.indices_stride = 16;
+  fails("args.num_rows = 3 (allowed: 1..2^24, a multiple of next_n = 2)");
+  a.num_rows = 4;
+  a.indices_stride = 15;
+  fails("args.indices_stride = 15");
+  a.indices_stride = 16;
+  a.next_n = 9;
+  fails("args.next_n = 9");
 }

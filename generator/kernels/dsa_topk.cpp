@@ -1,0 +1,408 @@
+// dsa_topk_per_row_decode: vLLM's top_k_per_row_decode over the indexer's logits (docs/sparse.md
+// "The indexer"). One workgroup of 4 waves per row r = b * next_n + i, whose length is
+// len = seq_lens[b] - next_n + i + 1 (the causal end of MTP row i). Output: topk indices into the
+// row, the set of the topk largest logits; a row of len <= topk gets 0 .. len - 1, then -1.
+//
+// Exact radix select on the f32 logits as order-preserving u32 keys, 11 + 11 + 10 bits:
+// - per digit, a histogram of the keys that match the digits found so far (LDS, ds_add_u32 by
+//   every thread), then wave 0 finds the bin holding the topk-th largest: lane l sums 32 (16)
+//   bins, a suffix scan across lanes (ds_bpermute) picks the lane, a scan inside it the bin;
+// - after the last digit the topk-th largest key K and how many of the keys equal to K to take
+//   are known; each wave then counts, in its contiguous quarter of the row, the keys above K and
+//   equal to K, and writes its indices at positions that follow index order: the keys above K
+//   first, then the first (by index) keys equal to K. The same input gives the same rows.
+// The row is read five times (three histograms, the count, the write), from the L2 in the
+// steady state (the logits were just written).
+#include <fmt/format.h>
+
+#include "abi/mla_abi.h"
+#include "kernels/kernargs.h"
+#include "kernels/registry.h"
+#include "program/builder.h"
+
+namespace mla::gen {
+
+namespace {
+
+namespace A = abi::topk_args;
+constexpr int kThreads = 256, kWaves = kThreads / 64, kUnroll = 4;
+struct Digit {
+  int shift, width;
+};
+constexpr Digit kDigits[3] = {{21, 11}, {10, 11}, {0, 10}};
+constexpr uint32_t kHistBytes = 2048 * 4;
+// LDS after the histogram: the found digit and count (2 dwords), then per wave its counts above
+// and equal to the key (2 dwords each).
+constexpr uint32_t kFound = kHistBytes, kWaveCounts = kHistBytes + 8, kLdsBytes = kWaveCounts + 8 * kWaves;
+
+class TopK {
+ public:
+  TopK(Program& p) : b(p), ra(b.regs()) {}
+  void build();
+
+ private:
+  SReg arg(uint32_t off) { return args.sub(int(off / 4), 1); }
+  SReg ptr(uint32_t off) { return args.sub(int(off / 4), 2); }
+  void setup();
+  void short_row();
+  void load_key(VReg key, VReg idx, SReg limit);
+  void histogram(int pass);
+  void find_digit(int pass);
+  void count_quarter();
+  void write_quarter();
+  // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
+  // pairs, inactive lanes and lanes past the end 0).
+  void classify(VReg idx, SReg gt, SReg eq);
+
+  Builder b;
+  RegAllocator& ra;
+  SReg args, row, len, len_m1, k, prefix, pmask, rem, wave, tmp, in_base, out_base, seg_begin, seg_end, j;
+  SReg m1, m2, saved;
+  VReg tid, lane, one, zero, v0_, v1_, v2_, key;
+  Label done;
+};
+
+void TopK::build() {
+  setup();
+  short_row();
+  for (int pass = 0; pass < 3; ++pass) {
+    histogram(pass);
+    find_digit(pass);
+  }
+  count_quarter();
+  write_quarter();
+  b.bind(done);
+  b.s_endpgm();
+}
+
+void TopK::setup() {
+  args = ra.sgpr(12, "kernargs", 4);
+  b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
+  b.s_load_dwordx4(args.sub(8, 4), b.kernarg_ptr(), 32);
+  row = b.workgroup_id(0);
+  tmp = ra.sgpr(2, "tmp", 2);
+  SReg req = ra.sgpr(1, "request");
+  // b = row / next_n: the magic multiply, or the row itself for next_n 1 (magic 0).
+  b.s_mul_hi_u32(req, row, arg(A::row_div_magic));
+  b.s_cmp_eq_u32(arg(A::row_div_magic), Imm(0));
+  b.s_cselect_b32(req, row, req);
+  len = ra.sgpr(1, "len"), len_m1 = ra.sgpr(1, "len_minus_1"), k = arg(A::topk);
+  b.s_lshl_b32(tmp[0], req, Imm(2));
+  b.s_add_u32(tmp[0], ptr(A::seq_lens)[0], tmp[0]);
+  b.s_addc_u32(tmp[1], ptr(A::seq_lens)[1], Imm(0));
+  b.s_load_dword(len, tmp, 0);
+  // len = seq_len - next_n + i + 1 = seq_len - (b + 1) * next_n + row + 1, negative as 0, at most
+  // the logits row.
+  b.s_add_u32(tmp[0], req, Imm(1));
+  b.s_mul_i32(tmp[0], tmp[0], arg(A::next_n));
+  b.s_sub_i32(tmp[0], row, tmp[0]);
+  b.s_add_i32(tmp[0], tmp[0], Imm(1));
+  b.s_add_i32(len, len, tmp[0]);
+  b.s_cmp_lt_i32(len, Imm(0));
+  b.s_cselect_b32(len, Imm(0), len);
+  b.s_min_u32(len, len, arg(A::logits_stride));
+  b.s_sub_u32(len_m1, len, Imm(1));
+  ra.release(req);
+  in_base = ra.sgpr(2, "logits_row", 2), out_base = ra.sgpr(2, "indices_row", 2);
+  for (auto [dst, base, stride] : {std::tuple{in_base, ptr(A::logits), arg(A::logits_stride)},
+                                   std::tuple{out_base, ptr(A::indices), arg(A::indices_stride)}}) {
+    b.s_lshl_b32(tmp[1], stride, Imm(2));
+    b.s_mul_i32(tmp[0], row, tmp[1]);
+    b.s_mul_hi_u32(tmp[1], row, tmp[1]);
+    b.s_add_u32(dst[0], base[0], tmp[0]);
+    b.s_addc_u32(dst[1], base[1], tmp[1]);
+  }
+  tid = b.workitem_ids();
+  lane = ra.vgpr(1, "lane"), one = ra.vgpr(1, "one"), zero = ra.vgpr(4, "zeros", 4);
+  v0_ = ra.vgpr(1, "v_a"), v1_ = ra.vgpr(1, "v_b"), v2_ = ra.vgpr(1, "v_c"), key = ra.vgpr(1, "key");
+  b.v_and_b32(lane, Imm(63), tid);
+  b.v_mov_b32(one, Imm(1));
+  for (int i = 0; i < 4; ++i) b.v_mov_b32(zero[i], Imm(0));
+  wave = ra.sgpr(1, "wave");
+  b.v_lshrrev_b32(v0_, Imm(6), tid);
+  b.v_readfirstlane_b32(wave, v0_);
+  prefix = ra.sgpr(1, "prefix"), pmask = ra.sgpr(1, "prefix_mask"), rem = ra.sgpr(1, "remaining");
+  b.s_mov_b32(prefix, Imm(0));
+  b.s_mov_b32(pmask, Imm(0));
+  b.s_mov_b32(rem, k);
+  m1 = ra.sgpr(2, "mask1", 2), m2 = ra.sgpr(2, "mask2", 2), saved = ra.sgpr(2, "saved_exec", 2);
+  j = ra.sgpr(1, "j");
+  seg_begin = ra.sgpr(1, "seg_begin"), seg_end = ra.sgpr(1, "seg_end");
+  done = b.new_label("done");
+}
+
+// len <= topk: indices 0 .. len - 1, then -1 (vLLM's contract for a short row).
+void TopK::short_row() {
+  Label select = b.new_label("select");
+  b.s_cmp_gt_u32(len, k);
+  b.s_cbranch_scc1(select);
+  b.s_mov_b32(j, Imm(0));
+  Label loop = b.new_label("short_loop");
+  b.bind(loop);
+  b.v_add_u32(v0_, j, tid);
+  b.v_cmp_gt_u32(vcc, len, v0_);
+  b.v_cndmask_b32(v1_, Imm(-1), v0_, vcc);
+  b.v_cmp_gt_u32(vcc, k, v0_);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.v_lshlrev_b32(v2_, Imm(2), v0_);
+  b.global_store_dword(v2_, v1_, out_base);
+  b.s_mov_exec(saved);
+  b.s_add_u32(j, j, Imm(kThreads));
+  b.s_cmp_lt_u32(j, k);
+  b.s_cbranch_scc1(loop);
+  b.s_branch(done);
+  b.bind(select);
+}
+
+// key = the order-preserving bits of logits[idx] (idx clamped to `limit`: a lane past the end
+// reads a real element; callers mask it): x >= 0 sets the sign bit, x < 0 inverts every bit.
+void TopK::load_key(VReg k_out, VReg idx, SReg limit) {
+  b.v_min_u32(v2_, limit, idx);
+  b.v_lshlrev_b32(v2_, Imm(2), v2_);
+  b.global_load_dword(k_out, v2_, in_base);
+  b.v_ashrrev_i32(v2_, Imm(31), k_out);
+  b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
+  b.v_xor_b32(k_out, v2_, k_out);
+}
+
+// The histogram of digit `pass` over the keys that match the digits found so far.
+void TopK::histogram(int pass) {
+  const Digit d = kDigits[pass];
+  // Clear: each thread zeroes 8 bins.
+  b.v_lshlrev_b32(v0_, Imm(5), tid);
+  b.ds_write_b128(v0_, zero, 0);
+  b.ds_write_b128(v0_, zero, 16);
+  b.s_barrier();
+  std::vector<VReg> keys, idxs;
+  for (int u = 0; u < kUnroll; ++u) {
+    keys.push_back(ra.vgpr(1, fmt::format("hkey{}", u)));
+    idxs.push_back(ra.vgpr(1, fmt::format("hidx{}", u)));
+  }
+  b.s_mov_b32(j, Imm(0));
+  Label loop = b.new_label(fmt::format("hist_loop{}", pass));
+  b.bind(loop);
+  for (int u = 0; u < kUnroll; ++u) {
+    b.v_add_u32(idxs[u], j, tid);
+    if (u) b.v_add_u32(idxs[u], Imm(u * kThreads), idxs[u]);
+    load_key(keys[u], idxs[u], len_m1);
+  }
+  for (int u = 0; u < kUnroll; ++u) {
+    b.v_cmp_gt_u32(m1, len, idxs[u]);
+    if (pass > 0) {
+      b.v_xor_b32(v0_, prefix, keys[u]);
+      b.v_and_b32(v0_, pmask, v0_);
+      b.v_cmp_eq_u32(m2, Imm(0), v0_);
+      b.s_and_b64(m1, m1, m2);
+    }
+    b.v_bfe_u32(v0_, keys[u], Imm(d.shift), Imm(d.width));
+    b.v_lshlrev_b32(v0_, Imm(2), v0_);
+    b.s_and_saveexec_b64(saved, m1);
+    b.ds_add_u32(v0_, one);
+    b.s_mov_exec(saved);
+  }
+  b.s_add_u32(j, j, Imm(kUnroll * kThreads));
+  b.s_cmp_lt_u32(j, len);
+  b.s_cbranch_scc1(loop);
+  for (int u = 0; u < kUnroll; ++u) {
+    ra.release(keys[u]);
+    ra.release(idxs[u]);
+  }
+  b.s_barrier();
+}
+
+// Wave 0: the bin of the histogram holding the rem-th largest matching key; every wave then
+// reads the digit and the count still to take inside it, and extends the prefix.
+void TopK::find_digit(int pass) {
+  const Digit d = kDigits[pass];
+  const int per = (1 << d.width) / 64;  // bins per lane
+  Label not_wave0 = b.new_label(fmt::format("not_wave0_{}", pass));
+  b.s_cmp_lg_u32(wave, Imm(0));
+  b.s_cbranch_scc1(not_wave0);
+  VReg c = ra.vgpr(per, "bins", 4), sum = ra.vgpr(1, "bin_sum"), suf = ra.vgpr(1, "suffix");
+  b.v_lshlrev_b32(v0_, Imm(2 + (per == 32 ? 5 : 4)), lane);
+  for (int q = 0; q < per / 4; ++q) b.ds_read_b128(c.sub(4 * q, 4), v0_, uint32_t(16 * q));
+  b.v_add_u32(sum, c[0], c[1]);
+  for (int q = 2; q < per; ++q) b.v_add_u32(sum, sum, c[q]);
+  // Suffix sums across lanes: suf[l] = sum of sum[l'] for l' >= l.
+  b.v_mov_b32(suf, sum);
+  for (int s = 1; s < 64; s *= 2) {
+    b.v_add_u32(v0_, Imm(s), lane);
+    b.v_lshlrev_b32(v0_, Imm(2), v0_);
+    b.ds_bpermute_b32(v1_, v0_, suf);
+    b.v_cmp_gt_u32(vcc, Imm(64 - s), lane);
+    b.v_cndmask_b32(v1_, Imm(0), v1_, vcc);
+    b.v_add_u32(suf, suf, v1_);
+  }
+  // Lanes whose suffix still holds rem keys are a prefix 0 .. L of the wave.
+  SReg L = ra.sgpr(1, "lane_found"), sL = ra.sgpr(1, "suffix_found"), t1 = ra.sgpr(1, "t1");
+  b.v_cmp_le_u32(m1, rem, suf);
+  b.s_bcnt1_i32_b64(L, m1);
+  b.s_sub_u32(L, L, Imm(1));
+  b.v_readlane_b32(sL, suf, L);
+  b.v_readlane_b32(t1, sum, L);
+  b.s_sub_u32(sL, sL, t1);    // keys in the bins above lane L's
+  b.s_sub_u32(t1, rem, sL);   // still to take from lane L's bins
+  // Inside each lane (lane L's is the one read): the bin where the running sum from the top
+  // reaches t1, and the count above it.
+  VReg acc = ra.vgpr(1, "running"), dig = ra.vgpr(1, "digit_low"), above = ra.vgpr(1, "above");
+  b.v_mov_b32(acc, Imm(0));
+  b.v_mov_b32(dig, Imm(0));
+  b.v_mov_b32(above, Imm(0));
+  for (int q = per - 1; q >= 0; --q) {
+    b.v_mov_b32(v1_, acc);
+    b.v_add_u32(acc, acc, c[q]);
+    b.v_cmp_le_u32(m1, t1, acc);
+    b.v_cmp_gt_u32(m2, t1, v1_);
+    b.s_and_b64(m1, m1, m2);
+    b.v_cndmask_b32(dig, dig, Imm(q), m1);
+    b.v_cndmask_b32(above, above, v1_, m1);
+  }
+  SReg dlo = ra.sgpr(1, "digit_found"), ab = ra.sgpr(1, "above_found");
+  b.v_readlane_b32(dlo, dig, L);
+  b.v_readlane_b32(ab, above, L);
+  b.s_mul_i32(L, L, Imm(per));
+  b.s_add_u32(dlo, dlo, L);
+  b.s_sub_u32(t1, t1, ab);
+  b.v_mov_b32(v0_, Imm(int64_t(kFound)));
+  b.v_mov_b32(v1_, dlo);
+  b.v_mov_b32(v2_, t1);
+  b.v_cmp_eq_u32(vcc, Imm(0), lane);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.ds_write_b32(v0_, v1_);
+  b.ds_write_b32(v0_, v2_, 4);
+  b.s_mov_exec(saved);
+  for (SReg r : {L, sL, t1, dlo, ab}) ra.release(r);
+  for (VReg r : {c, sum, suf, acc, dig, above}) ra.release(r);
+  b.bind(not_wave0);
+  b.s_barrier();
+  b.v_mov_b32(v0_, Imm(int64_t(kFound)));
+  b.ds_read_b32(v1_, v0_);
+  b.ds_read_b32(v2_, v0_, 4);
+  SReg found = ra.sgpr(1, "found");
+  b.v_readfirstlane_b32(found, v1_);
+  b.v_readfirstlane_b32(rem, v2_);
+  b.s_lshl_b32(found, found, Imm(d.shift));
+  b.s_or_b32(prefix, prefix, found);
+  b.s_or_b32(pmask, pmask, Imm(int64_t(((1u << d.width) - 1) << d.shift)));
+  ra.release(found);
+  // The next histogram's clear must not overtake the reads of the found digit.
+  b.s_barrier();
+}
+
+void TopK::classify(VReg idx, SReg gt, SReg eq) {
+  load_key(key, idx, len_m1);
+  b.v_cmp_gt_u32(m1, seg_end, idx);
+  b.v_cmp_lt_u32(gt, prefix, key);
+  b.s_and_b64(gt, gt, m1);
+  b.v_cmp_eq_u32(eq, prefix, key);
+  b.s_and_b64(eq, eq, m1);
+}
+
+// Each wave's quarter of the row: [wave * q, min((wave + 1) * q, len)), q = len / 4 rounded up
+// to 64; its counts of keys above and equal to K go to LDS.
+void TopK::count_quarter() {
+  b.s_add_u32(seg_end, len, Imm(4 * 64 - 1));
+  b.s_lshr_b32(seg_end, seg_end, Imm(8));
+  b.s_lshl_b32(seg_end, seg_end, Imm(6));  // q
+  b.s_mul_i32(seg_begin, wave, seg_end);
+  b.s_add_u32(seg_end, seg_begin, seg_end);
+  b.s_min_u32(seg_end, seg_end, len);
+  SReg gt = ra.sgpr(2, "above_mask", 2), eq = ra.sgpr(2, "equal_mask", 2), cg = ra.sgpr(1, "count_above"),
+       ce = ra.sgpr(1, "count_equal"), c = ra.sgpr(1, "count");
+  b.s_mov_b32(cg, Imm(0));
+  b.s_mov_b32(ce, Imm(0));
+  Label loop = b.new_label("count_loop"), skip = b.new_label("count_done");
+  b.s_mov_b32(j, seg_begin);
+  b.s_cmp_ge_u32(j, seg_end);
+  b.s_cbranch_scc1(skip);
+  b.bind(loop);
+  b.v_add_u32(v0_, j, lane);
+  classify(v0_, gt, eq);
+  b.s_bcnt1_i32_b64(c, gt);
+  b.s_add_u32(cg, cg, c);
+  b.s_bcnt1_i32_b64(c, eq);
+  b.s_add_u32(ce, ce, c);
+  b.s_add_u32(j, j, Imm(64));
+  b.s_cmp_lt_u32(j, seg_end);
+  b.s_cbranch_scc1(loop);
+  b.bind(skip);
+  b.s_lshl_b32(c, wave, Imm(3));
+  b.s_add_u32(c, c, Imm(kWaveCounts));
+  b.v_mov_b32(v0_, c);
+  b.v_mov_b32(v1_, cg);
+  b.v_mov_b32(v2_, ce);
+  b.v_cmp_eq_u32(vcc, Imm(0), lane);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.ds_write_b32(v0_, v1_);
+  b.ds_write_b32(v0_, v2_, 4);
+  b.s_mov_exec(saved);
+  for (SReg r : {gt, eq, cg, ce, c}) ra.release(r);
+  b.s_barrier();
+}
+
+// The positions: keys above K at [sum of the earlier waves' above-counts + running count), keys
+// equal to K at topk - rem + [earlier waves' equal-counts + running count) while below rem.
+void TopK::write_quarter() {
+  SReg base_gt = ra.sgpr(1, "base_above"), base_eq = ra.sgpr(1, "base_equal"), kgt = ra.sgpr(1, "count_above_all");
+  SReg c = ra.sgpr(1, "count"), gt = ra.sgpr(2, "above_mask", 2), eq = ra.sgpr(2, "equal_mask", 2);
+  b.s_mov_b32(base_gt, Imm(0));
+  b.s_mov_b32(base_eq, Imm(0));
+  b.v_mov_b32(v0_, Imm(int64_t(kWaveCounts)));
+  for (int w = 0; w + 1 < kWaves; ++w) {
+    b.ds_read_b32(v1_, v0_, uint32_t(8 * w));
+    b.ds_read_b32(v2_, v0_, uint32_t(8 * w + 4));
+    b.v_readfirstlane_b32(c, v1_);
+    b.s_cmp_lt_u32(Imm(w), wave);
+    b.s_cselect_b32(c, c, Imm(0));
+    b.s_add_u32(base_gt, base_gt, c);
+    b.v_readfirstlane_b32(c, v2_);
+    b.s_cmp_lt_u32(Imm(w), wave);
+    b.s_cselect_b32(c, c, Imm(0));
+    b.s_add_u32(base_eq, base_eq, c);
+  }
+  b.s_sub_u32(kgt, k, rem);
+  Label loop = b.new_label("write_loop");
+  b.s_mov_b32(j, seg_begin);
+  b.s_cmp_ge_u32(j, seg_end);
+  b.s_cbranch_scc1(done);
+  b.bind(loop);
+  b.v_add_u32(v0_, j, lane);
+  classify(v0_, gt, eq);
+  // Above K: position base_gt + the lanes below this one.
+  b.v_mbcnt_lo(v1_, gt[0], Imm(0));
+  b.v_mbcnt_hi(v1_, gt[1], v1_);
+  b.v_add_u32(v1_, base_gt, v1_);
+  b.v_lshlrev_b32(v1_, Imm(2), v1_);
+  b.s_and_saveexec_b64(saved, gt);
+  b.global_store_dword(v1_, v0_, out_base);
+  b.s_mov_exec(saved);
+  b.s_bcnt1_i32_b64(c, gt);
+  b.s_add_u32(base_gt, base_gt, c);
+  // Equal to K: the first rem of them by index.
+  b.v_mbcnt_lo(v1_, eq[0], Imm(0));
+  b.v_mbcnt_hi(v1_, eq[1], v1_);
+  b.v_add_u32(v1_, base_eq, v1_);
+  b.v_cmp_gt_u32(m1, rem, v1_);
+  b.s_and_b64(m1, m1, eq);
+  b.v_add_u32(v1_, kgt, v1_);
+  b.v_lshlrev_b32(v1_, Imm(2), v1_);
+  b.s_and_saveexec_b64(saved, m1);
+  b.global_store_dword(v1_, v0_, out_base);
+  b.s_mov_exec(saved);
+  b.s_bcnt1_i32_b64(c, eq);
+  b.s_add_u32(base_eq, base_eq, c);
+  b.s_add_u32(j, j, Imm(64));
+  b.s_cmp_lt_u32(j, seg_end);
+  b.s_cbranch_scc1(loop);
+}
+
+}  // namespace
+
+void build_dsa_topk(Program& p, const KernelSpec& s) {
+  declare_kernargs(p, abi::kTopkArgs, s);
+  p.abi.max_workgroup_size = kThreads;
+  p.abi.lds_bytes = kLdsBytes;
+  TopK(p).build();
+}
+
+}  // namespace mla::gen
