@@ -251,19 +251,25 @@ inline constexpr KernargField kIndexerArgs[] = {
 // The DSA indexer's top-k (dsa_topk_per_row_decode, docs/sparse.md "The indexer"): vLLM's
 // top_k_per_row_decode. One workgroup per row r = b * next_n + i; its length is
 // seq_lens[b] - next_n + i + 1; row_div_magic = ceil(2^32 / next_n) (0 for next_n 1) gives b.
+// With a block_table the rows hold cache slots, block_table[b][t >> page_size_log2] <<
+// page_size_log2 | (t & (page - 1)), the form sparse MLA reads; without (0), positions t.
 namespace topk_args {
-inline constexpr uint32_t logits = 0x00, seq_lens = 0x08, indices = 0x10, next_n = 0x18, row_div_magic = 0x1c,
-                          logits_stride = 0x20, indices_stride = 0x24, topk = 0x28, reserved = 0x2c, size = 0x30;
+inline constexpr uint32_t logits = 0x00, seq_lens = 0x08, indices = 0x10, block_table = 0x18, next_n = 0x20,
+                          row_div_magic = 0x24, logits_stride = 0x28, indices_stride = 0x2c, topk = 0x30,
+                          block_table_stride = 0x34, page_size_log2 = 0x38, reserved = 0x3c, size = 0x40;
 }
 inline constexpr KernargField kTopkArgs[] = {
     {"logits", true, "const float*", topk_args::logits, 8},
     {"seq_lens", true, "const int32_t*", topk_args::seq_lens, 8},
     {"indices", true, "int32_t*", topk_args::indices, 8},
+    {"block_table", true, "const int32_t*", topk_args::block_table, 8},
     {"next_n", false, "uint32_t", topk_args::next_n, 4},
     {"row_div_magic", false, "uint32_t", topk_args::row_div_magic, 4},
     {"logits_stride", false, "uint32_t", topk_args::logits_stride, 4},
     {"indices_stride", false, "uint32_t", topk_args::indices_stride, 4},
     {"topk", false, "uint32_t", topk_args::topk, 4},
+    {"block_table_stride", false, "uint32_t", topk_args::block_table_stride, 4},
+    {"page_size_log2", false, "uint32_t", topk_args::page_size_log2, 4},
     {"reserved", false, "uint32_t", topk_args::reserved, 4},
 };
 // DeepGEMM's indexer cache: a block of block_size tokens holds block_size x 128 fp8 values, then

@@ -68,10 +68,14 @@ const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target) {
 DecodeOp indexer_topk_op(const CatalogKernel& kernel, const mla_indexer_topk_args& a) {
   // b = row / next_n as mul_hi(row, ceil(2^32 / next_n)): exact for next_n <= 8 and rows < 2^26.
   const uint32_t magic = a.next_n == 1 ? 0 : uint32_t(((uint64_t(1) << 32) + uint64_t(a.next_n) - 1) / uint64_t(a.next_n));
+  uint32_t page_log2 = 0;
+  while (a.block_table && (1 << page_log2) < a.page_size) ++page_log2;
   KernargPacker mk(kernel);
-  mk.ptr("logits", a.logits).ptr("seq_lens", a.seq_lens).ptr("indices", a.indices);
+  mk.ptr("logits", a.logits).ptr("seq_lens", a.seq_lens).ptr("indices", a.indices).ptr("block_table", a.block_table);
   mk.u32("next_n", uint32_t(a.next_n)).u32("row_div_magic", magic).u32("logits_stride", uint32_t(a.logits_stride));
-  mk.u32("indices_stride", uint32_t(a.indices_stride)).u32("topk", uint32_t(a.topk)).u32("reserved", 0);
+  mk.u32("indices_stride", uint32_t(a.indices_stride)).u32("topk", uint32_t(a.topk));
+  mk.u32("block_table_stride", uint32_t(a.block_table ? a.block_table_stride : 0)).u32("page_size_log2", page_log2);
+  mk.u32("reserved", 0);
   DecodeOp op;
   op.kind = DecodeOp::Launch;
   op.kernel = &kernel;
@@ -98,6 +102,15 @@ void check_topk_args(const mla_indexer_topk_args* a) {
     bad(fmt::format("args.logits_stride = {} (allowed: 1..2^30)", a->logits_stride));
   if (a->indices_stride < a->topk || a->indices_stride > (int64_t(1) << 30))
     bad(fmt::format("args.indices_stride = {} (allowed: topk = {} .. 2^30)", a->indices_stride, a->topk));
+  if (a->block_table) {
+    if (a->page_size < 1 || a->page_size > (1 << 20) || (a->page_size & (a->page_size - 1)))
+      bad(fmt::format("args.page_size = {} (allowed with a block_table: a power of two, 1..2^20)", a->page_size));
+    const int64_t blocks = (a->logits_stride + a->page_size - 1) / a->page_size;
+    if (a->block_table_stride < blocks)
+      bad(fmt::format("args.block_table_stride = {} < ceil(logits_stride / page_size) = {} (a row's positions reach "
+                      "logits_stride)",
+                      a->block_table_stride, blocks));
+  }
 }
 
 void check_indexer_args(const mla_indexer_logits_args* a) {

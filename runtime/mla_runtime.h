@@ -404,13 +404,18 @@ mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* a
  * has length len = seq_lens[b] - next_n + i + 1 (clamped to 0 .. logits_stride); indices[r] gets
  * the positions of its topk largest logits (ties at the topk-th value: the lowest positions; the
  * same input gives the same rows), or 0 .. len - 1 then -1 when len <= topk. Logits past a row's
- * length are never read. Runs the catalog's dsa_topk_per_row_decode kernel, one workgroup per
- * row. */
+ * length are never read. With block_table not 0 each position t is written as its cache slot,
+ * block_table[b][t / page_size] * page_size + t % page_size (the index rows sparse MLA reads, no
+ * conversion kernel between). Runs the catalog's dsa_topk_per_row_decode kernel, one workgroup
+ * per row. */
 typedef struct mla_indexer_topk_args {
   uint64_t logits;         /* [num_rows, logits_stride] f32 */
   uint64_t seq_lens;       /* [num_rows / next_n] int32 */
   uint64_t indices;        /* [num_rows, indices_stride] int32 (written: topk per row) */
+  uint64_t block_table;    /* [num_rows / next_n, block_table_stride] int32, or 0: positions */
   int num_rows, next_n, topk;
+  int block_table_stride;  /* elements (with a block table) */
+  int page_size;           /* a power of two (with a block table) */
   int64_t logits_stride;   /* elements */
   int64_t indices_stride;  /* elements, >= topk */
 } mla_indexer_topk_args;

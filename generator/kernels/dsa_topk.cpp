@@ -12,7 +12,8 @@
 //   equal to K, and writes its indices at positions that follow index order: the keys above K
 //   first, then the first (by index) keys equal to K. The same input gives the same rows.
 // The row is read five times (three histograms, the count, the write), from the L2 in the
-// steady state (the logits were just written).
+// steady state (the logits were just written). With a block table each written position t
+// becomes its cache slot (the selected ones' block ids are read; nothing else is).
 #include <fmt/format.h>
 
 #include "abi/mla_abi.h"
@@ -53,10 +54,13 @@ class TopK {
   // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
   // pairs, inactive lanes and lanes past the end 0).
   void classify(VReg idx, SReg gt, SReg eq);
+  // v1_ = what the row holds for position idx (lanes of `lanes`): idx, or its cache slot.
+  void index_value(VReg idx, SReg lanes);
 
   Builder b;
   RegAllocator& ra;
-  SReg args, row, len, len_m1, k, prefix, pmask, rem, wave, tmp, in_base, out_base, seg_begin, seg_end, j;
+  SReg args, row, len, len_m1, k, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
+      seg_end, j;
   SReg m1, m2, saved;
   VReg tid, lane, one, zero, v0_, v1_, v2_, key;
   Label done;
@@ -76,9 +80,9 @@ void TopK::build() {
 }
 
 void TopK::setup() {
-  args = ra.sgpr(12, "kernargs", 4);
+  args = ra.sgpr(16, "kernargs", 4);
   b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
-  b.s_load_dwordx4(args.sub(8, 4), b.kernarg_ptr(), 32);
+  b.s_load_dwordx8(args.sub(8, 8), b.kernarg_ptr(), 32);
   row = b.workgroup_id(0);
   tmp = ra.sgpr(2, "tmp", 2);
   SReg req = ra.sgpr(1, "request");
@@ -102,6 +106,15 @@ void TopK::setup() {
   b.s_cselect_b32(len, Imm(0), len);
   b.s_min_u32(len, len, arg(A::logits_stride));
   b.s_sub_u32(len_m1, len, Imm(1));
+  // The request's block-table row (used only when block_table is not null).
+  bt_base = ra.sgpr(2, "block_table_row", 2), page_mask = ra.sgpr(1, "page_mask");
+  b.s_lshl_b32(tmp[1], arg(A::block_table_stride), Imm(2));
+  b.s_mul_i32(tmp[0], req, tmp[1]);
+  b.s_mul_hi_u32(tmp[1], req, tmp[1]);
+  b.s_add_u32(bt_base[0], ptr(A::block_table)[0], tmp[0]);
+  b.s_addc_u32(bt_base[1], ptr(A::block_table)[1], tmp[1]);
+  b.s_lshl_b32(page_mask, Imm(1), arg(A::page_size_log2));
+  b.s_sub_u32(page_mask, page_mask, Imm(1));
   ra.release(req);
   in_base = ra.sgpr(2, "logits_row", 2), out_base = ra.sgpr(2, "indices_row", 2);
   for (auto [dst, base, stride] : {std::tuple{in_base, ptr(A::logits), arg(A::logits_stride)},
@@ -140,8 +153,9 @@ void TopK::short_row() {
   Label loop = b.new_label("short_loop");
   b.bind(loop);
   b.v_add_u32(v0_, j, tid);
-  b.v_cmp_gt_u32(vcc, len, v0_);
-  b.v_cndmask_b32(v1_, Imm(-1), v0_, vcc);
+  b.v_cmp_gt_u32(m2, len, v0_);
+  index_value(v0_, m2);
+  b.v_cndmask_b32(v1_, Imm(-1), v1_, m2);
   b.v_cmp_gt_u32(vcc, k, v0_);
   b.s_and_saveexec_b64(saved, vcc);
   b.v_lshlrev_b32(v2_, Imm(2), v0_);
@@ -289,6 +303,23 @@ void TopK::find_digit(int pass) {
   b.s_barrier();
 }
 
+void TopK::index_value(VReg idx, SReg lanes) {
+  b.v_mov_b32(v1_, idx);
+  Label positions = b.new_label("positions");
+  b.s_or_b32(tmp[0], ptr(A::block_table)[0], ptr(A::block_table)[1]);
+  b.s_cmp_eq_u32(tmp[0], Imm(0));
+  b.s_cbranch_scc1(positions);
+  b.s_and_saveexec_b64(tmp, lanes);
+  b.v_lshrrev_b32(v2_, arg(A::page_size_log2), idx);
+  b.v_lshlrev_b32(v2_, Imm(2), v2_);
+  b.global_load_dword(v1_, v2_, bt_base);
+  b.v_lshlrev_b32(v1_, arg(A::page_size_log2), v1_);
+  b.v_and_b32(v2_, page_mask, idx);
+  b.v_or_b32(v1_, v1_, v2_);
+  b.s_mov_exec(tmp);
+  b.bind(positions);
+}
+
 void TopK::classify(VReg idx, SReg gt, SReg eq) {
   load_key(key, idx, len_m1);
   b.v_cmp_gt_u32(m1, seg_end, idx);
@@ -368,27 +399,32 @@ void TopK::write_quarter() {
   b.bind(loop);
   b.v_add_u32(v0_, j, lane);
   classify(v0_, gt, eq);
-  // Above K: position base_gt + the lanes below this one.
-  b.v_mbcnt_lo(v1_, gt[0], Imm(0));
-  b.v_mbcnt_hi(v1_, gt[1], v1_);
-  b.v_add_u32(v1_, base_gt, v1_);
-  b.v_lshlrev_b32(v1_, Imm(2), v1_);
+  // Above K: position base_gt + the lanes below this one; equal to K: the first rem of them by
+  // index, at topk - rem + (base_eq + the lanes below).
+  VReg pos_gt = ra.vgpr(1, "pos_above"), pos_eq = ra.vgpr(1, "pos_equal");
+  b.v_mbcnt_lo(pos_gt, gt[0], Imm(0));
+  b.v_mbcnt_hi(pos_gt, gt[1], pos_gt);
+  b.v_add_u32(pos_gt, base_gt, pos_gt);
+  b.v_lshlrev_b32(pos_gt, Imm(2), pos_gt);
+  b.v_mbcnt_lo(pos_eq, eq[0], Imm(0));
+  b.v_mbcnt_hi(pos_eq, eq[1], pos_eq);
+  b.v_add_u32(pos_eq, base_eq, pos_eq);
+  b.v_cmp_gt_u32(m1, rem, pos_eq);
+  b.s_and_b64(m1, m1, eq);
+  b.v_add_u32(pos_eq, kgt, pos_eq);
+  b.v_lshlrev_b32(pos_eq, Imm(2), pos_eq);
+  b.s_or_b64(m2, gt, m1);
+  index_value(v0_, m2);
   b.s_and_saveexec_b64(saved, gt);
-  b.global_store_dword(v1_, v0_, out_base);
+  b.global_store_dword(pos_gt, v1_, out_base);
   b.s_mov_exec(saved);
+  b.s_and_saveexec_b64(saved, m1);
+  b.global_store_dword(pos_eq, v1_, out_base);
+  b.s_mov_exec(saved);
+  ra.release(pos_gt);
+  ra.release(pos_eq);
   b.s_bcnt1_i32_b64(c, gt);
   b.s_add_u32(base_gt, base_gt, c);
-  // Equal to K: the first rem of them by index.
-  b.v_mbcnt_lo(v1_, eq[0], Imm(0));
-  b.v_mbcnt_hi(v1_, eq[1], v1_);
-  b.v_add_u32(v1_, base_eq, v1_);
-  b.v_cmp_gt_u32(m1, rem, v1_);
-  b.s_and_b64(m1, m1, eq);
-  b.v_add_u32(v1_, kgt, v1_);
-  b.v_lshlrev_b32(v1_, Imm(2), v1_);
-  b.s_and_saveexec_b64(saved, m1);
-  b.global_store_dword(v1_, v0_, out_base);
-  b.s_mov_exec(saved);
   b.s_bcnt1_i32_b64(c, eq);
   b.s_add_u32(base_eq, base_eq, c);
   b.s_add_u32(j, j, Imm(64));

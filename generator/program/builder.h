@@ -49,6 +49,7 @@ class Builder {
   void s_and_b32(SReg d, SSrc a, SSrc b) { sop("s_and_b32", d, 1, {a, b}); }
   void s_or_b32(SReg d, SSrc a, SSrc b) { sop("s_or_b32", d, 1, {a, b}); }
   void s_and_b64(SSrc d, SSrc a, SSrc b) { emit("s_and_b64", {d.op}, {a.op, b.op}); }
+  void s_or_b64(SSrc d, SSrc a, SSrc b) { emit("s_or_b64", {d.op}, {a.op, b.op}); }
   void s_min_u32(SReg d, SSrc a, SSrc b) { sop("s_min_u32", d, 1, {a, b}); }
   void s_max_u32(SReg d, SSrc a, SSrc b) { sop("s_max_u32", d, 1, {a, b}); }
   void s_cselect_b32(SReg d, SSrc a, SSrc b) { sop("s_cselect_b32", d, 1, {a, b}); }

@@ -256,9 +256,12 @@ struct TopkRun {
   std::vector<int32_t> seq_lens, indices;
   int rows = 0, next_n = 1, topk = 0;
   int64_t stride = 0, out_stride = 0;
+  std::vector<std::map<int32_t, int32_t>> position_of;  // per request: cache slot -> position (slot mode)
 };
 
-TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk, int levels, uint64_t seed) {
+// page > 0: the rows hold cache slots through a random block table of that page size.
+TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk, int levels, uint64_t seed,
+                 int page = 0) {
   TopkRun r;
   r.seq_lens = std::move(seq_lens);
   r.next_n = next_n;
@@ -290,6 +293,20 @@ TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk
   a.topk = topk;
   a.logits_stride = r.stride;
   a.indices_stride = r.out_stride;
+  if (page > 0) {
+    // Distinct random blocks for every request's pages; -1 past a request's pages.
+    const int per_req = int((r.stride + page - 1) / page);
+    std::vector<int32_t> ids(size_t(r.seq_lens.size()) * size_t(per_req));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i) + 5;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    r.position_of.resize(r.seq_lens.size());
+    for (size_t b = 0; b < r.seq_lens.size(); ++b)
+      for (int t = 0; t < r.seq_lens[b]; ++t)
+        r.position_of[b][ids[b * size_t(per_req) + size_t(t / page)] * page + t % page] = t;
+    a.block_table = s.upload(ids);
+    a.block_table_stride = per_req;
+    a.page_size = page;
+  }
   OK(mla_indexer_topk(s.ctx, &a, nullptr));
   OK(mla_stream_synchronize(s.dev, nullptr));
   r.indices.resize(poison.size());
@@ -307,6 +324,14 @@ void check_topk(const TopkRun& r) {
     for (int t = 0; t < end; ++t) logits[size_t(t)] = r.logits[size_t(row) * size_t(r.stride) + size_t(t)];
     std::vector<int32_t> got(r.indices.begin() + row * r.out_stride, r.indices.begin() + row * r.out_stride + r.topk);
     INFO(fmt::format("row {} of {}, length {}, topk {}", row, r.rows, end, r.topk));
+    if (!r.position_of.empty())  // slots back to positions: a slot of no token of the request fails
+      for (int32_t& x : got)
+        if (x != -1) {
+          const auto& m = r.position_of[size_t(row / r.next_n)];
+          auto it = m.find(x);
+          REQUIRE(it != m.end());
+          x = it->second;
+        }
     REQUIRE(ref::check_topk_row(got, logits, end, r.topk, 0.0) == "");
     std::vector<int32_t> want = ref::topk_reference(logits, end, r.topk);
     std::sort(want.begin(), want.end());
@@ -328,6 +353,9 @@ TEST_CASE("indexer top-k: the k largest per row, ties to the lowest positions, s
     check_topk(run_topk(s, {300, 257, 64, 1000}, 2, 64, 4, 2));
     check_topk(run_topk(s, {3000, 700}, 2, 256, 40, 3));
     check_topk(run_topk(s, {1500}, 4, 1, 0, 4));
+    // Cache slots through a block table, at page sizes 64 and 1, short and long rows.
+    check_topk(run_topk(s, {3000, 100, 2049}, 1, 2048, 0, 5, 64));
+    check_topk(run_topk(s, {700, 40}, 2, 128, 6, 6, 1));
   }
 }
 
