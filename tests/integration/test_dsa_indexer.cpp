@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "catalog/catalog.h"
+#include "mla_harness.h"
 #include "config/config.h"
 #include "reference/dsa_indexer_reference.h"
 #include "runtime/dsa_indexer.h"
@@ -385,4 +386,70 @@ TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
   a.indices_stride = 16;
   a.next_n = 9;
   fails("args.next_n = 9");
+}
+
+// The whole DSA decode step: the indexer's logits, its top-2048 written as cache slots through
+// the block table, and sparse MLA (FlashMLA's fp8_ds_mla cache, 16 heads) over those slots. The
+// slots equal the fp64 reference's selection row by row (continuous scores: no tie within the
+// logits' error), so the attention's fp64 reference over them is the reference of the step.
+TEST_CASE("DSA step: indexer rows feed sparse MLA and match the fp64 reference of the whole step") {
+  constexpr int kTopk = 2048;
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    INFO(rt::name(t));
+    ref::IndexerParams ip;
+    ip.target = t;
+    ip.batch = 2;
+    ip.next_n = 2;
+    ip.heads = 32;
+    ip.block_size = 64;
+    ip.context_lens = {2600, 1500};  // one row set longer than the top-k, one shorter (-1 padded)
+    ip.seed = t == rt::Target::gfx942 ? 61 : 62;
+    const ref::IndexerProblem p = ref::make_indexer_problem(ip);
+    Session s(t);
+    const Run logits = run_logits(s, p, 0);
+    mla_indexer_topk_args a{};
+    std::vector<int32_t> poison(size_t(p.batch * p.next_n) * kTopk, 0x5a5a5a5a);
+    a.logits = s.upload(logits.logits);
+    a.seq_lens = s.upload(p.context_lens);
+    a.indices = s.upload(poison);
+    a.block_table = s.upload(p.block_table);
+    a.num_rows = p.batch * p.next_n;
+    a.next_n = p.next_n;
+    a.topk = kTopk;
+    a.block_table_stride = p.block_table_stride;
+    a.page_size = p.block_size;
+    a.logits_stride = logits.stride;
+    a.indices_stride = kTopk;
+    OK(mla_indexer_topk(s.ctx, &a, nullptr));
+    OK(mla_stream_synchronize(s.dev, nullptr));
+    std::vector<int32_t> slots(poison.size());
+    OK(mla_memcpy_d2h(s.dev, slots.data(), a.indices, slots.size() * 4));
+
+    const std::vector<double> want = ref::indexer_logits_reference(p);
+    for (int row = 0; row < a.num_rows; ++row) {
+      const int b = row / p.next_n, end = ref::indexer_row_end(p.context_lens[size_t(b)], p.next_n, row % p.next_n);
+      std::span<const double> w(want.data() + size_t(row) * size_t(p.max_context_len), size_t(end));
+      std::vector<int32_t> ref_slots = ref::topk_reference(w, end, kTopk);
+      for (int32_t& x : ref_slots)
+        if (x >= 0) x = p.block_table[size_t(b * p.block_table_stride + x / p.block_size)] * p.block_size + x % p.block_size;
+      std::vector<int32_t> got(slots.begin() + row * kTopk, slots.begin() + (row + 1) * kTopk);
+      std::sort(got.begin(), got.end());
+      std::sort(ref_slots.begin(), ref_slots.end());
+      INFO("row " << row << ", length " << end);
+      REQUIRE(got == ref_slots);
+    }
+
+    rt::ProblemParams mp;
+    mp.target = t;
+    mp.heads = 16;
+    mp.q_dtype = rt::DType::bf16;
+    mp.kv_dtype = rt::DType::fp8;
+    mp.kv_ds_mla = true;
+    mp.sparse = true;
+    mp.kv_lens = std::vector<int>(size_t(a.num_rows), kTopk);
+    mp.sparse_pool = int(p.num_blocks) * p.block_size;  // the MLA cache: the same blocks, 64 slots each
+    mp.return_lse = true;
+    mp.seed = ip.seed;
+    test::check_accuracy(test::run_e2e(mp, {}, [&](rt::Problem& prob) { prob.kv_indices = slots; }));
+  }
 }
