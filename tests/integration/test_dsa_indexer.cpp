@@ -79,7 +79,9 @@ struct Run {
   int64_t stride = 0;
 };
 
-Run run_logits(Session& s, const ref::IndexerProblem& p, int64_t extra_stride = 3) {
+// block_base > 0: the cache is placed block_base blocks into a larger device cache (block ids
+// shifted by it), so block offsets pass 2^31 bytes.
+Run run_logits(Session& s, const ref::IndexerProblem& p, int64_t extra_stride = 3, int64_t block_base = 0) {
   Run r;
   r.stride = p.max_context_len + extra_stride;
   const size_t n = size_t(p.batch) * size_t(p.next_n) * size_t(r.stride);
@@ -87,10 +89,19 @@ Run run_logits(Session& s, const ref::IndexerProblem& p, int64_t extra_stride = 
   mla_indexer_logits_args a{};
   a.logits = s.upload(poison);
   a.q = s.upload(p.q);
-  a.kv_cache = s.upload(p.kv_cache);
+  if (block_base == 0) {
+    a.kv_cache = s.upload(p.kv_cache);
+  } else {
+    const size_t block_bytes = size_t(p.block_size) * ref::kIndexerTokenBytes;
+    OK(mla_malloc(s.dev, (size_t(block_base) + size_t(p.num_blocks)) * block_bytes, &a.kv_cache));
+    OK(mla_memcpy_h2d(s.dev, a.kv_cache + uint64_t(block_base) * block_bytes, p.kv_cache.data(), p.kv_cache.size()));
+  }
   a.weights = s.upload(p.weights);
   a.context_lens = s.upload(p.context_lens);
-  a.block_table = s.upload(p.block_table);
+  std::vector<int32_t> table = p.block_table;
+  for (int32_t& x : table)
+    if (x >= 0) x += int32_t(block_base);
+  a.block_table = s.upload(table);
   a.batch = p.batch;
   a.next_n = p.next_n;
   a.heads = p.heads;
@@ -98,7 +109,7 @@ Run run_logits(Session& s, const ref::IndexerProblem& p, int64_t extra_stride = 
   a.block_table_stride = p.block_table_stride;
   a.max_context_len = p.max_context_len;
   a.logits_stride = r.stride;
-  a.num_blocks = p.num_blocks;
+  a.num_blocks = p.num_blocks + block_base;
   OK(mla_indexer_logits(s.ctx, &a, nullptr));
   OK(mla_stream_synchronize(s.dev, nullptr));
   r.logits.resize(n);
@@ -208,6 +219,28 @@ TEST_CASE("indexer logits: a block id outside the cache is never read and scores
     readable.context_lens[0] = 60;
     Run cut = run_logits(s, p);
     check_logits(readable, cut, bad);
+  }
+}
+
+TEST_CASE("indexer logits: a cache past 2^31 bytes (block offsets beyond 32-bit arithmetic)") {
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    INFO(rt::name(t));
+    {
+      const int block = 64;  // every block size takes the same 64-bit address path
+      ref::IndexerParams pp;
+      pp.target = t;
+      pp.batch = 2;
+      pp.next_n = 2;
+      pp.heads = 32;
+      pp.block_size = block;
+      pp.context_lens = {300, 45};
+      pp.seed = 91 + uint64_t(block);
+      const ref::IndexerProblem p = ref::make_indexer_problem(pp);
+      // 260,000 blocks of 8,448 bytes: every block read lies past 2^31 bytes (2.2e9) of the cache.
+      const int64_t base = 260000;
+      Session s(t);
+      check_logits(p, run_logits(s, p, 3, base));
+    }
   }
 }
 
