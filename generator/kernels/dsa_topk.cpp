@@ -1,5 +1,5 @@
 // dsa_topk_per_row_decode: vLLM's top_k_per_row_decode over the indexer's logits (docs/sparse.md
-// "The indexer"). One workgroup of 4 waves per row r = b * next_n + i, whose length is
+// "The indexer"). One workgroup per row r = b * next_n + i, whose length is
 // len = seq_lens[b] - next_n + i + 1 (the causal end of MTP row i). Output: topk indices into the
 // row, the set of the topk largest logits; a row of len <= topk gets 0 .. len - 1, then -1.
 //
@@ -26,7 +26,10 @@ namespace mla::gen {
 namespace {
 
 namespace A = abi::topk_args;
-constexpr int kThreads = 256, kWaves = kThreads / 64, kUnroll = 4;
+// 16 waves, each thread 8 keys in flight in a histogram pass and each wave 4 groups of 64 in the
+// count and write passes: one row per CU reads at the rate its loads in flight allow (Little's
+// law; docs/sparse.md "The indexer: performance").
+constexpr int kThreads = 1024, kWaves = kThreads / 64, kUnroll = 8, kGroups = 4;
 struct Digit {
   int shift, width;
 };
@@ -49,11 +52,11 @@ class TopK {
   void load_key(VReg key, VReg idx, SReg limit);
   void histogram(int pass);
   void find_digit(int pass);
-  void count_quarter();
+  void count_quarter();  // "quarter": each wave's share of the row
   void write_quarter();
   // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
   // pairs, inactive lanes and lanes past the end 0).
-  void classify(VReg idx, SReg gt, SReg eq);
+  void classify(VReg idx, VReg k_loaded, SReg gt, SReg eq);
   // v1_ = what the row holds for position idx (lanes of `lanes`): idx, or its cache slot.
   void index_value(VReg idx, SReg lanes);
 
@@ -62,7 +65,7 @@ class TopK {
   SReg args, row, len, len_m1, k, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
       seg_end, j;
   SReg m1, m2, saved;
-  VReg tid, lane, one, zero, v0_, v1_, v2_, key;
+  VReg tid, lane, one, zero, v0_, v1_, v2_;
   Label done;
 };
 
@@ -127,7 +130,7 @@ void TopK::setup() {
   }
   tid = b.workitem_ids();
   lane = ra.vgpr(1, "lane"), one = ra.vgpr(1, "one"), zero = ra.vgpr(4, "zeros", 4);
-  v0_ = ra.vgpr(1, "v_a"), v1_ = ra.vgpr(1, "v_b"), v2_ = ra.vgpr(1, "v_c"), key = ra.vgpr(1, "key");
+  v0_ = ra.vgpr(1, "v_a"), v1_ = ra.vgpr(1, "v_b"), v2_ = ra.vgpr(1, "v_c");
   b.v_and_b32(lane, Imm(63), tid);
   b.v_mov_b32(one, Imm(1));
   for (int i = 0; i < 4; ++i) b.v_mov_b32(zero[i], Imm(0));
@@ -182,10 +185,10 @@ void TopK::load_key(VReg k_out, VReg idx, SReg limit) {
 // The histogram of digit `pass` over the keys that match the digits found so far.
 void TopK::histogram(int pass) {
   const Digit d = kDigits[pass];
-  // Clear: each thread zeroes 8 bins.
-  b.v_lshlrev_b32(v0_, Imm(5), tid);
-  b.ds_write_b128(v0_, zero, 0);
-  b.ds_write_b128(v0_, zero, 16);
+  // Clear: each thread zeroes 2 bins.
+  static_assert(kHistBytes == 8 * kThreads);
+  b.v_lshlrev_b32(v0_, Imm(3), tid);
+  b.ds_write_b64(v0_, zero.sub(0, 2), 0);
   b.s_barrier();
   std::vector<VReg> keys, idxs;
   for (int u = 0; u < kUnroll; ++u) {
@@ -320,21 +323,22 @@ void TopK::index_value(VReg idx, SReg lanes) {
   b.bind(positions);
 }
 
-void TopK::classify(VReg idx, SReg gt, SReg eq) {
-  load_key(key, idx, len_m1);
+void TopK::classify(VReg idx, VReg k_loaded, SReg gt, SReg eq) {
   b.v_cmp_gt_u32(m1, seg_end, idx);
-  b.v_cmp_lt_u32(gt, prefix, key);
+  b.v_cmp_lt_u32(gt, prefix, k_loaded);
   b.s_and_b64(gt, gt, m1);
-  b.v_cmp_eq_u32(eq, prefix, key);
+  b.v_cmp_eq_u32(eq, prefix, k_loaded);
   b.s_and_b64(eq, eq, m1);
 }
 
-// Each wave's quarter of the row: [wave * q, min((wave + 1) * q, len)), q = len / 4 rounded up
-// to 64; its counts of keys above and equal to K go to LDS.
+// Each wave's share of the row: [wave * q, min((wave + 1) * q, len)), q = len / kWaves rounded
+// up to 64 x kGroups; its counts of keys above and equal to K go to LDS.
 void TopK::count_quarter() {
-  b.s_add_u32(seg_end, len, Imm(4 * 64 - 1));
-  b.s_lshr_b32(seg_end, seg_end, Imm(8));
-  b.s_lshl_b32(seg_end, seg_end, Imm(6));  // q
+  constexpr int span = 64 * kGroups * kWaves, span_log2 = 12, q_log2 = 8;
+  static_assert(span == 1 << span_log2 && 64 * kGroups == 1 << q_log2);
+  b.s_add_u32(seg_end, len, Imm(span - 1));
+  b.s_lshr_b32(seg_end, seg_end, Imm(span_log2));
+  b.s_lshl_b32(seg_end, seg_end, Imm(q_log2));  // q
   b.s_mul_i32(seg_begin, wave, seg_end);
   b.s_add_u32(seg_end, seg_begin, seg_end);
   b.s_min_u32(seg_end, seg_end, len);
@@ -347,13 +351,24 @@ void TopK::count_quarter() {
   b.s_cmp_ge_u32(j, seg_end);
   b.s_cbranch_scc1(skip);
   b.bind(loop);
-  b.v_add_u32(v0_, j, lane);
-  classify(v0_, gt, eq);
-  b.s_bcnt1_i32_b64(c, gt);
-  b.s_add_u32(cg, cg, c);
-  b.s_bcnt1_i32_b64(c, eq);
-  b.s_add_u32(ce, ce, c);
-  b.s_add_u32(j, j, Imm(64));
+  std::vector<VReg> keys, idxs;
+  for (int u = 0; u < kGroups; ++u) {
+    keys.push_back(ra.vgpr(1, fmt::format("ckey{}", u)));
+    idxs.push_back(ra.vgpr(1, fmt::format("cidx{}", u)));
+    b.v_add_u32(idxs[u], j, lane);
+    if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
+    load_key(keys[u], idxs[u], len_m1);
+  }
+  for (int u = 0; u < kGroups; ++u) {
+    classify(idxs[u], keys[u], gt, eq);
+    b.s_bcnt1_i32_b64(c, gt);
+    b.s_add_u32(cg, cg, c);
+    b.s_bcnt1_i32_b64(c, eq);
+    b.s_add_u32(ce, ce, c);
+    ra.release(keys[u]);
+    ra.release(idxs[u]);
+  }
+  b.s_add_u32(j, j, Imm(64 * kGroups));
   b.s_cmp_lt_u32(j, seg_end);
   b.s_cbranch_scc1(loop);
   b.bind(skip);
@@ -392,42 +407,57 @@ void TopK::write_quarter() {
     b.s_add_u32(base_eq, base_eq, c);
   }
   b.s_sub_u32(kgt, k, rem);
+  // One group of 64 keys, in index order.
+  auto group = [&](VReg idx, VReg k_loaded) {
+    classify(idx, k_loaded, gt, eq);
+    // Above K: position base_gt + the lanes below this one; equal to K: the first rem of them by
+    // index, at topk - rem + (base_eq + the lanes below).
+    VReg pos_gt = ra.vgpr(1, "pos_above"), pos_eq = ra.vgpr(1, "pos_equal");
+    b.v_mbcnt_lo(pos_gt, gt[0], Imm(0));
+    b.v_mbcnt_hi(pos_gt, gt[1], pos_gt);
+    b.v_add_u32(pos_gt, base_gt, pos_gt);
+    b.v_lshlrev_b32(pos_gt, Imm(2), pos_gt);
+    b.v_mbcnt_lo(pos_eq, eq[0], Imm(0));
+    b.v_mbcnt_hi(pos_eq, eq[1], pos_eq);
+    b.v_add_u32(pos_eq, base_eq, pos_eq);
+    b.v_cmp_gt_u32(m1, rem, pos_eq);
+    b.s_and_b64(m1, m1, eq);
+    b.v_add_u32(pos_eq, kgt, pos_eq);
+    b.v_lshlrev_b32(pos_eq, Imm(2), pos_eq);
+    b.s_or_b64(m2, gt, m1);
+    index_value(idx, m2);
+    b.s_and_saveexec_b64(saved, gt);
+    b.global_store_dword(pos_gt, v1_, out_base);
+    b.s_mov_exec(saved);
+    b.s_and_saveexec_b64(saved, m1);
+    b.global_store_dword(pos_eq, v1_, out_base);
+    b.s_mov_exec(saved);
+    ra.release(pos_gt);
+    ra.release(pos_eq);
+    b.s_bcnt1_i32_b64(c, gt);
+    b.s_add_u32(base_gt, base_gt, c);
+    b.s_bcnt1_i32_b64(c, eq);
+    b.s_add_u32(base_eq, base_eq, c);
+  };
   Label loop = b.new_label("write_loop");
   b.s_mov_b32(j, seg_begin);
   b.s_cmp_ge_u32(j, seg_end);
   b.s_cbranch_scc1(done);
   b.bind(loop);
-  b.v_add_u32(v0_, j, lane);
-  classify(v0_, gt, eq);
-  // Above K: position base_gt + the lanes below this one; equal to K: the first rem of them by
-  // index, at topk - rem + (base_eq + the lanes below).
-  VReg pos_gt = ra.vgpr(1, "pos_above"), pos_eq = ra.vgpr(1, "pos_equal");
-  b.v_mbcnt_lo(pos_gt, gt[0], Imm(0));
-  b.v_mbcnt_hi(pos_gt, gt[1], pos_gt);
-  b.v_add_u32(pos_gt, base_gt, pos_gt);
-  b.v_lshlrev_b32(pos_gt, Imm(2), pos_gt);
-  b.v_mbcnt_lo(pos_eq, eq[0], Imm(0));
-  b.v_mbcnt_hi(pos_eq, eq[1], pos_eq);
-  b.v_add_u32(pos_eq, base_eq, pos_eq);
-  b.v_cmp_gt_u32(m1, rem, pos_eq);
-  b.s_and_b64(m1, m1, eq);
-  b.v_add_u32(pos_eq, kgt, pos_eq);
-  b.v_lshlrev_b32(pos_eq, Imm(2), pos_eq);
-  b.s_or_b64(m2, gt, m1);
-  index_value(v0_, m2);
-  b.s_and_saveexec_b64(saved, gt);
-  b.global_store_dword(pos_gt, v1_, out_base);
-  b.s_mov_exec(saved);
-  b.s_and_saveexec_b64(saved, m1);
-  b.global_store_dword(pos_eq, v1_, out_base);
-  b.s_mov_exec(saved);
-  ra.release(pos_gt);
-  ra.release(pos_eq);
-  b.s_bcnt1_i32_b64(c, gt);
-  b.s_add_u32(base_gt, base_gt, c);
-  b.s_bcnt1_i32_b64(c, eq);
-  b.s_add_u32(base_eq, base_eq, c);
-  b.s_add_u32(j, j, Imm(64));
+  std::vector<VReg> keys, idxs;
+  for (int u = 0; u < kGroups; ++u) {
+    keys.push_back(ra.vgpr(1, fmt::format("wkey{}", u)));
+    idxs.push_back(ra.vgpr(1, fmt::format("widx{}", u)));
+    b.v_add_u32(idxs[u], j, lane);
+    if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
+    load_key(keys[u], idxs[u], len_m1);
+  }
+  for (int u = 0; u < kGroups; ++u) {
+    group(idxs[u], keys[u]);
+    ra.release(keys[u]);
+    ra.release(idxs[u]);
+  }
+  b.s_add_u32(j, j, Imm(64 * kGroups));
   b.s_cmp_lt_u32(j, seg_end);
   b.s_cbranch_scc1(loop);
 }
