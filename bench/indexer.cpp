@@ -25,6 +25,13 @@ namespace {
 constexpr int kSampleTokens[2] = {512, 1024};  // the two one-workgroup runs
 constexpr int kTopK = 2048, kDsMlaBytes = abi::kDsMlaRowBytes;
 
+// The top-k kernel per row (measured: two one-row runs at kTopkSample lengths): bytes read per
+// logit and per row.
+constexpr int kTopkSample[2] = {8192, 16384};
+struct TopkRates {
+  double read_per_logit = 0, read_per_row = 0;
+};
+
 // What a kernel costs per token and per workgroup (measured), and its hot loop (modeled).
 struct KernelRates {
   std::string name;
@@ -98,6 +105,50 @@ KernelRates rates_of(const rt::Catalog& cat, const IndexerShape& s, bool verbose
                rt::name(s.target), k.name, r.read_tok, r.read_wg, r.hbm_tok, r.hbm_wg, r.write_tok, r.tile_cycles,
                r.inflight_per_wave);
   return r;
+}
+
+TopkRates topk_rates(const rt::Catalog& cat, rt::Target t, bool verbose) {
+  const rt::CatalogKernel& k = rt::indexer_topk_kernel(cat, t);
+  auto co = emu::CodeObject::load_file(k.co_path);
+  double reads[2];
+  for (int i = 0; i < 2; ++i) {
+    const int len = kTopkSample[i];
+    emu::Device dev(t == rt::Target::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950);
+    std::vector<float> logits(static_cast<size_t>(len));
+    std::mt19937_64 rng{static_cast<uint64_t>(len)};
+    for (auto& x : logits) x = float(int64_t(rng() >> 11) % 2000001 - 1000000) * 1e-3f;
+    mla_indexer_topk_args a{};
+    a.num_rows = 1, a.next_n = 1, a.topk = kTopK, a.logits_stride = len, a.indices_stride = kTopK;
+    a.logits = dev.alloc(logits.size() * 4, 256, "logits");
+    dev.write(a.logits, logits.data(), logits.size() * 4);
+    a.seq_lens = dev.alloc(4, 256, "seq_lens");
+    dev.write(a.seq_lens, &len, 4);
+    a.indices = dev.alloc(size_t(kTopK) * 4, 256, "indices");
+    const rt::DecodeOp op = rt::indexer_topk_op(k, a);
+    const emu::Counters c = dev.dispatch(co, k.name, {op.grid.x, 1, 1}, {op.block.x, 1, 1}, op.kernarg);
+    reads[i] = double(c.total.global_read_bytes);
+  }
+  TopkRates r;
+  r.read_per_logit = (reads[1] - reads[0]) / (kTopkSample[1] - kTopkSample[0]);
+  r.read_per_row = reads[0] - r.read_per_logit * kTopkSample[0];
+  if (verbose)
+    fmt::print(stderr, "mlabench: {} {}: read {:.1f} B per logit + {:.0f} B per row\n", rt::name(t), k.name,
+               r.read_per_logit, r.read_per_row);
+  return r;
+}
+
+// The top-k model (docs/sparse.md "The indexer: performance"): one workgroup per row, rows over
+// the CUs in rounds; a row's five passes each stream its logits through one CU at the rate its
+// loads in flight allow (Little's law at the loaded HBM latency: 1024 threads x 8 keys x 4 B in a
+// histogram pass, 16 waves x 4 x 256 B in the count and write passes), at most the CU's L2 port;
+// plus one dependent trip per pass (the digit search and its barriers).
+double topk_row_s(const Machine& m, const TopkRates& r, int len, double& read_bytes) {
+  const double row_bytes = double(len) * 4;
+  read_bytes = r.read_per_logit * len + r.read_per_row;
+  const double port = m.cu_port_bytes_per_clk * m.clock_hz;
+  const double hist_rate = std::min(port, 1024.0 * 8 * 4 / m.little_latency_s);
+  const double emit_rate = std::min(port, 16.0 * 4 * 256 / m.little_latency_s);
+  return 3 * row_bytes / hist_rate + 2 * row_bytes / emit_rate + 5 * m.trip_s();
 }
 
 const rt::Catalog& indexer_catalog(rt::Target t, const std::vector<IndexerShape>& shapes) {
@@ -175,11 +226,22 @@ std::vector<IndexerShape> dsa_indexer_shapes() {
 
 std::vector<IndexerResult> measure_indexer(const std::vector<IndexerShape>& shapes, bool verbose) {
   std::map<std::tuple<rt::Target, int, int, int>, KernelRates> rates;
+  std::map<rt::Target, TopkRates> topk;
   std::vector<IndexerResult> out;
   for (const auto& s : shapes) {
     const auto key = std::tuple{s.target, s.heads, s.next_n, s.block_size};
-    if (!rates.count(key)) rates[key] = rates_of(indexer_catalog(s.target, shapes), s, verbose);
-    out.push_back(model(machine_for(s.target), rates[key], s));
+    const rt::Catalog& cat = indexer_catalog(s.target, shapes);
+    if (!rates.count(key)) rates[key] = rates_of(cat, s, verbose);
+    if (!topk.count(s.target)) topk[s.target] = topk_rates(cat, s.target, verbose);
+    const Machine m = machine_for(s.target);
+    IndexerResult x = model(m, rates[key], s);
+    // Row i of a request has context - next_n + i + 1 logits; the longest sets the round's time.
+    const int rows = s.batch * s.next_n;
+    double bytes = 0;
+    x.topk_row_s = s.context > kTopK ? topk_row_s(m, topk[s.target], s.context, bytes) : m.trip_s();
+    x.topk_read_bytes = s.context > kTopK ? bytes * rows : 0;
+    x.topk_s = m.launch_s + m.unit_fill_s + std::ceil(double(rows) / m.cus) * x.topk_row_s;
+    out.push_back(x);
   }
   return out;
 }
@@ -209,7 +271,10 @@ nlohmann::json IndexerResult::to_json() const {
           {"latency_s", latency_s},
           {"fixed_s", fixed_s},
           {"bound", bound},
-          {"hbm_fraction", hbm_fraction()}};
+          {"hbm_fraction", hbm_fraction()},
+          {"topk_modeled_s", topk_s},
+          {"topk_row_modeled_s", topk_row_s},
+          {"topk_read_bytes", topk_read_bytes}};
 }
 
 std::string indexer_markdown(const std::vector<IndexerResult>& r) {
@@ -218,22 +283,24 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
       "Bandwidth reached = bytes moved at HBM (the cache, query rows, weights, block ids and the logits written) / "
       "the modeled time, launch included, as a share of the achievable ceiling; the cache-only column counts the "
       "cache's bytes alone. The target (>= 0.85) applies where a step reads >= 256 MB of cache. Logits MB: written "
-      "here and read back by the top-k. DSA layer MB: cache + logits twice + sparse MLA's min(2048, context) x 656 B "
-      "per query row.\n\n"
+      "here and read back by the top-k. DSA layer MB: cache + logits written + the top-k's reads + sparse MLA's "
+      "min(2048, context) x 656 B per query row.\n\n"
+      "Top-k us: the dsa_topk_per_row_decode launch (one workgroup per row, five passes over its logits; "
+      "modeled). Indexer us: logits + top-k.\n\n"
       "| target | shape | chunk | workgroups | cache MB | HBM bytes / cache | logits MB | modeled us | HBM us | fixed "
-      "us | bandwidth reached | cache-only | bound | DSA layer MB |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "us | bandwidth reached | cache-only | bound | top-k us | indexer us | DSA layer MB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     const double rows = double(x.shape.batch) * x.shape.next_n;
     const double sparse = rows * std::min(kTopK, x.shape.context) * kDsMlaBytes;
     const double cache_only = x.cache_bytes / machine_for(x.shape.target).hbm_bytes_per_s / x.total_s;
     const std::string mark = x.cache_bytes < 256e6 ? "" : x.hbm_fraction() >= 0.85 ? " (>= 0.85)" : " (**< 0.85**)";
     md += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f}{} | {:.2f} | {} | "
-                      "{:.1f} |\n",
+                      "{:.1f} | {:.1f} | {:.1f} |\n",
                       rt::name(x.shape.target), x.shape.name, x.chunk_tokens, x.workgroups, x.cache_bytes / 1e6,
                       (x.hbm_read_bytes + x.write_bytes) / x.cache_bytes, x.logits_bytes / 1e6, x.total_s * 1e6,
-                      x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound,
-                      (x.cache_bytes + 2 * x.logits_bytes + sparse) / 1e6);
+                      x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound, x.topk_s * 1e6,
+                      (x.total_s + x.topk_s) * 1e6, (x.cache_bytes + x.logits_bytes + x.topk_read_bytes + sparse) / 1e6);
   }
   return md;
 }

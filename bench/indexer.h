@@ -33,6 +33,9 @@ struct IndexerResult {
   // Modeled: launch + one workgroup's fill + the largest of HBM, issue and Little's-law time.
   double hbm_s = 0, issue_s = 0, latency_s = 0, fixed_s = 0, total_s = 0;
   std::string bound;
+  // The top-k launch (dsa_topk_per_row_decode, one workgroup per row; modeled): its time, its
+  // per-row time, and its logits bytes read (five passes over each row).
+  double topk_s = 0, topk_row_s = 0, topk_read_bytes = 0;
   // The share of the achievable HBM ceiling the bytes moved reach over the modeled time.
   double hbm_fraction() const { return hbm_s / total_s; }
   nlohmann::json to_json() const;

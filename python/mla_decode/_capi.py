@@ -82,6 +82,12 @@ class mla_indexer_logits_args(ctypes.Structure):
                 ("logits_stride", c_int64), ("num_blocks", c_int64)]
 
 
+class mla_indexer_topk_args(ctypes.Structure):
+    _fields_ = [("logits", c_uint64), ("seq_lens", c_uint64), ("indices", c_uint64), ("block_table", c_uint64),
+                ("num_rows", c_int), ("next_n", c_int), ("topk", c_int), ("block_table_stride", c_int),
+                ("page_size", c_int), ("logits_stride", c_int64), ("indices_stride", c_int64)]
+
+
 class MlaError(RuntimeError):
     """A C API call failed: `status` is the mla_status name, the message is mla_last_error()."""
 
@@ -129,6 +135,7 @@ def _declare(lib):
         "mla_decode": (c_int, [c_void_p, c_void_p, P(mla_decode_args), c_uint64, c_size_t, c_void_p]),
         "mla_merge_attn_states": (c_int, [c_void_p, P(mla_merge_args), c_void_p]),
         "mla_indexer_logits": (c_int, [c_void_p, P(mla_indexer_logits_args), c_void_p]),
+        "mla_indexer_topk": (c_int, [c_void_p, P(mla_indexer_topk_args), c_void_p]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

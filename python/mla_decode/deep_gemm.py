@@ -23,6 +23,23 @@ What differs from DeepGEMM (docs/engines.md, "The DSA indexer (DeepGEMM's names)
   2025-11, its only form since 2026-04). clean_logits=True is taken with both (DeepGEMM refuses
   it with [B, next_n]).
 - The varlen form (indices=, DeepGEMM's SM100) is not provided.
+
+Beyond DeepGEMM, the index rows sparse MLA reads in one call (the logits, then vLLM's
+top_k_per_row_decode, mla_decode.vllm_ops, writing cache slots instead of positions):
+
+    indices = indexer_topk_indices(q, kv_cache, weights, context_lens, block_table, max_context_len,
+                                   topk=2048, page_block_size=None, mla_block_table=None)
+    out, lse = mla_decode.flash_mla.flash_mla_with_kvcache(q_mla, k_cache, None, None, 512, sched,
+                                                           indices=indices, ...)
+
+indices [batch, next_n, topk] int32: row i of request b holds the slots
+mla_block_table[b][t // page_block_size] * page_block_size + t % page_block_size of its topk
+highest-scoring tokens t before the row's causal end (context_lens[b] - next_n + i + 1, or
+context_lens[b, i]), -1 padded when the row is shorter than topk: FlashMLA's indices= for the
+MLA cache, which may have its own block table and block size (default: the indexer cache's,
+block_table and its block size). One top-k kernel does the slot conversion (no kernel between).
+Shapes depend on batch, next_n, topk and max_context_len only, and nothing is read on the host:
+capturable.
 """
 import ctypes
 import operator
@@ -30,12 +47,14 @@ import operator
 from ._tensors import FP8_FLAVOUR, Tensor, _torch
 from . import _capi as C
 from . import decode as D
+from . import vllm_ops as V
 
-__all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"]
+__all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "indexer_topk_indices"]
 
 INDEX_DIM = 128                    # the indexer's head dim
 TOKEN_BYTES = INDEX_DIM + 4        # a cached token: 128 fp8 values and one f32 scale
 MAX_BLOCK_SIZE = 64                # block sizes 1, 2, 4, ..., 64 (the kernels')
+MAX_PAGE_BLOCK_SIZE = 1 << 20      # the MLA cache's block size for indexer_topk_indices' slots (a power of two)
 LOGITS_ROW_ALIGN = 256             # DeepGEMM's logits row stride: max_context_len rounded up to 256
 _FP8_DTYPES = ("uint8",) + tuple(sorted(set(FP8_FLAVOUR.values())))
 
@@ -147,6 +166,8 @@ def _check_rest(s, wt, lt, bt, st, max_context_len):
                          f"block_size) = {needed}] int32, got shape {list(bt.shape)}")
     if bt.strides[1] != 1:
         raise ValueError(f"block_table: rows must be dense (stride 1 along dim 1), got strides {list(bt.strides)}")
+    if st is None:  # indexer_topk_indices: no schedule
+        return
     st.require_dtype("int32")
     if len(st.shape) != 2 or st.shape[1] != 2:
         raise ValueError(f"schedule_meta: expected get_paged_mqa_logits_metadata()'s [num_sms + 1, 2] int32, got "
@@ -222,20 +243,38 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     'e4m3fn'; must be the target's), emulator_target (CPU tensors: 'gfx942' or 'gfx950'; default
     $MLA_EMULATOR_TARGET, else gfx950)."""
     _no_indices(indices)
+    s, tensors, runtime, max_context_len = _checked(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                                                    max_context_len, fp8_format, emulator_target)
+    stride = -(-max_context_len // LOGITS_ROW_ALIGN) * LOGITS_ROW_ALIGN
+    logits = _logits(s, tensors, runtime, max_context_len, stride)[:, :max_context_len]
+    if clean_logits and s.batch:
+        positions = _torch().arange(max_context_len, dtype=_torch().int32, device=q.device)
+        logits.masked_fill_(positions.view(1, -1) >= _row_ends(context_lens, s).view(-1, 1), float("-inf"))
+    return logits
+
+
+def _checked(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, fp8_format,
+             emulator_target):
+    """The checks of an indexer call (schedule_meta None: indexer_topk_indices, which takes none):
+    (_Shapes, the Tensors of q, kv_cache, weights, context_lens, block_table, runtime, max_context_len)."""
     names = ("q", "kv_cache", "weights", "context_lens", "block_table")
     tensors = tuple(_torch_tensor(x, n) for x, n in zip((q, kv_cache, weights, context_lens, block_table), names))
-    st = _torch_tensor(schedule_meta, "schedule_meta")
+    st = None if schedule_meta is None else _torch_tensor(schedule_meta, "schedule_meta")
     max_context_len = _int_at_least(max_context_len, "max_context_len", 1)
     s = _check_q_kv(tensors[0], tensors[1])
     _check_rest(s, tensors[2], tensors[3], tensors[4], st, max_context_len)
-    device = _check_devices(tensors + (st,))
+    device = _check_devices(tensors + ((st,) if st is not None else ()))
     runtime = D._runtime_for(device, None, emulator_target)
     D._check_fp8_flavour((tensors[0],), runtime.target, fp8_format)
+    return s, tensors, runtime, max_context_len
 
+
+def _logits(s, tensors, runtime, max_context_len, stride):
+    """logits [batch * next_n, stride] float32 (torch.empty, then the kernel's writes: row r's
+    first min(len, max_context_len) positions) on q's device, by mla_indexer_logits."""
     torch, rows = _torch(), s.batch * s.next_n
-    stride = -(-max_context_len // LOGITS_ROW_ALIGN) * LOGITS_ROW_ALIGN
-    logits_full = torch.empty((rows, stride), dtype=torch.float32, device=q.device)
-    logits = logits_full[:, :max_context_len]
+    q, context_lens, block_table = tensors[0].obj, tensors[3].obj, tensors[4].obj
+    logits = torch.empty((rows, stride), dtype=torch.float32, device=q.device)
     if rows == 0:
         return logits
     lens = context_lens.amax(dim=1) if s.rows_2d else context_lens  # the kernel's per-request length
@@ -246,8 +285,72 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
                                      block_table_stride=bt.strides[0], max_context_len=max_context_len,
                                      logits_stride=stride, num_blocks=s.num_blocks)
     with runtime.lock:
-        _launch(runtime, args, tensors[:3] + (Tensor(lens, "context_lens"), bt), Tensor(logits_full, "logits"))
-    if clean_logits:
-        positions = torch.arange(max_context_len, dtype=torch.int32, device=q.device)
-        logits.masked_fill_(positions.view(1, -1) >= _row_ends(context_lens, s).view(-1, 1), float("-inf"))
+        _launch(runtime, args, tensors[:3] + (Tensor(lens, "context_lens"), bt), Tensor(logits, "logits"))
     return logits
+
+
+def _slot_table(s, device, block_table, page_block_size, mla_block_table, max_context_len):
+    """The table and block size that number indexer_topk_indices' slots: the MLA cache's own
+    (mla_block_table, page_block_size) or, by default, the indexer's (block_table, block_size)."""
+    if mla_block_table is None:
+        if page_block_size is not None and _as_int(page_block_size) != s.block_size:
+            raise ValueError(f"page_block_size: got {page_block_size!r}, but without mla_block_table the slots are "
+                             f"numbered through block_table, whose blocks hold the indexer cache's block_size = "
+                             f"{s.block_size} tokens; pass the MLA cache's block table as mla_block_table too")
+        return block_table, s.block_size
+    if page_block_size is None:
+        raise ValueError("page_block_size: required with mla_block_table (the MLA cache's block size, its "
+                         "k_cache.shape[1])")
+    page = _as_int(page_block_size)
+    if page is None or page < 1 or page > MAX_PAGE_BLOCK_SIZE or page & (page - 1):
+        raise ValueError(f"page_block_size: got {page_block_size!r}; allowed a power of two up to "
+                         f"{MAX_PAGE_BLOCK_SIZE} (the top-k kernel numbers slots with a shift)")
+    mt = _torch_tensor(mla_block_table, "mla_block_table")
+    mt.require_dtype("int32")
+    needed = -(-max_context_len // page)
+    if len(mt.shape) != 2 or mt.shape[0] != s.batch or mt.shape[1] < needed:
+        raise ValueError(f"mla_block_table: expected [batch, max_blocks] = [{s.batch}, >= ceil(max_context_len / "
+                         f"page_block_size) = {needed}] int32, got shape {list(mt.shape)}")
+    if mt.shape[1] > 1 and mt.strides[1] != 1:
+        raise ValueError(f"mla_block_table: rows must be dense (stride 1 along dim 1), got strides "
+                         f"{list(mt.strides)}")
+    if mt.device != device:
+        raise ValueError(f"mla_block_table: on {mt.device}, but q is on {device}; all tensors must be on one device")
+    return mla_block_table, page
+
+
+def indexer_topk_indices(q, kv_cache, weights, context_lens, block_table, max_context_len, topk=2048,
+                         page_block_size=None, mla_block_table=None, *, fp8_format=None, emulator_target=None):
+    """The index rows sparse MLA reads, in one call (not DeepGEMM's; module docstring): the
+    indexer's logits (fp8_paged_mqa_logits' kernel, same arguments but no schedule_meta), then
+    vLLM's top_k_per_row_decode over each row's causal end, writing cache slots. Returns
+    indices [batch, next_n, topk] int32: row i of request b holds the slots
+    mla_block_table[b][t // page_block_size] * page_block_size + t % page_block_size of the
+    tokens t with the topk largest logits among t < its end (in no particular order; ties at
+    the topk-th value to the lowest t), or of every t < end then -1 when end <= topk; the end is
+    context_lens[b] - next_n + i + 1 ([B] lengths) or context_lens[b, i] ([B, next_n]). That is
+    mla_decode.flash_mla.flash_mla_with_kvcache's indices= for the MLA cache of
+    page_block_size-token blocks. Default numbering: the indexer cache's (block_table and its
+    block size); page_block_size (a power of two) is required with mla_block_table ([batch,
+    >= ceil(max_context_len / page_block_size)] int32, rows dense). Lengths past max_context_len
+    are cut to it (its tokens were not scored). Fixed shapes, nothing read on the host: capturable;
+    the logits ([batch * next_n, max_context_len] f32) live only during the call."""
+    s, tensors, runtime, max_context_len = _checked(q, kv_cache, weights, context_lens, block_table, None,
+                                                    max_context_len, fp8_format, emulator_target)
+    topk = V._int_in(topk, "topk", 1, V.MAX_TOPK)
+    table, page = _slot_table(s, tensors[0].device, block_table, page_block_size, mla_block_table, max_context_len)
+    torch, rows = _torch(), s.batch * s.next_n
+    indices = torch.empty((s.batch, s.next_n, topk), dtype=torch.int32, device=q.device)
+    if rows == 0:
+        return indices
+    # Row pitch max_context_len (no 256 alignment): the top-k requires the slot table's pitch to
+    # cover ceil(pitch / page), which ceil(max_context_len / page) columns then do.
+    logits = _logits(s, tensors, runtime, max_context_len, max_context_len)
+    lens, next_n = context_lens.clamp(max=max_context_len), s.next_n
+    if s.rows_2d:  # each row its own length: one row per "request", the table's rows repeated next_n times
+        width = -(-max_context_len // page)
+        lens, next_n = lens.reshape(-1), 1
+        if s.next_n > 1:
+            table = table[:, :width].unsqueeze(1).expand(s.batch, s.next_n, width).reshape(rows, width)
+    V.launch_topk(runtime, tensors[0].device, logits, lens, indices.view(rows, topk), rows, next_n, topk, table, page)
+    return indices
