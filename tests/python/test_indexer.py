@@ -1,13 +1,19 @@
 """DeepGEMM's DSA indexer entries (mla_decode.deep_gemm: get_paged_mqa_logits_metadata,
-fp8_paged_mqa_logits) on the emulator with CPU torch tensors, over the kernels of
-configs/dsa_indexer.json (built into the Python test catalog, tests/python/CMakeLists.txt).
+fp8_paged_mqa_logits), vLLM's top_k_per_row_decode (mla_decode.vllm_ops) and the two in one call
+(deep_gemm.indexer_topk_indices: cache slots for sparse MLA) on the emulator with CPU torch
+tensors, over the kernels of configs/dsa_indexer.json (built into the Python test catalog,
+tests/python/CMakeLists.txt; every entry implies the dsa_topk_per_row_decode kernel).
 
 Every expected logit comes from the float64 reference written here: the fp8 bytes decoded by a
 table of the target's e4m3 flavour (test_mla_decode.fp8_table; checked against torch's float8
 dtypes when this torch has them), each token's f32 scale read from its block's tail, the per-head
 dot products, ReLU, weights and sum in float64. Inputs are drawn fresh from a seed chosen per run
 (MLA_TEST_SEED to replay one); the cache's unused blocks and slots hold random bytes (fp8 NaN codes
-included), so a read of them shows. Run by ctest ("python: mla_decode").
+included), so a read of them shows. Every expected top-k comes from NumPy here: a stable sort by
+value descending, then position (ties at the k-th value to the lowest positions, as the kernel
+documents), compared as sets (neither vLLM nor the kernel orders a row); rows no longer than k
+exactly 0 .. len - 1 then -1. Logits past each row's end are NaN, so a read of them shows. Run by
+ctest ("python: mla_decode").
 """
 import os
 import secrets
@@ -18,8 +24,9 @@ import torch
 
 import test_capi_layout
 import test_mla_decode as tm
+import test_sparse as tsp
 from mla_decode import MlaInputError
-from mla_decode import deep_gemm
+from mla_decode import deep_gemm, flash_mla, vllm_ops
 
 SEED = int(os.environ.get("MLA_TEST_SEED") or secrets.randbits(32))
 TARGET = os.environ.get("MLA_EMULATOR_TARGET", "gfx950")
@@ -223,6 +230,7 @@ class TestMetadata(unittest.TestCase):
     def test_ctypes_mirror_covers_the_indexer_args(self):
         # test_capi_layout.py checks every struct _capi mirrors against the header.
         self.assertIn("mla_indexer_logits_args", test_capi_layout.mirrored_structs())
+        self.assertIn("mla_indexer_topk_args", test_capi_layout.mirrored_structs())
 
 
 class TestRefusals(unittest.TestCase):
