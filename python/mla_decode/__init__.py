@@ -9,7 +9,8 @@ get_mla_metadata_info / get_mla_metadata split it as aiter's get_mla_metadata_in
 get_mla_metadata_v1; with topk= the metadata is sparse (DSA: sparse.py). mla_decode.flash_mla
 has FlashMLA's sparse decode contract; mla_decode.deep_gemm has DeepGEMM's DSA indexer entries
 (get_paged_mqa_logits_metadata, fp8_paged_mqa_logits). merge_attn_states has vLLM's contract. With torch
-installed, importing the package registers torch.ops.mla_decode.decode_fwd (ops.py).
+installed, importing the package registers torch.ops.mla_decode.decode_fwd (ops.py) and
+torch.ops.mla_decode.top_k_per_row_decode (vllm_ops.py: vLLM's DSA indexer top-k).
 docs/engines.md shows the engines' calls. Environment: MLA_RUNTIME_LIB (default <repo>/build/runtime/libmla_runtime.so),
 MLA_CATALOG_DIR (default <repo>/out), MLA_EMULATOR_TARGET for CPU tensors (default gfx950).
 """
@@ -26,4 +27,5 @@ except ImportError:  # NumPy-only use: no registered op
     _torch = None
 if _torch is not None:
     from . import ops  # noqa: F401  registers torch.ops.mla_decode.decode_fwd
-    __all__.append("ops")
+    from . import vllm_ops  # noqa: F401  registers torch.ops.mla_decode.top_k_per_row_decode
+    __all__ += ["ops", "vllm_ops"]

@@ -213,4 +213,4 @@ def _register():
 
 
 _register()
-op = torch.ops.mla_decode.top_k_per_row_decode
+top_k_per_row_decode_op = torch.ops.mla_decode.top_k_per_row_decode

@@ -73,9 +73,10 @@ def make_problem(rng, lens, next_n, heads, block_size, max_context_len, extra_bl
         max_context_len=max_context_len)
 
 
-def reference(p, target, row_lens=None):
+def reference(p, target, row_lens=None, magnitude=None):
     """logits [batch * next_n, max_context_len] float64; NaN where nothing is defined (t >= the
-    row's length). row_lens [batch, next_n] (DeepGEMM's 2-D context_lens) or None: context_lens."""
+    row's length). row_lens [batch, next_n] (DeepGEMM's 2-D context_lens) or None: context_lens.
+    magnitude (a dict, optional) gets per row the largest sum over heads of |term| of its tokens."""
     table = tm.fp8_table(target)
     q = table[p["q"].numpy()]
     batch, next_n, heads, _ = q.shape
@@ -91,10 +92,13 @@ def reference(p, target, row_lens=None):
         k = table[kv[blk[:, None], off[:, None] * DIM + np.arange(DIM)]]
         scale = kv[blk[:, None], block_size * DIM + off[:, None] * 4 + np.arange(4)].copy().view("<f4")[:, 0]
         s = np.einsum("ihd,td->iht", q[b], k)
-        logits = (np.maximum(s, 0) * w[b * next_n:(b + 1) * next_n, :, None]).sum(axis=1) * scale.astype(np.float64)
+        terms = np.maximum(s, 0) * w[b * next_n:(b + 1) * next_n, :, None] * scale.astype(np.float64)
+        logits = terms.sum(axis=1)
         for i in range(next_n):
             end = n if row_lens is None else min(int(row_lens[b][i]), m)
             out[b * next_n + i, :end] = logits[i, :end]
+            if magnitude is not None:
+                magnitude[b * next_n + i] = np.abs(terms[i, :, :end]).sum(axis=0).max() if end else 0.0
     return out
 
 
@@ -111,9 +115,12 @@ def call(p, clean_logits, context_lens=None, **kw):
 
 
 class IndexerCase(unittest.TestCase):
-    def assertLogits(self, got, ref, ends, minus_inf_past_end, what):
-        """Row r: positions < ends[r] within 1e-5 x max|ref| of the row (over its defined positions);
-        positions >= ends[r] exactly -inf when minus_inf_past_end."""
+    def assertLogits(self, got, ref, ends, minus_inf_past_end, what, magnitude=None):
+        """Row r: positions < ends[r] within 1e-5 x max|ref| of the row (over its defined positions),
+        or of the row's largest sum over heads of |term| where that is larger (magnitude, from
+        reference(): a row of one token whose terms cancel has a small logit but f32 sums of terms
+        a thousand times larger; the kernel's error is ~1e-8 of them); positions >= ends[r] exactly
+        -inf when minus_inf_past_end."""
         msg = f"{what} (MLA_TEST_SEED={SEED})"
         m = ref.shape[1]
         self.assertEqual((got.dtype, tuple(got.shape)), (torch.float32, ref.shape), msg)
@@ -122,6 +129,8 @@ class IndexerCase(unittest.TestCase):
         for r, end in enumerate(ends):
             defined = ~np.isnan(ref[r])
             amax = np.max(np.abs(ref[r][defined])) if defined.any() else 0.0
+            if magnitude is not None:
+                amax = max(amax, magnitude.get(r, 0.0))
             err = np.abs(g[r, :end] - ref[r, :end])
             self.assertTrue(np.all(err <= 1e-5 * amax), f"row {r}: max error {err.max() if end else 0} against "
                             f"1e-5 x {amax} {msg}")
@@ -132,12 +141,13 @@ class IndexerCase(unittest.TestCase):
 class TestLogits(IndexerCase):
     def run_both(self, p, what, target=TARGET, **kw):
         """clean_logits False (every written position) and True (-inf from each causal end)."""
-        ref = reference(p, target)
+        magnitude = {}
+        ref = reference(p, target, magnitude=magnitude)
         next_n, m = p["q"].shape[1], p["max_context_len"]
         written = [min(int(n), m) for n in p["context_lens"].tolist() for _ in range(next_n)]
-        self.assertLogits(call(p, False, **kw), ref, written, False, what + ", clean_logits=False")
+        self.assertLogits(call(p, False, **kw), ref, written, False, what + ", clean_logits=False", magnitude)
         ends = causal_ends(p["context_lens"].tolist(), next_n, m)
-        self.assertLogits(call(p, True, **kw), ref, ends, True, what + ", clean_logits=True")
+        self.assertLogits(call(p, True, **kw), ref, ends, True, what + ", clean_logits=True", magnitude)
 
     def test_block_64_next_n_1(self):
         # 64 heads (DeepSeek-V3.2); a request across two 512-token chunks ending mid-block (600), one
@@ -296,6 +306,253 @@ class TestRefusals(unittest.TestCase):
         with self.assertRaisesRegex(MlaInputError, r"no dsa_indexer_logits_fp8_h16_nn1_pg64 kernel"):
             call(p, False)
 
+
+
+# ---- top-k: vLLM's top_k_per_row_decode (mla_decode.vllm_ops) ----------------------------------
+
+def row_lengths(seq_lens, next_n, rows):
+    """vLLM's length of each logits row: seq_lens [B] gives row r = b * next_n + i the causal end
+    seq_lens[b] - next_n + i + 1, [B, next_n] gives seq_lens[b, i]; below 0 is 0."""
+    lens = np.asarray(seq_lens)
+    if lens.ndim == 2:
+        return [max(int(x), 0) for x in lens.reshape(-1)[:rows]]
+    return [max(int(lens[r // next_n]) - next_n + r % next_n + 1, 0) for r in range(rows)]
+
+
+def expected_topk(values, length, k):
+    """A row no longer than k: exactly 0 .. length - 1 then -1. Else the positions of the k largest
+    of values[:length], ties to the lowest positions (a stable sort by value descending), sorted."""
+    if length <= k:
+        return np.concatenate([np.arange(length), np.full(k - length, -1)]).astype(np.int32)
+    order = np.lexsort((np.arange(length), -values[:length].astype(np.float64)))
+    return np.sort(order[:k]).astype(np.int32)
+
+
+def random_logits(rng, lengths, columns, levels=0, pitch=None):
+    """logits [rows, columns] float32 (a view of a [rows, pitch] buffer when pitch is given), row r
+    random up to lengths[r] (standard normal, or `levels` distinct values: heavy ties; about one
+    value in 97 -inf), NaN past it (a read of it shows)."""
+    rows = len(lengths)
+    buf = np.full((rows, pitch or columns), np.nan, np.float32)
+    for r, n in enumerate(lengths):
+        v = rng.standard_normal(n) if levels == 0 else (rng.integers(0, levels, n) - levels // 2) * 0.25
+        v[rng.random(n) < 1 / 97] = -np.inf
+        buf[r, :n] = v
+    return torch.from_numpy(buf)[:, :columns]
+
+
+class TopkCase(unittest.TestCase):
+    def assertRows(self, indices, logits, lengths, k, what):
+        """Each row as expected_topk (order-free past k), every entry distinct."""
+        msg = f"{what} (MLA_TEST_SEED={SEED})"
+        got, values = indices.numpy(), logits.numpy()
+        for r, n in enumerate(lengths):
+            want = expected_topk(values[r], n, k)
+            row = got[r] if n <= k else np.sort(got[r])
+            np.testing.assert_array_equal(row, want, f"row {r} of length {n}, k {k}: {msg}")
+
+
+class TestTopK(TopkCase):
+    def run_topk(self, logits, next_n, seq_lens, k, what, fn=vllm_ops.top_k_per_row_decode, extra_rows=2):
+        """fn as vLLM calls it, with indices a [:rows] slice of a buffer whose rows past it hold a
+        sentinel that must stay; the rows checked against NumPy."""
+        rows = logits.shape[0]
+        buf = torch.full((rows + extra_rows, k), 0x5A5A5A5A, dtype=torch.int32)
+        indices = buf[:rows]
+        fn(logits, next_n, seq_lens, indices, rows, logits.stride(0), logits.stride(1), k)
+        self.assertTrue(bool((buf[rows:] == 0x5A5A5A5A).all()), f"{what}: rows past num_rows written")
+        self.assertRows(indices, logits, row_lengths(seq_lens.numpy(), next_n, rows), k, what)
+        return indices
+
+    def test_continuous_values_k_2048(self):
+        # Rows longer than, one past, equal to and shorter than k, one token, none; the logits a
+        # view whose rows are 256-aligned (fp8_paged_mqa_logits' layout).
+        lens = [3000, 2049, 2048, 700, 1, 0]
+        logits = random_logits(rng_for(20), lens, 3000, pitch=3072)
+        self.run_topk(logits, 1, torch.tensor(lens, dtype=torch.int32), 2048, "continuous, k 2048")
+
+    def test_heavy_ties_next_n_2(self):
+        # Four distinct values: the k-th value is shared by hundreds of positions, the lowest
+        # win. next_n 2: row 2b ends one before row 2b + 1 (rows of 256 = k and 257 = k + 1).
+        lens = [1500, 257, 64, 1000]
+        logits = random_logits(rng_for(21), row_lengths(lens, 2, 8), 1500, levels=4)
+        self.run_topk(logits, 2, torch.tensor(lens, dtype=torch.int32), 256, "4 levels, next_n 2")
+
+    def test_forty_levels_next_n_4_and_k_1(self):
+        lens = [900, 3]  # request 1: its rows end at 0, 1, 2, 3
+        logits = random_logits(rng_for(22), row_lengths(lens, 4, 8), 900, levels=40)
+        for k in (1, 100):
+            self.run_topk(logits, 4, torch.tensor(lens, dtype=torch.int32), k, f"40 levels, next_n 4, k {k}")
+
+    def test_two_dimensional_seq_lens(self):
+        # vLLM's [B, next_n] form: each row its own length (not the causal offsets); -3 is 0.
+        seq_lens = torch.tensor([[97, 150], [33, -3], [400, 2]], dtype=torch.int32)
+        logits = random_logits(rng_for(23), row_lengths(seq_lens.numpy(), 2, 6), 400, levels=8)
+        self.run_topk(logits, 2, seq_lens, 64, "[B, next_n] seq_lens")
+
+    def test_registered_op(self):
+        # torch.ops.mla_decode.top_k_per_row_decode: vLLM's schema, indices written in place; on
+        # meta tensors it checks shapes and writes nothing.
+        lens = [300, 20]
+        logits = random_logits(rng_for(24), lens, 300)
+        op = torch.ops.mla_decode.top_k_per_row_decode
+        self.assertIn("Tensor(a!) indices", str(op.default._schema))
+        self.run_topk(logits, 1, torch.tensor(lens, dtype=torch.int32), 32, "the registered op", fn=op)
+        meta = dict(device="meta")
+        op(torch.empty((4, 300), **meta), 2, torch.empty(2, dtype=torch.int32, **meta),
+           torch.empty((4, 32), dtype=torch.int32, **meta), 4, 300, 1, 32)
+
+    def test_seq_lens_never_read_on_the_host(self):
+        lens = [500, 40]
+        logits = random_logits(rng_for(25), row_lengths(lens, 2, 4), 500)
+        guarded = torch.tensor(lens, dtype=torch.int32).as_subclass(NoHostRead)
+        indices = torch.empty((4, 128), dtype=torch.int32)
+        vllm_ops.top_k_per_row_decode(logits, 2, guarded, indices, 4, logits.stride(0), 1, 128)
+        self.assertRows(indices, logits, row_lengths(lens, 2, 4), 128, "guarded seq_lens")
+
+    def test_refusals_name_the_argument(self):
+        logits, seq_lens = torch.zeros((4, 100)), torch.tensor([100, 50], dtype=torch.int32)
+        indices = torch.zeros((4, 16), dtype=torch.int32)
+        good = dict(logits=logits, next_n=2, seq_lens=seq_lens, indices=indices, num_rows=4, stride0=100, stride1=1,
+                    topk=16)
+        cases = [
+            (ValueError, r"stride1: got 2; allowed 1 \(the kernel reads each row's logits contiguously",
+             dict(stride1=2)),
+            (ValueError, r"logits: rows must be dense", dict(logits=torch.zeros((100, 4)).t(), stride0=1)),
+            (ValueError, r"stride0: got 128, but logits.stride\(0\) is 100", dict(stride0=128)),
+            (TypeError, r"logits: dtype torch.float16", dict(logits=logits.half())),
+            (TypeError, r"seq_lens: dtype torch.int64", dict(seq_lens=seq_lens.long())),
+            (ValueError, r"seq_lens: expected \[batch\] or \[batch, next_n\]", dict(seq_lens=seq_lens[:1])),
+            (ValueError, r"seq_lens: expected", dict(seq_lens=seq_lens.view(2, 1))),
+            (ValueError, r"num_rows: 3 is not a multiple of next_n = 2", dict(num_rows=3)),
+            (ValueError, r"num_rows: got 5; allowed an int in 0..4", dict(num_rows=5)),
+            (ValueError, r"indices: expected \[>= num_rows, topk\] = \[>= num_rows, 16\]",
+             dict(indices=indices[:, :8])),
+            (TypeError, r"indices: dtype torch.int64", dict(indices=indices.long())),
+            (ValueError, r"topk: got 0; allowed an int in 1..65536", dict(topk=0)),
+            (ValueError, r"next_n: got 9; allowed an int in 1..8", dict(next_n=9)),
+            (TypeError, r"logits: expected a torch.Tensor \(vLLM's contract\)", dict(logits=logits.numpy())),
+        ]
+        for exc, pattern, change in cases:
+            with self.subTest(pattern=pattern), self.assertRaisesRegex(exc, pattern):
+                vllm_ops.top_k_per_row_decode(**dict(good, **change))
+
+
+# ---- the index rows sparse MLA reads: deep_gemm.indexer_topk_indices -----------------------------
+
+def random_block_table(rng, batch, width, extra=3):
+    """Distinct random block ids for every request's width blocks (of a cache of batch * width +
+    extra blocks)."""
+    return torch.from_numpy(rng.permutation(batch * width + extra)[:batch * width].astype(np.int32)
+                            .reshape(batch, width))
+
+
+def positions_of(slots, table, page, length, what):
+    """The token positions of a row's cache slots through its block table row (-1 stays -1); a
+    slot of no token before `length` fails."""
+    position = {int(table[j]) * page + o: j * page + o for j in range(-(-length // page)) for o in range(page)}
+    out = []
+    for x in slots.tolist():
+        if x == -1:
+            out.append(-1)
+            continue
+        if x not in position or position[x] >= length:
+            raise AssertionError(f"{what}: slot {x} is no token before {length} of the row's request")
+        out.append(position[x])
+    return np.array(out, np.int32)
+
+
+class TestIndexerTopkIndices(TopkCase):
+    """indexer_topk_indices against NumPy's top-k of fp8_paged_mqa_logits' own logits (their
+    values are TestLogits' subject), the slots mapped back through the numbering table."""
+
+    def check(self, p, k, what, context_lens=None, page=None, table=None, **kw):
+        lens = p["context_lens"] if context_lens is None else context_lens
+        next_n, m = p["q"].shape[1], p["max_context_len"]
+        got = deep_gemm.indexer_topk_indices(p["q"], p["kv_cache"], p["weights"], lens, p["block_table"], m,
+                                             topk=k, page_block_size=page, mla_block_table=table, **kw)
+        batch = p["q"].shape[0]
+        self.assertEqual((got.dtype, tuple(got.shape)), (torch.int32, (batch, next_n, k)), what)
+        logits = call(p, False, lens, **kw)
+        lengths = row_lengths(lens.as_subclass(torch.Tensor).numpy(), next_n, batch * next_n)  # NoHostRead too
+        numbering = p["block_table"] if table is None else table
+        page = p["kv_cache"].shape[1] if page is None else page
+        positions = np.stack([positions_of(got[r // next_n, r % next_n], numbering[r // next_n], page, n,
+                                           f"{what}, row {r}") for r, n in enumerate(lengths)])
+        self.assertRows(torch.from_numpy(positions), logits, lengths, k, what)
+        return got
+
+    def test_indexer_numbering_block_64(self):
+        # No MLA table: the indexer cache's slots. Rows longer and shorter than k (-1 padding).
+        p = make_problem(rng_for(30), [600, 37, 64, 1], next_n=1, heads=64, block_size=64, max_context_len=640)
+        self.check(p, 64, "indexer's numbering, k 64")
+        self.check(p, 512, "indexer's numbering, k 512", page=64)  # page_block_size = the indexer's: accepted
+
+    def test_mla_table_of_its_own_next_n_2(self):
+        # Indexer block size 1 (vLLM ROCm's), the MLA cache's blocks of 64 in their own random
+        # order; the MLA table exactly ceil(max_context_len / 64) wide (200 is no multiple of 256).
+        rng = rng_for(31)
+        p = make_problem(rng, [200, 45, 1, 0], next_n=2, heads=32, block_size=1, max_context_len=200)
+        self.check(p, 64, "MLA page 64, next_n 2", page=64, table=random_block_table(rng, 4, 4))
+
+    def test_two_dimensional_context_lens(self):
+        # [B, next_n] lengths: each row its own end, the MLA table (page 16) a view of a wider one.
+        rng = rng_for(32)
+        p = make_problem(rng, [150, 90], next_n=2, heads=64, block_size=64, max_context_len=160)
+        wider = random_block_table(rng, 2, 14)
+        self.check(p, 48, "[B, next_n] lengths, MLA page 16", torch.tensor([[97, 150], [33, 90]], dtype=torch.int32),
+                   page=16, table=wider[:, :10])
+
+    def test_context_lens_never_read_on_the_host(self):
+        rng = rng_for(33)
+        p = make_problem(rng, [300, 20], next_n=2, heads=32, block_size=64, max_context_len=320)
+        self.check(p, 128, "guarded context_lens", p["context_lens"].as_subclass(NoHostRead), page=32,
+                   table=random_block_table(rng, 2, 10))
+
+    def test_flash_mla_reads_the_rows(self):
+        # The rows go to flash_mla_with_kvcache unchanged: its output equals the float64 attention
+        # over the slots of NumPy's top-k (the MLA cache bf16, 16 heads, page 16: the catalog's on gfx950).
+        rng, target = rng_for(34), dict(emulator_target="gfx950")
+        p = make_problem(rng, [150, 70], next_n=2, heads=32, block_size=64, max_context_len=160)
+        table = random_block_table(rng, 2, 10)
+        indices = self.check(p, 64, "for flash_mla", page=16, table=table, **target)
+        q = tsp.bf16_tensor(rng, (2, 2, 16, 576))
+        k_cache = tsp.bf16_tensor(rng, (23, 16, 1, 576))
+        out, lse = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, flash_mla.get_mla_metadata()[0],
+                                                    indices=indices, softmax_scale=0.06, **target)
+        logits, lengths = call(p, False, **target).numpy(), row_lengths([150, 70], 2, 4)
+        want = np.full((2, 2, 64), -1, np.int32)
+        for r, n in enumerate(lengths):
+            t = expected_topk(logits[r], n, 64)
+            t = t[t >= 0]
+            want[r // 2, r % 2, :t.size] = table[r // 2, t // 16].numpy() * 16 + t % 16
+        case = tsp.SparseCase()
+        case.assertMatches(*tsp.by_row(out, lse), *tsp.flash_reference(q, k_cache, torch.from_numpy(want), None, 0.06),
+                           what="flash_mla over indexer_topk_indices")
+
+    def test_refusals_name_the_argument(self):
+        rng = rng_for(35)
+        p = make_problem(rng, [40, 9], next_n=1, heads=32, block_size=64, max_context_len=64)
+        table = random_block_table(rng, 2, 4)
+
+        def refuses(exc, pattern, **kw):
+            args = dict(topk=16)
+            args.update(kw)
+            with self.assertRaisesRegex(exc, pattern):
+                deep_gemm.indexer_topk_indices(p["q"], p["kv_cache"], p["weights"], p["context_lens"],
+                                               p["block_table"], 64, **args)
+
+        refuses(ValueError, r"topk: got 0", topk=0)
+        refuses(ValueError, r"page_block_size: got 16, but without mla_block_table the slots are numbered through "
+                r"block_table", page_block_size=16)
+        refuses(ValueError, r"page_block_size: required with mla_block_table", mla_block_table=table)
+        refuses(ValueError, r"page_block_size: got 61; allowed a power of two", page_block_size=61,
+                mla_block_table=table)
+        refuses(ValueError, r"mla_block_table: expected \[batch, max_blocks\] = \[2, >= ceil\(max_context_len / "
+                r"page_block_size\) = 4\]", page_block_size=16, mla_block_table=table[:, :3])
+        refuses(TypeError, r"mla_block_table: dtype torch.int64", page_block_size=16, mla_block_table=table.long())
+        refuses(ValueError, r"mla_block_table: rows must be dense", page_block_size=16,
+                mla_block_table=torch.zeros((4, 2), dtype=torch.int32).t())
 
 if __name__ == "__main__":
     unittest.main()
