@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "emulator/code_object.h"
 #include "emulator/device.h"
+#include "kernels/dsa_indexer.h"
 #include "runtime/dsa_indexer.h"
 
 namespace mla::bench {
@@ -27,7 +28,7 @@ constexpr int kTopK = 2048, kDsMlaBytes = abi::kDsMlaRowBytes;
 
 // The top-k kernel per row (measured: two one-row runs at kTopkSample lengths): bytes read per
 // logit and per row.
-constexpr int kTopkSample[2] = {8192, 16384};
+constexpr int kTopkSample[2] = {32768, 65536};  // whole loop iterations of every pass
 struct TopkRates {
   double read_per_logit = 0, read_per_row = 0;
 };
@@ -139,15 +140,17 @@ TopkRates topk_rates(const rt::Catalog& cat, rt::Target t, bool verbose) {
 
 // The top-k model (docs/sparse.md "The indexer: performance"): one workgroup per row, rows over
 // the CUs in rounds; a row's five passes each stream its logits through one CU at the rate its
-// loads in flight allow (Little's law at the loaded HBM latency: 1024 threads x 8 keys x 4 B in a
-// histogram pass, 16 waves x 4 x 256 B in the count and write passes), at most the CU's L2 port;
-// plus one dependent trip per pass (the digit search and its barriers).
+// loads in flight allow (Little's law at the loaded HBM latency: threads x keys per thread x 4 B in
+// a histogram pass, waves x groups x 256 B in the count and write passes, the kernel's constants),
+// at most the CU's L2 port; plus one dependent trip per pass (the digit search and its barriers).
 double topk_row_s(const Machine& m, const TopkRates& r, int len, double& read_bytes) {
   const double row_bytes = double(len) * 4;
   read_bytes = r.read_per_logit * len + r.read_per_row;
   const double port = m.cu_port_bytes_per_clk * m.clock_hz;
-  const double hist_rate = std::min(port, 1024.0 * 8 * 4 / m.little_latency_s);
-  const double emit_rate = std::min(port, 16.0 * 4 * 256 / m.little_latency_s);
+  const double hist_inflight = double(gen::kTopkThreads) * gen::kTopkHistKeysPerThread * 4;
+  const double emit_inflight = double(gen::kTopkThreads / 64) * gen::kTopkGroupsPerWave * 64 * 4;
+  const double hist_rate = std::min(port, hist_inflight / m.little_latency_s);
+  const double emit_rate = std::min(port, emit_inflight / m.little_latency_s);
   return 3 * row_bytes / hist_rate + 2 * row_bytes / emit_rate + 5 * m.trip_s();
 }
 

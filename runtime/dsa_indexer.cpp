@@ -98,8 +98,10 @@ void check_topk_args(const mla_indexer_topk_args* a) {
   if (a->num_rows < 1 || a->num_rows > (1 << 24) || a->num_rows % a->next_n)
     bad(fmt::format("args.num_rows = {} (allowed: 1..2^24, a multiple of next_n = {})", a->num_rows, a->next_n));
   if (a->topk < 1 || a->topk > 65536) bad(fmt::format("args.topk = {} (allowed: 1..65536)", a->topk));
-  if (a->logits_stride < 1 || a->logits_stride > (int64_t(1) << 30))
-    bad(fmt::format("args.logits_stride = {} (allowed: 1..2^30)", a->logits_stride));
+  if (a->logits_stride < 4 || a->logits_stride > (int64_t(1) << 30) || a->logits_stride % 4)
+    bad(fmt::format("args.logits_stride = {} (allowed: a multiple of 4 in 4..2^30: the kernel reads 4 logits at a "
+                    "time; DeepGEMM's logits rows are 256-aligned)",
+                    a->logits_stride));
   if (a->indices_stride < a->topk || a->indices_stride > (int64_t(1) << 30))
     bad(fmt::format("args.indices_stride = {} (allowed: topk = {} .. 2^30)", a->indices_stride, a->topk));
   if (a->block_table) {

@@ -13,4 +13,9 @@ inline constexpr int kMaxIndexerRows = 256;
 inline int indexer_padded_heads(const KernelSpec& s) { return (s.heads + 7) / 8 * 8; }
 inline int indexer_rows(const KernelSpec& s) { return s.next_n * indexer_padded_heads(s); }
 
+// The top-k kernel's shape (dsa_topk.cpp), which mlabench's model prices: threads per row, keys
+// each thread has in flight in a histogram pass, and 64-key groups each wave has in flight in the
+// count and write passes.
+inline constexpr int kTopkThreads = 1024, kTopkHistKeysPerThread = 16, kTopkGroupsPerWave = 16;
+
 }  // namespace mla::gen

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "abi/mla_abi.h"
+#include "kernels/dsa_indexer.h"
 #include "kernels/kernargs.h"
 #include "kernels/registry.h"
 #include "program/builder.h"
@@ -26,10 +27,11 @@ namespace mla::gen {
 namespace {
 
 namespace A = abi::topk_args;
-// 16 waves, each thread 8 keys in flight in a histogram pass and each wave 4 groups of 64 in the
-// count and write passes: one row per CU reads at the rate its loads in flight allow (Little's
-// law; docs/sparse.md "The indexer: performance").
-constexpr int kThreads = 1024, kWaves = kThreads / 64, kUnroll = 8, kGroups = 4;
+// 16 waves, each thread 16 keys in flight in a histogram pass (4 dwordx4) and each wave 16 groups
+// of 64 in the count and write passes: one row per CU reads at the rate its loads in flight allow
+// (Little's law; docs/sparse.md "The indexer: performance").
+constexpr int kThreads = kTopkThreads, kWaves = kThreads / 64, kUnroll = kTopkHistKeysPerThread / 4,
+              kGroups = kTopkGroupsPerWave;
 struct Digit {
   int shift, width;
 };
@@ -49,7 +51,7 @@ class TopK {
   SReg ptr(uint32_t off) { return args.sub(int(off / 4), 2); }
   void setup();
   void short_row();
-  void load_key(VReg key, VReg idx, SReg limit);
+  void load_key(VReg key, VReg idx, SReg end);
   void histogram(int pass);
   void find_digit(int pass);
   void count_quarter();  // "quarter": each wave's share of the row
@@ -62,7 +64,7 @@ class TopK {
 
   Builder b;
   RegAllocator& ra;
-  SReg args, row, len, len_m1, k, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
+  SReg args, row, len, k, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
       seg_end, j;
   SReg m1, m2, saved;
   VReg tid, lane, one, zero, v0_, v1_, v2_;
@@ -93,7 +95,7 @@ void TopK::setup() {
   b.s_mul_hi_u32(req, row, arg(A::row_div_magic));
   b.s_cmp_eq_u32(arg(A::row_div_magic), Imm(0));
   b.s_cselect_b32(req, row, req);
-  len = ra.sgpr(1, "len"), len_m1 = ra.sgpr(1, "len_minus_1"), k = arg(A::topk);
+  len = ra.sgpr(1, "len"), k = arg(A::topk);
   b.s_lshl_b32(tmp[0], req, Imm(2));
   b.s_add_u32(tmp[0], ptr(A::seq_lens)[0], tmp[0]);
   b.s_addc_u32(tmp[1], ptr(A::seq_lens)[1], Imm(0));
@@ -108,7 +110,6 @@ void TopK::setup() {
   b.s_cmp_lt_i32(len, Imm(0));
   b.s_cselect_b32(len, Imm(0), len);
   b.s_min_u32(len, len, arg(A::logits_stride));
-  b.s_sub_u32(len_m1, len, Imm(1));
   // The request's block-table row (used only when block_table is not null).
   bt_base = ra.sgpr(2, "block_table_row", 2), page_mask = ra.sgpr(1, "page_mask");
   b.s_lshl_b32(tmp[1], arg(A::block_table_stride), Imm(2));
@@ -173,16 +174,18 @@ void TopK::short_row() {
 
 // key = the order-preserving bits of logits[idx] (idx clamped to `limit`: a lane past the end
 // reads a real element; callers mask it): x >= 0 sets the sign bit, x < 0 inverts every bit.
-void TopK::load_key(VReg k_out, VReg idx, SReg limit) {
-  b.v_min_u32(v2_, limit, idx);
-  b.v_lshlrev_b32(v2_, Imm(2), v2_);
+void TopK::load_key(VReg k_out, VReg idx, SReg end) {
+  // Only lanes before `end` load (no traffic past it); the others' keys are stale and masked by
+  // the callers.
+  b.v_cmp_gt_u32(vcc, end, idx);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.v_lshlrev_b32(v2_, Imm(2), idx);
   b.global_load_dword(k_out, v2_, in_base);
+  b.s_mov_exec(saved);
   b.v_ashrrev_i32(v2_, Imm(31), k_out);
   b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
   b.v_xor_b32(k_out, v2_, k_out);
 }
-
-// The histogram of digit `pass` over the keys that match the digits found so far.
 void TopK::histogram(int pass) {
   const Digit d = kDigits[pass];
   // Clear: each thread zeroes 2 bins.
@@ -190,40 +193,60 @@ void TopK::histogram(int pass) {
   b.v_lshlrev_b32(v0_, Imm(3), tid);
   b.ds_write_b64(v0_, zero.sub(0, 2), 0);
   b.s_barrier();
+  // Per iteration each thread loads kUnroll x 4 consecutive keys (one dwordx4 each): a vector
+  // that starts before the end may run past it, into the row's stride (a multiple of 4, so in
+  // bounds; its lanes past the end are masked); one that starts past the end is not loaded.
   std::vector<VReg> keys, idxs;
   for (int u = 0; u < kUnroll; ++u) {
-    keys.push_back(ra.vgpr(1, fmt::format("hkey{}", u)));
+    keys.push_back(ra.vgpr(4, fmt::format("hkey{}", u), 4));
     idxs.push_back(ra.vgpr(1, fmt::format("hidx{}", u)));
   }
+  VReg addr = ra.vgpr(2, "haddr", 2), base_hi = ra.vgpr(1, "logits_row_hi");
+  b.v_mov_b32(base_hi, in_base[1]);
+  b.v_lshlrev_b32(v1_, Imm(2), tid);
   b.s_mov_b32(j, Imm(0));
   Label loop = b.new_label(fmt::format("hist_loop{}", pass));
   b.bind(loop);
   for (int u = 0; u < kUnroll; ++u) {
-    b.v_add_u32(idxs[u], j, tid);
-    if (u) b.v_add_u32(idxs[u], Imm(u * kThreads), idxs[u]);
-    load_key(keys[u], idxs[u], len_m1);
-  }
-  for (int u = 0; u < kUnroll; ++u) {
-    b.v_cmp_gt_u32(m1, len, idxs[u]);
-    if (pass > 0) {
-      b.v_xor_b32(v0_, prefix, keys[u]);
-      b.v_and_b32(v0_, pmask, v0_);
-      b.v_cmp_eq_u32(m2, Imm(0), v0_);
-      b.s_and_b64(m1, m1, m2);
-    }
-    b.v_bfe_u32(v0_, keys[u], Imm(d.shift), Imm(d.width));
-    b.v_lshlrev_b32(v0_, Imm(2), v0_);
-    b.s_and_saveexec_b64(saved, m1);
-    b.ds_add_u32(v0_, one);
+    b.v_add_u32(idxs[u], j, v1_);
+    if (u) b.v_add_u32(idxs[u], Imm(u * 4 * kThreads), idxs[u]);
+    b.v_lshlrev_b32(v2_, Imm(2), idxs[u]);
+    b.v_add_co_u32(addr[0], vcc, in_base[0], v2_);
+    b.v_addc_co_u32(addr[1], vcc, base_hi, Imm(0), vcc);  // vcc is the one constant-bus read
+    b.v_cmp_gt_u32(vcc, len, idxs[u]);
+    b.s_and_saveexec_b64(saved, vcc);
+    b.global_load_dwordx4(keys[u], addr, 0);
     b.s_mov_exec(saved);
   }
-  b.s_add_u32(j, j, Imm(kUnroll * kThreads));
+  for (int u = 0; u < kUnroll; ++u)
+    for (int e = 0; e < 4; ++e) {
+      VReg key = keys[u][e];
+      b.v_ashrrev_i32(v2_, Imm(31), key);
+      b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
+      b.v_xor_b32(key, v2_, key);
+      b.v_add_u32(v0_, Imm(e), idxs[u]);
+      b.v_cmp_gt_u32(m1, len, v0_);
+      if (pass > 0) {
+        b.v_xor_b32(v0_, prefix, key);
+        b.v_and_b32(v0_, pmask, v0_);
+        b.v_cmp_eq_u32(m2, Imm(0), v0_);
+        b.s_and_b64(m1, m1, m2);
+      }
+      b.v_bfe_u32(v0_, key, Imm(d.shift), Imm(d.width));
+      b.v_lshlrev_b32(v0_, Imm(2), v0_);
+      b.s_and_saveexec_b64(saved, m1);
+      b.ds_add_u32(v0_, one);
+      b.s_mov_exec(saved);
+    }
+  b.s_add_u32(j, j, Imm(kUnroll * 4 * kThreads));
   b.s_cmp_lt_u32(j, len);
   b.s_cbranch_scc1(loop);
   for (int u = 0; u < kUnroll; ++u) {
     ra.release(keys[u]);
     ra.release(idxs[u]);
   }
+  ra.release(addr);
+  ra.release(base_hi);
   b.s_barrier();
 }
 
@@ -334,7 +357,7 @@ void TopK::classify(VReg idx, VReg k_loaded, SReg gt, SReg eq) {
 // Each wave's share of the row: [wave * q, min((wave + 1) * q, len)), q = len / kWaves rounded
 // up to 64 x kGroups; its counts of keys above and equal to K go to LDS.
 void TopK::count_quarter() {
-  constexpr int span = 64 * kGroups * kWaves, span_log2 = 12, q_log2 = 8;
+  constexpr int span = 64 * kGroups * kWaves, span_log2 = 14, q_log2 = 10;
   static_assert(span == 1 << span_log2 && 64 * kGroups == 1 << q_log2);
   b.s_add_u32(seg_end, len, Imm(span - 1));
   b.s_lshr_b32(seg_end, seg_end, Imm(span_log2));
@@ -357,7 +380,7 @@ void TopK::count_quarter() {
     idxs.push_back(ra.vgpr(1, fmt::format("cidx{}", u)));
     b.v_add_u32(idxs[u], j, lane);
     if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
-    load_key(keys[u], idxs[u], len_m1);
+    load_key(keys[u], idxs[u], seg_end);
   }
   for (int u = 0; u < kGroups; ++u) {
     classify(idxs[u], keys[u], gt, eq);
@@ -450,7 +473,7 @@ void TopK::write_quarter() {
     idxs.push_back(ra.vgpr(1, fmt::format("widx{}", u)));
     b.v_add_u32(idxs[u], j, lane);
     if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
-    load_key(keys[u], idxs[u], len_m1);
+    load_key(keys[u], idxs[u], seg_end);
   }
   for (int u = 0; u < kGroups; ++u) {
     group(idxs[u], keys[u]);

@@ -303,7 +303,7 @@ TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk
   r.rows = int(r.seq_lens.size()) * next_n;
   int maxlen = 1;
   for (int l : r.seq_lens) maxlen = std::max(maxlen, l);
-  r.stride = maxlen + 5;
+  r.stride = (maxlen + 5 + 3) / 4 * 4;  // a multiple of 4 (the kernel reads 4 logits at a time), with slack
   r.out_stride = topk + 3;
   std::mt19937_64 rng(seed);
   r.logits.assign(size_t(r.rows) * size_t(r.stride), std::numeric_limits<float>::quiet_NaN());
@@ -416,6 +416,10 @@ TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
   a.num_rows = 4;
   a.indices_stride = 15;
   fails("args.indices_stride = 15");
+  a.indices_stride = 16;
+  a.logits_stride = 102;
+  fails("args.logits_stride = 102 (allowed: a multiple of 4");
+  a.logits_stride = 100;
   a.indices_stride = 16;
   a.next_n = 9;
   fails("args.next_n = 9");
