@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bench/bench.h"
+#include "bench/indexer.h"
 #include "runtime/cost_model.h"
 #include "kernels/mla_reduce.h"
 
@@ -852,5 +853,30 @@ TEST_CASE("bench: modeled times are priced at the achievable HBM ceiling and say
     // The HBM floor is the distinct bytes at the ceiling: no modeled time beats it.
     CHECK(r.modeled.decode_s >= r.modeled.hbm_floor_s);
     CHECK(j.at("modeled").at("fraction_of_hbm_ceiling").get<double>() <= 1.0);
+  }
+}
+
+// Issue #44's indexer shapes (docs/sparse.md "The indexer: performance"): per cached token the
+// logits kernel reads the 132-byte entry once (plus its block id: under 1.002x distinct) and writes
+// 4 bytes per query row; wherever a step reads >= 256 MB of cache the bytes moved reach >= 0.85 of
+// the HBM ceiling, launch included; the top-k reads each logit five times.
+TEST_CASE("bench: the DSA indexer's logits read each cached token once and reach 0.85 of HBM from 256 MB") {
+  std::vector<IndexerShape> picked;
+  for (const auto& s : dsa_indexer_shapes())
+    if (s.name == "V3.2 TP8 h64 nn2 32K x64" || s.name == "GLM-5 TP8 h32 nn1 128K x16" ||
+        s.name == "V3.2 TP8 h64 nn1 8K x1")
+      picked.push_back(s);
+  REQUIRE(picked.size() == 6);  // both targets
+  for (const IndexerResult& r : measure_indexer(picked, false)) {
+    INFO(rt::name(r.shape.target) << " " << r.shape.name << ": modeled " << r.total_s * 1e6 << " us, HBM "
+                                  << r.hbm_s * 1e6 << " us, bandwidth reached " << r.hbm_fraction());
+    const double tokens = double(r.shape.batch) * r.shape.context;
+    CHECK(r.hbm_read_bytes >= tokens * 132 * (1 - 1e-9));
+    CHECK(r.hbm_read_bytes <= tokens * 132 * 1.002 + double(r.shape.batch) * 8 * 64 * 1024);
+    CHECK(r.write_bytes == Approx(tokens * 4 * r.shape.next_n));
+    CHECK(r.total_s >= r.hbm_s);
+    if (r.cache_bytes >= 256e6) CHECK(r.hbm_fraction() >= 0.85);
+    CHECK(r.topk_read_bytes == Approx(20.0 * tokens * r.shape.next_n).epsilon(0.01));
+    CHECK(r.topk_s > 0);
   }
 }
