@@ -249,20 +249,27 @@ inline constexpr KernargField kIndexerArgs[] = {
     {"reserved", false, "uint32_t", indexer_args::reserved, 4},
 };
 // The DSA indexer's top-k (dsa_topk_per_row_decode, docs/sparse.md "The indexer"): vLLM's
-// top_k_per_row_decode. One workgroup per row r = b * next_n + i; its length is
+// top_k_per_row_decode. Grid (segments, rows): row r = b * next_n + i has length
 // seq_lens[b] - next_n + i + 1; row_div_magic = ceil(2^32 / next_n) (0 for next_n 1) gives b.
-// With a block_table the rows hold cache slots, block_table[b][t >> page_size_log2] <<
-// page_size_log2 | (t & (page - 1)), the form sparse MLA reads; without (0), positions t.
+// stage 0: one workgroup per row selects over its logits. stage 1: workgroup (s, r) selects the
+// top-k of positions [s * segment_tokens, (s + 1) * segment_tokens) into cand_pos / cand_vals
+// (row r * segments + s, topk entries: positions, or -1 and the lowest key); stage 2: one
+// workgroup per row selects over its segments x topk candidates. With a block_table the rows hold
+// cache slots, block_table[b][t >> page_size_log2] << page_size_log2 | (t & (page - 1)), the form
+// sparse MLA reads; without (0), positions t.
 namespace topk_args {
-inline constexpr uint32_t logits = 0x00, seq_lens = 0x08, indices = 0x10, block_table = 0x18, next_n = 0x20,
-                          row_div_magic = 0x24, logits_stride = 0x28, indices_stride = 0x2c, topk = 0x30,
-                          block_table_stride = 0x34, page_size_log2 = 0x38, reserved = 0x3c, size = 0x40;
+inline constexpr uint32_t logits = 0x00, seq_lens = 0x08, indices = 0x10, block_table = 0x18, cand_vals = 0x20,
+                          cand_pos = 0x28, next_n = 0x30, row_div_magic = 0x34, logits_stride = 0x38,
+                          indices_stride = 0x3c, topk = 0x40, block_table_stride = 0x44, page_size_log2 = 0x48,
+                          segment_tokens = 0x4c, segments = 0x50, stage = 0x54, size = 0x58;
 }
 inline constexpr KernargField kTopkArgs[] = {
     {"logits", true, "const float*", topk_args::logits, 8},
     {"seq_lens", true, "const int32_t*", topk_args::seq_lens, 8},
     {"indices", true, "int32_t*", topk_args::indices, 8},
     {"block_table", true, "const int32_t*", topk_args::block_table, 8},
+    {"cand_vals", true, "float*", topk_args::cand_vals, 8},
+    {"cand_pos", true, "int32_t*", topk_args::cand_pos, 8},
     {"next_n", false, "uint32_t", topk_args::next_n, 4},
     {"row_div_magic", false, "uint32_t", topk_args::row_div_magic, 4},
     {"logits_stride", false, "uint32_t", topk_args::logits_stride, 4},
@@ -270,7 +277,9 @@ inline constexpr KernargField kTopkArgs[] = {
     {"topk", false, "uint32_t", topk_args::topk, 4},
     {"block_table_stride", false, "uint32_t", topk_args::block_table_stride, 4},
     {"page_size_log2", false, "uint32_t", topk_args::page_size_log2, 4},
-    {"reserved", false, "uint32_t", topk_args::reserved, 4},
+    {"segment_tokens", false, "uint32_t", topk_args::segment_tokens, 4},
+    {"segments", false, "uint32_t", topk_args::segments, 4},
+    {"stage", false, "uint32_t", topk_args::stage, 4},
 };
 // DeepGEMM's indexer cache: a block of block_size tokens holds block_size x 128 fp8 values, then
 // block_size f32 scales (not a scale after each token).

@@ -125,8 +125,8 @@ TopkRates topk_rates(const rt::Catalog& cat, rt::Target t, bool verbose) {
     a.seq_lens = dev.alloc(4, 256, "seq_lens");
     dev.write(a.seq_lens, &len, 4);
     a.indices = dev.alloc(size_t(kTopK) * 4, 256, "indices");
-    const rt::DecodeOp op = rt::indexer_topk_op(k, a);
-    const emu::Counters c = dev.dispatch(co, k.name, {op.grid.x, 1, 1}, {op.block.x, 1, 1}, op.kernarg);
+    const rt::DecodeOp op = rt::indexer_topk_ops(k, a, rt::TopkSplit{})[0];  // one launch: one row
+    const emu::Counters c = dev.dispatch(co, k.name, {op.grid.x, op.grid.y, 1}, {op.block.x, 1, 1}, op.kernarg);
     reads[i] = double(c.total.global_read_bytes);
   }
   TopkRates r;
@@ -239,11 +239,27 @@ std::vector<IndexerResult> measure_indexer(const std::vector<IndexerShape>& shap
     const Machine m = machine_for(s.target);
     IndexerResult x = model(m, rates[key], s);
     // Row i of a request has context - next_n + i + 1 logits; the longest sets the round's time.
+    // The runtime's split: one launch, or each row's segments then the row over their candidates.
     const int rows = s.batch * s.next_n;
-    double bytes = 0;
-    x.topk_row_s = s.context > kTopK ? topk_row_s(m, topk[s.target], s.context, bytes) : m.trip_s();
-    x.topk_read_bytes = s.context > kTopK ? bytes * rows : 0;
-    x.topk_s = m.launch_s + m.unit_fill_s + std::ceil(double(rows) / m.cus) * x.topk_row_s;
+    const rt::TopkSplit split = rt::indexer_topk_split(rows, s.context, kTopK, m.cus);
+    const double launch = m.launch_s + m.unit_fill_s;
+    double bytes = 0, bytes2 = 0;
+    if (s.context <= kTopK) {
+      x.topk_row_s = m.trip_s();
+      x.topk_s = launch + x.topk_row_s;
+    } else if (split.segments < 2) {
+      x.topk_row_s = topk_row_s(m, topk[s.target], s.context, bytes);
+      x.topk_read_bytes = bytes * rows;
+      x.topk_s = launch + std::ceil(double(rows) / m.cus) * x.topk_row_s;
+    } else {
+      const double seg_s = topk_row_s(m, topk[s.target], split.segment_tokens, bytes);
+      const double cand_s = topk_row_s(m, topk[s.target], split.segments * kTopK, bytes2);
+      x.topk_row_s = seg_s + cand_s;
+      x.topk_read_bytes = (bytes * split.segments + bytes2) * rows;
+      x.topk_s = 2 * launch + std::ceil(double(rows) * split.segments / m.cus) * seg_s +
+                 std::ceil(double(rows) / m.cus) * cand_s;
+    }
+    x.topk_segments = split.segments;
     out.push_back(x);
   }
   return out;
@@ -277,7 +293,8 @@ nlohmann::json IndexerResult::to_json() const {
           {"hbm_fraction", hbm_fraction()},
           {"topk_modeled_s", topk_s},
           {"topk_row_modeled_s", topk_row_s},
-          {"topk_read_bytes", topk_read_bytes}};
+          {"topk_read_bytes", topk_read_bytes},
+          {"topk_segments", topk_segments}};
 }
 
 std::string indexer_markdown(const std::vector<IndexerResult>& r) {
@@ -288,21 +305,23 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
       "cache's bytes alone. The target (>= 0.85) applies where a step reads >= 256 MB of cache. Logits MB: written "
       "here and read back by the top-k. DSA layer MB: cache + logits written + the top-k's reads + sparse MLA's "
       "min(2048, context) x 656 B per query row.\n\n"
-      "Top-k us: the dsa_topk_per_row_decode launch (one workgroup per row, five passes over its logits; "
-      "modeled). Indexer us: logits + top-k.\n\n"
+      "Top-k us: the dsa_topk_per_row_decode launches (one workgroup per row, five passes over its logits; "
+      "with S > 1 segments, each row's S segments, then the row over their S x 2048 candidates; modeled). "
+      "Indexer us: logits + top-k.\n\n"
       "| target | shape | chunk | workgroups | cache MB | HBM bytes / cache | logits MB | modeled us | HBM us | fixed "
-      "us | bandwidth reached | cache-only | bound | top-k us | indexer us | DSA layer MB |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "us | bandwidth reached | cache-only | bound | top-k S | top-k us | indexer us | DSA layer MB |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     const double rows = double(x.shape.batch) * x.shape.next_n;
     const double sparse = rows * std::min(kTopK, x.shape.context) * kDsMlaBytes;
     const double cache_only = x.cache_bytes / machine_for(x.shape.target).hbm_bytes_per_s / x.total_s;
     const std::string mark = x.cache_bytes < 256e6 ? "" : x.hbm_fraction() >= 0.85 ? " (>= 0.85)" : " (**< 0.85**)";
     md += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f}{} | {:.2f} | {} | "
-                      "{:.1f} | {:.1f} | {:.1f} |\n",
+                      "{} | {:.1f} | {:.1f} | {:.1f} |\n",
                       rt::name(x.shape.target), x.shape.name, x.chunk_tokens, x.workgroups, x.cache_bytes / 1e6,
                       (x.hbm_read_bytes + x.write_bytes) / x.cache_bytes, x.logits_bytes / 1e6, x.total_s * 1e6,
-                      x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound, x.topk_s * 1e6,
+                      x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound, x.topk_segments,
+                      x.topk_s * 1e6,
                       (x.total_s + x.topk_s) * 1e6, (x.cache_bytes + x.logits_bytes + x.topk_read_bytes + sparse) / 1e6);
   }
   return md;

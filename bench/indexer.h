@@ -36,6 +36,7 @@ struct IndexerResult {
   // The top-k launch (dsa_topk_per_row_decode, one workgroup per row; modeled): its time, its
   // per-row time, and its logits bytes read (five passes over each row).
   double topk_s = 0, topk_row_s = 0, topk_read_bytes = 0;
+  int topk_segments = 1;  // the runtime's split (1: one launch)
   // The share of the achievable HBM ceiling the bytes moved reach over the modeled time.
   double hbm_fraction() const { return hbm_s / total_s; }
   nlohmann::json to_json() const;

@@ -1,6 +1,7 @@
 // The DSA indexer's C API (mla_indexer_logits): argument checks, the catalog kernel of the
 // shape, its chunk size and its one launch.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -65,35 +66,61 @@ const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target) {
                                                  cat.dir(), t));
 }
 
-DecodeOp indexer_topk_op(const CatalogKernel& kernel, const mla_indexer_topk_args& a) {
+TopkSplit indexer_topk_split(int rows, int64_t logits_stride, int topk, int num_cus) {
+  TopkSplit t;
+  const int by_cus = std::max(1, num_cus) / std::max(1, rows);
+  const int by_balance = int(std::sqrt(double(logits_stride) / double(std::max(1, topk))));
+  const int s = std::min({by_cus, by_balance, 64});
+  // Two launches pay from three segments up (modeled: at 8K x 1 two segments cost more than the
+  // second launch saves); stage 2 reads its candidates 4 at a time: whole groups of 4 per segment.
+  if (s < 3 || topk % 4) return t;
+  // Segments of a multiple of 4 positions (the kernel reads 4 logits at a time).
+  t.segment_tokens = int((logits_stride + s - 1) / s + 3) / 4 * 4;
+  t.segments = int((logits_stride + t.segment_tokens - 1) / t.segment_tokens);
+  return t;
+}
+
+std::vector<DecodeOp> indexer_topk_ops(const CatalogKernel& kernel, const mla_indexer_topk_args& a,
+                                       const TopkSplit& split) {
   // b = row / next_n as mul_hi(row, ceil(2^32 / next_n)): exact for next_n <= 8 and rows < 2^26.
   const uint32_t magic = a.next_n == 1 ? 0 : uint32_t(((uint64_t(1) << 32) + uint64_t(a.next_n) - 1) / uint64_t(a.next_n));
   uint32_t page_log2 = 0;
   while (a.block_table && (1 << page_log2) < a.page_size) ++page_log2;
-  KernargPacker mk(kernel);
-  mk.ptr("logits", a.logits).ptr("seq_lens", a.seq_lens).ptr("indices", a.indices).ptr("block_table", a.block_table);
-  mk.u32("next_n", uint32_t(a.next_n)).u32("row_div_magic", magic).u32("logits_stride", uint32_t(a.logits_stride));
-  mk.u32("indices_stride", uint32_t(a.indices_stride)).u32("topk", uint32_t(a.topk));
-  mk.u32("block_table_stride", uint32_t(a.block_table ? a.block_table_stride : 0)).u32("page_size_log2", page_log2);
-  mk.u32("reserved", 0);
-  DecodeOp op;
-  op.kind = DecodeOp::Launch;
-  op.kernel = &kernel;
-  op.grid = {unsigned(a.num_rows), 1, 1};
-  op.block = {unsigned(kernel.workgroup_size), 1, 1};
-  op.kernarg = mk.finish();
-  op.what = "indexer_topk";
-  return op;
+  const uint64_t cand_pos = a.workspace, cand_vals = a.workspace + split.workspace_bytes(a.num_rows, a.topk) / 2;
+  auto op_of = [&](uint32_t stage, unsigned grid_x, bool slots) {
+    KernargPacker mk(kernel);
+    mk.ptr("logits", a.logits).ptr("seq_lens", a.seq_lens).ptr("indices", a.indices);
+    mk.ptr("block_table", slots ? a.block_table : 0);
+    mk.ptr("cand_vals", stage ? cand_vals : 0).ptr("cand_pos", stage ? cand_pos : 0);
+    mk.u32("next_n", uint32_t(a.next_n)).u32("row_div_magic", magic).u32("logits_stride", uint32_t(a.logits_stride));
+    mk.u32("indices_stride", uint32_t(a.indices_stride)).u32("topk", uint32_t(a.topk));
+    mk.u32("block_table_stride", uint32_t(a.block_table ? a.block_table_stride : 0)).u32("page_size_log2", page_log2);
+    mk.u32("segment_tokens", uint32_t(split.segment_tokens)).u32("segments", uint32_t(split.segments));
+    mk.u32("stage", stage);
+    DecodeOp op;
+    op.kind = DecodeOp::Launch;
+    op.kernel = &kernel;
+    op.grid = {grid_x, unsigned(a.num_rows), 1};
+    op.block = {unsigned(kernel.workgroup_size), 1, 1};
+    op.kernarg = mk.finish();
+    op.what = stage == 1 ? "indexer_topk_segments" : "indexer_topk";
+    return op;
+  };
+  if (split.segments < 2) return {op_of(0, 1, true)};
+  // Stage 1 writes positions (slots, if asked, are the last stage's).
+  return {op_of(1, unsigned(split.segments), false), op_of(2, 1, true)};
 }
 
 }  // namespace mla::rt
 
 namespace {
 
-void check_topk_args(const mla_indexer_topk_args* a) {
-  using mla::rt::capi::bad;
-  for (auto [ptr, field] : {std::pair{a->logits, "logits"}, {a->seq_lens, "seq_lens"}, {a->indices, "indices"}})
-    if (!ptr) bad(fmt::format("args.{} is a null device pointer", field));
+// pointers: whether the device pointers are checked too (not for the workspace size).
+void check_topk_args(const mla_indexer_topk_args* a, bool pointers) {
+  using mla::rt::capi::bad;  // MLA_ERROR_INVALID_ARGUMENT
+  if (pointers)
+    for (auto [ptr, field] : {std::pair{a->logits, "logits"}, {a->seq_lens, "seq_lens"}, {a->indices, "indices"}})
+      if (!ptr) bad(fmt::format("args.{} is a null device pointer", field));
   if (a->next_n < 1 || a->next_n > 8) bad(fmt::format("args.next_n = {} (allowed: 1..8)", a->next_n));
   if (a->num_rows < 1 || a->num_rows > (1 << 24) || a->num_rows % a->next_n)
     bad(fmt::format("args.num_rows = {} (allowed: 1..2^24, a multiple of next_n = {})", a->num_rows, a->next_n));
@@ -140,15 +167,36 @@ void check_indexer_args(const mla_indexer_logits_args* a) {
 
 }  // namespace
 
+extern "C" mla_status mla_indexer_topk_workspace_size(const mla_context* ctx, const mla_indexer_topk_args* args,
+                                                      uint64_t* out_bytes) {
+  using namespace mla::rt::capi;
+  return guard([&] {
+    need(ctx, "ctx");
+    need(args, "args");
+    need(out_bytes, "out_bytes");
+    check_topk_args(args, false);
+    *out_bytes = mla::rt::indexer_topk_split(args->num_rows, args->logits_stride, args->topk, ctx->planned_cus())
+                     .workspace_bytes(args->num_rows, args->topk);
+  });
+}
+
 extern "C" mla_status mla_indexer_topk(mla_context* ctx, const mla_indexer_topk_args* args, void* stream) {
   using namespace mla::rt::capi;
   return guard([&] {
     need(ctx, "ctx");
     need(args, "args");
-    check_topk_args(args);
+    check_topk_args(args, true);
+    const auto split = mla::rt::indexer_topk_split(args->num_rows, args->logits_stride, args->topk, ctx->planned_cus());
+    const uint64_t need_bytes = split.workspace_bytes(args->num_rows, args->topk);
+    if (need_bytes && (!args->workspace || args->workspace_bytes < need_bytes))
+      throw mla::rt::RtError(MLA_ERROR_CAPACITY,
+                             fmt::format("args.workspace: {} bytes at 0x{:x}, {} needed (mla_indexer_topk_workspace_size: "
+                                         "{} rows over {} segments of {} positions)",
+                                         args->workspace_bytes, args->workspace, need_bytes, args->num_rows,
+                                         split.segments, split.segment_tokens));
     const auto& k = mla::rt::indexer_topk_kernel(ctx->cat, device_target(ctx));
     ctx->dev->be->ensure_module(k);
-    ctx->dev->be->run({mla::rt::indexer_topk_op(k, *args)}, stream);
+    ctx->dev->be->run(mla::rt::indexer_topk_ops(k, *args, split), stream);
   });
 }
 

@@ -15,8 +15,23 @@ int indexer_chunk_tokens(int batch, int max_context_len, int num_cus, int reside
 // to add otherwise).
 const CatalogKernel& indexer_logits_kernel(const Catalog& cat, Target target, int heads, int next_n, int block_size);
 DecodeOp indexer_logits_op(const CatalogKernel& kernel, const mla_indexer_logits_args& a, int chunk_tokens);
-// The top-k kernel of the target and its launch (one workgroup per row).
+// The top-k kernel of the target.
 const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target);
-DecodeOp indexer_topk_op(const CatalogKernel& kernel, const mla_indexer_topk_args& a);
+// How the top-k runs: one launch (segments 1), or two: each row's `segments` segments of
+// segment_tokens positions, then the row over their candidates (segments x topk entries of 8
+// bytes per row in the workspace). Two where a row is much longer than topk (stage 1 reads
+// stride / S per workgroup, stage 2 S x topk: S = sqrt(stride / topk) balances them) and the rows
+// leave CUs for the segments (S <= num_cus / rows), from 3 segments up, with topk a multiple of 4;
+// from the capacity only.
+struct TopkSplit {
+  int segments = 1;
+  int segment_tokens = 0;
+  uint64_t workspace_bytes(int rows, int topk) const {
+    return segments > 1 ? uint64_t(rows) * uint64_t(segments) * uint64_t(topk) * 8 : 0;
+  }
+};
+TopkSplit indexer_topk_split(int rows, int64_t logits_stride, int topk, int num_cus);
+// The launches of mla_indexer_topk (args checked; workspace as the split asks).
+std::vector<DecodeOp> indexer_topk_ops(const CatalogKernel& kernel, const mla_indexer_topk_args& a, const TopkSplit& split);
 
 }  // namespace mla::rt

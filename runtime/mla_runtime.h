@@ -406,8 +406,11 @@ mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* a
  * same input gives the same rows), or 0 .. len - 1 then -1 when len <= topk. Logits past a row's
  * length are never read. With block_table not 0 each position t is written as its cache slot,
  * block_table[b][t / page_size] * page_size + t % page_size (the index rows sparse MLA reads, no
- * conversion kernel between). Runs the catalog's dsa_topk_per_row_decode kernel, one workgroup
- * per row. */
+ * conversion kernel between). Runs the catalog's dsa_topk_per_row_decode kernel: one workgroup per
+ * row, or, where rows much longer than topk leave CUs idle, two launches (each row's segments'
+ * top-k, then the row's over them; the same rows) with a workspace of
+ * mla_indexer_topk_workspace_size bytes. The choice depends on num_rows, logits_stride, topk and
+ * the device only (graph-ready). */
 typedef struct mla_indexer_topk_args {
   uint64_t logits;         /* [num_rows, logits_stride] f32 */
   uint64_t seq_lens;       /* [num_rows / next_n] int32 */
@@ -416,9 +419,14 @@ typedef struct mla_indexer_topk_args {
   int num_rows, next_n, topk;
   int block_table_stride;  /* elements (with a block table) */
   int page_size;           /* a power of two (with a block table) */
-  int64_t logits_stride;   /* elements */
+  int64_t logits_stride;   /* elements, a multiple of 4 */
   int64_t indices_stride;  /* elements, >= topk */
+  uint64_t workspace;      /* device scratch of workspace_bytes (0 when the size asked is 0) */
+  uint64_t workspace_bytes;
 } mla_indexer_topk_args;
+/* Bytes of workspace mla_indexer_topk needs for these arguments' num_rows, topk and logits_stride
+ * (0: one launch, none needed). */
+mla_status mla_indexer_topk_workspace_size(const mla_context* ctx, const mla_indexer_topk_args* args, uint64_t* out_bytes);
 mla_status mla_indexer_topk(mla_context* ctx, const mla_indexer_topk_args* args, void* stream);
 
 #if defined(__GNUC__)

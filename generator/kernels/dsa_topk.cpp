@@ -14,6 +14,14 @@
 // The row is read five times (three histograms, the count, the write), from the L2 in the
 // steady state (the logits were just written). With a block table each written position t
 // becomes its cache slot (the selected ones' block ids are read; nothing else is).
+//
+// Stages (abi::topk_args): 0 as above; 1, workgroup (s, r) selects the top-k of segment s of row r
+// into candidate row r * segments + s (positions and logits; a short segment copies its
+// elements, then -1 and the lowest key); 2, row r selects over its segments' candidates and writes
+// the positions they hold. Exact with the same rows in the same order as stage 0: an element of
+// the row's top-k (by value, then lowest position) is in its segment's, and the candidates equal
+// to the row's topk-th value lie in position order (segments in order; in a segment, the keys above
+// its own topk-th value in position order, then its ties).
 #include <fmt/format.h>
 
 #include "abi/mla_abi.h"
@@ -64,7 +72,7 @@ class TopK {
 
   Builder b;
   RegAllocator& ra;
-  SReg args, row, len, k, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
+  SReg args, row, len, row_len, k, offset, lookup, val_base, pos_base, prefix, pmask, rem, wave, tmp, in_base, out_base, bt_base, page_mask, seg_begin,
       seg_end, j;
   SReg m1, m2, saved;
   VReg tid, lane, one, zero, v0_, v1_, v2_;
@@ -85,31 +93,33 @@ void TopK::build() {
 }
 
 void TopK::setup() {
-  args = ra.sgpr(16, "kernargs", 4);
+  args = ra.sgpr(22, "kernargs", 4);
   b.s_load_dwordx8(args.sub(0, 8), b.kernarg_ptr(), 0);
   b.s_load_dwordx8(args.sub(8, 8), b.kernarg_ptr(), 32);
-  row = b.workgroup_id(0);
+  b.s_load_dwordx4(args.sub(16, 4), b.kernarg_ptr(), 64);
+  b.s_load_dwordx2(args.sub(20, 2), b.kernarg_ptr(), 80);
+  row = b.workgroup_id(1);
   tmp = ra.sgpr(2, "tmp", 2);
   SReg req = ra.sgpr(1, "request");
   // b = row / next_n: the magic multiply, or the row itself for next_n 1 (magic 0).
   b.s_mul_hi_u32(req, row, arg(A::row_div_magic));
   b.s_cmp_eq_u32(arg(A::row_div_magic), Imm(0));
   b.s_cselect_b32(req, row, req);
-  len = ra.sgpr(1, "len"), k = arg(A::topk);
+  len = ra.sgpr(1, "len"), row_len = ra.sgpr(1, "row_len"), k = arg(A::topk);
   b.s_lshl_b32(tmp[0], req, Imm(2));
   b.s_add_u32(tmp[0], ptr(A::seq_lens)[0], tmp[0]);
   b.s_addc_u32(tmp[1], ptr(A::seq_lens)[1], Imm(0));
-  b.s_load_dword(len, tmp, 0);
-  // len = seq_len - next_n + i + 1 = seq_len - (b + 1) * next_n + row + 1, negative as 0, at most
-  // the logits row.
+  b.s_load_dword(row_len, tmp, 0);
+  // row_len = seq_len - next_n + i + 1 = seq_len - (b + 1) * next_n + row + 1, negative as 0, at
+  // most the logits row.
   b.s_add_u32(tmp[0], req, Imm(1));
   b.s_mul_i32(tmp[0], tmp[0], arg(A::next_n));
   b.s_sub_i32(tmp[0], row, tmp[0]);
   b.s_add_i32(tmp[0], tmp[0], Imm(1));
-  b.s_add_i32(len, len, tmp[0]);
-  b.s_cmp_lt_i32(len, Imm(0));
-  b.s_cselect_b32(len, Imm(0), len);
-  b.s_min_u32(len, len, arg(A::logits_stride));
+  b.s_add_i32(row_len, row_len, tmp[0]);
+  b.s_cmp_lt_i32(row_len, Imm(0));
+  b.s_cselect_b32(row_len, Imm(0), row_len);
+  b.s_min_u32(row_len, row_len, arg(A::logits_stride));
   // The request's block-table row (used only when block_table is not null).
   bt_base = ra.sgpr(2, "block_table_row", 2), page_mask = ra.sgpr(1, "page_mask");
   b.s_lshl_b32(tmp[1], arg(A::block_table_stride), Imm(2));
@@ -121,14 +131,54 @@ void TopK::setup() {
   b.s_sub_u32(page_mask, page_mask, Imm(1));
   ra.release(req);
   in_base = ra.sgpr(2, "logits_row", 2), out_base = ra.sgpr(2, "indices_row", 2);
-  for (auto [dst, base, stride] : {std::tuple{in_base, ptr(A::logits), arg(A::logits_stride)},
-                                   std::tuple{out_base, ptr(A::indices), arg(A::indices_stride)}}) {
-    b.s_lshl_b32(tmp[1], stride, Imm(2));
-    b.s_mul_i32(tmp[0], row, tmp[1]);
-    b.s_mul_hi_u32(tmp[1], row, tmp[1]);
+  val_base = ra.sgpr(2, "cand_vals_row", 2), pos_base = ra.sgpr(2, "cand_pos_row", 2);
+  offset = ra.sgpr(1, "position_offset"), lookup = ra.sgpr(1, "lookup");
+  auto row_base = [&](SReg dst, SReg base, SSrc r, SSrc stride_elems) {
+    b.s_lshl_b32(tmp[1], stride_elems, Imm(2));
+    b.s_mul_i32(tmp[0], r, tmp[1]);
+    b.s_mul_hi_u32(tmp[1], r, tmp[1]);
     b.s_add_u32(dst[0], base[0], tmp[0]);
     b.s_addc_u32(dst[1], base[1], tmp[1]);
-  }
+  };
+  // Stage 0: the row's logits, all of it, into the indices row.
+  row_base(in_base, ptr(A::logits), row, arg(A::logits_stride));
+  row_base(out_base, ptr(A::indices), row, arg(A::indices_stride));
+  b.s_mov_b32(len, row_len);
+  b.s_mov_b32(offset, Imm(0));
+  b.s_mov_b32(lookup, Imm(0));
+  Label stage_set = b.new_label("stage_set"), stage2 = b.new_label("stage2");
+  b.s_cmp_eq_u32(arg(A::stage), Imm(0));
+  b.s_cbranch_scc1(stage_set);
+  b.s_cmp_eq_u32(arg(A::stage), Imm(2));
+  b.s_cbranch_scc1(stage2);
+  // Stage 1: segment s of the row, [s * segment_tokens, ...) cut at the row's length, into
+  // candidate row r * segments + s (positions and values).
+  SReg seg = ra.sgpr(1, "segment_row");
+  b.s_mul_i32(offset, b.workgroup_id(0), arg(A::segment_tokens));
+  b.s_sub_i32(len, row_len, offset);
+  b.s_cmp_lt_i32(len, Imm(0));
+  b.s_cselect_b32(len, Imm(0), len);
+  b.s_min_u32(len, len, arg(A::segment_tokens));
+  b.s_lshl_b32(tmp[0], offset, Imm(2));
+  b.s_add_u32(in_base[0], in_base[0], tmp[0]);
+  b.s_addc_u32(in_base[1], in_base[1], Imm(0));
+  b.s_mul_i32(seg, row, arg(A::segments));
+  b.s_add_u32(seg, seg, b.workgroup_id(0));
+  row_base(out_base, ptr(A::cand_pos), seg, k);
+  row_base(val_base, ptr(A::cand_vals), seg, k);
+  b.s_branch(stage_set);
+  // Stage 2: a row longer than topk selects over its segments x topk candidates, writing the
+  // positions they hold (a shorter row writes 0 .. len - 1 as in stage 0).
+  b.bind(stage2);
+  b.s_cmp_le_u32(row_len, k);
+  b.s_cbranch_scc1(stage_set);
+  b.s_mul_i32(seg, row, arg(A::segments));
+  row_base(in_base, ptr(A::cand_vals), seg, k);
+  row_base(pos_base, ptr(A::cand_pos), seg, k);
+  b.s_mul_i32(len, arg(A::segments), k);
+  b.s_mov_b32(lookup, Imm(1));
+  ra.release(seg);
+  b.bind(stage_set);
   tid = b.workitem_ids();
   lane = ra.vgpr(1, "lane"), one = ra.vgpr(1, "one"), zero = ra.vgpr(4, "zeros", 4);
   v0_ = ra.vgpr(1, "v_a"), v1_ = ra.vgpr(1, "v_b"), v2_ = ra.vgpr(1, "v_c");
@@ -165,6 +215,18 @@ void TopK::short_row() {
   b.v_lshlrev_b32(v2_, Imm(2), v0_);
   b.global_store_dword(v2_, v1_, out_base);
   b.s_mov_exec(saved);
+  // Stage 1: the candidates' values beside their positions, the lowest key (0xffffffff) after.
+  Label no_values = b.new_label("short_no_values");
+  b.s_cmp_lg_u32(arg(A::stage), Imm(1));
+  b.s_cbranch_scc1(no_values);
+  b.v_mov_b32(v1_, Imm(-1));
+  b.s_and_saveexec_b64(saved, m2);
+  b.global_load_dword(v1_, v2_, in_base);
+  b.s_mov_exec(saved);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.global_store_dword(v2_, v1_, val_base);
+  b.s_mov_exec(saved);
+  b.bind(no_values);
   b.s_add_u32(j, j, Imm(kThreads));
   b.s_cmp_lt_u32(j, k);
   b.s_cbranch_scc1(loop);
@@ -330,17 +392,25 @@ void TopK::find_digit(int pass) {
 }
 
 void TopK::index_value(VReg idx, SReg lanes) {
-  b.v_mov_b32(v1_, idx);
-  Label positions = b.new_label("positions");
+  b.v_add_u32(v1_, offset, idx);
+  Label direct = b.new_label("direct"), positions = b.new_label("positions");
+  b.s_cmp_eq_u32(lookup, Imm(0));
+  b.s_cbranch_scc1(direct);
+  // Stage 2: the position candidate idx holds.
+  b.s_and_saveexec_b64(tmp, lanes);
+  b.v_lshlrev_b32(v2_, Imm(2), idx);
+  b.global_load_dword(v1_, v2_, pos_base);
+  b.s_mov_exec(tmp);
+  b.bind(direct);
   b.s_or_b32(tmp[0], ptr(A::block_table)[0], ptr(A::block_table)[1]);
   b.s_cmp_eq_u32(tmp[0], Imm(0));
   b.s_cbranch_scc1(positions);
   b.s_and_saveexec_b64(tmp, lanes);
-  b.v_lshrrev_b32(v2_, arg(A::page_size_log2), idx);
+  b.v_lshrrev_b32(v2_, arg(A::page_size_log2), v1_);
   b.v_lshlrev_b32(v2_, Imm(2), v2_);
-  b.global_load_dword(v1_, v2_, bt_base);
-  b.v_lshlrev_b32(v1_, arg(A::page_size_log2), v1_);
-  b.v_and_b32(v2_, page_mask, idx);
+  b.global_load_dword(v2_, v2_, bt_base);
+  b.v_lshlrev_b32(v2_, arg(A::page_size_log2), v2_);
+  b.v_and_b32(v1_, page_mask, v1_);
   b.v_or_b32(v1_, v1_, v2_);
   b.s_mov_exec(tmp);
   b.bind(positions);
@@ -455,6 +525,22 @@ void TopK::write_quarter() {
     b.s_and_saveexec_b64(saved, m1);
     b.global_store_dword(pos_eq, v1_, out_base);
     b.s_mov_exec(saved);
+    // Stage 1: each candidate's logit beside it (the key's inverse: x >= 0 had its sign bit set,
+    // x < 0 every bit inverted).
+    Label no_values = b.new_label("no_values");
+    b.s_cmp_lg_u32(arg(A::stage), Imm(1));
+    b.s_cbranch_scc1(no_values);
+    b.v_ashrrev_i32(v2_, Imm(31), k_loaded);
+    b.v_xor_b32(v2_, Imm(-1), v2_);
+    b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
+    b.v_xor_b32(v2_, v2_, k_loaded);
+    b.s_and_saveexec_b64(saved, gt);
+    b.global_store_dword(pos_gt, v2_, val_base);
+    b.s_mov_exec(saved);
+    b.s_and_saveexec_b64(saved, m1);
+    b.global_store_dword(pos_eq, v2_, val_base);
+    b.s_mov_exec(saved);
+    b.bind(no_values);
     ra.release(pos_gt);
     ra.release(pos_eq);
     b.s_bcnt1_i32_b64(c, gt);
@@ -488,6 +574,7 @@ void TopK::write_quarter() {
 }  // namespace
 
 void build_dsa_topk(Program& p, const KernelSpec& s) {
+  p.abi.workgroup_id_y = true;
   declare_kernargs(p, abi::kTopkArgs, s);
   p.abi.max_workgroup_size = kThreads;
   p.abi.lds_bytes = kLdsBytes;

@@ -85,7 +85,8 @@ class mla_indexer_logits_args(ctypes.Structure):
 class mla_indexer_topk_args(ctypes.Structure):
     _fields_ = [("logits", c_uint64), ("seq_lens", c_uint64), ("indices", c_uint64), ("block_table", c_uint64),
                 ("num_rows", c_int), ("next_n", c_int), ("topk", c_int), ("block_table_stride", c_int),
-                ("page_size", c_int), ("logits_stride", c_int64), ("indices_stride", c_int64)]
+                ("page_size", c_int), ("logits_stride", c_int64), ("indices_stride", c_int64),
+                ("workspace", c_uint64), ("workspace_bytes", c_uint64)]
 
 
 class MlaError(RuntimeError):
@@ -136,6 +137,7 @@ def _declare(lib):
         "mla_merge_attn_states": (c_int, [c_void_p, P(mla_merge_args), c_void_p]),
         "mla_indexer_logits": (c_int, [c_void_p, P(mla_indexer_logits_args), c_void_p]),
         "mla_indexer_topk": (c_int, [c_void_p, P(mla_indexer_topk_args), c_void_p]),
+        "mla_indexer_topk_workspace_size": (c_int, [c_void_p, P(mla_indexer_topk_args), P(c_uint64)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

@@ -117,6 +117,20 @@ def launch_topk(runtime, device, logits, seq_lens, indices, num_rows, next_n, to
                 C.check(L.mla_memcpy_h2d(runtime.dev, staged, address, nbytes), f"mla_memcpy_h2d({field})")
                 address = staged
             setattr(args, field, address)
+        # Long rows with CUs to spare run in two launches over a workspace (its size depends on
+        # num_rows, topk and the logits row pitch only): torch's allocator on a GPU (graph-safe),
+        # the emulator's memory otherwise.
+        need = ctypes.c_uint64(0)
+        C.check(L.mla_indexer_topk_workspace_size(runtime.ctx, ctypes.byref(args), ctypes.byref(need)),
+                "mla_indexer_topk_workspace_size")
+        workspace = None
+        if need.value:
+            if runtime.is_emulator:
+                args.workspace = runtime.staging("topk_workspace", need.value)
+            else:
+                workspace = torch.empty(need.value, dtype=torch.uint8, device=device)
+                args.workspace = workspace.data_ptr()
+            args.workspace_bytes = need.value
         status = L.mla_indexer_topk(runtime.ctx, ctypes.byref(args), D._stream_of(runtime, device))
         if status:
             C.check(status, "mla_indexer_topk")

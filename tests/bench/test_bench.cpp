@@ -876,7 +876,10 @@ TEST_CASE("bench: the DSA indexer's logits read each cached token once and reach
     CHECK(r.write_bytes == Approx(tokens * 4 * r.shape.next_n));
     CHECK(r.total_s >= r.hbm_s);
     if (r.cache_bytes >= 256e6) CHECK(r.hbm_fraction() >= 0.85);
-    CHECK(r.topk_read_bytes == Approx(20.0 * tokens * r.shape.next_n).epsilon(0.01));
+    // One launch reads each logit five times; two also read each segment's candidates five times.
+    const double logits_read = 20.0 * tokens * r.shape.next_n;
+    CHECK(r.topk_read_bytes >= logits_read * 0.99);
+    CHECK(r.topk_read_bytes <= (logits_read + 20.0 * r.shape.batch * r.shape.next_n * r.topk_segments * 2048) * 1.01);
     CHECK(r.topk_s > 0);
   }
 }

@@ -291,6 +291,7 @@ struct TopkRun {
   int rows = 0, next_n = 1, topk = 0;
   int64_t stride = 0, out_stride = 0;
   std::vector<std::map<int32_t, int32_t>> position_of;  // per request: cache slot -> position (slot mode)
+  bool two_stage = false;  // the runtime split the rows into segments (a workspace was asked)
 };
 
 // page > 0: the rows hold cache slots through a random block table of that page size.
@@ -341,7 +342,16 @@ TopkRun run_topk(Session& s, std::vector<int32_t> seq_lens, int next_n, int topk
     a.block_table_stride = per_req;
     a.page_size = page;
   }
-  OK(mla_indexer_topk(s.ctx, &a, nullptr));
+  uint64_t ws = 0;
+  OK(mla_indexer_topk_workspace_size(s.ctx, &a, &ws));
+  if (ws) {
+    OK(mla_malloc(s.dev, ws, &a.workspace));
+    a.workspace_bytes = ws;
+  }
+  r.two_stage = ws > 0;
+  const mla_status st = mla_indexer_topk(s.ctx, &a, nullptr);
+  INFO(mla_last_error());
+  REQUIRE(st == MLA_SUCCESS);
   OK(mla_stream_synchronize(s.dev, nullptr));
   r.indices.resize(poison.size());
   OK(mla_memcpy_d2h(s.dev, r.indices.data(), a.indices, poison.size() * 4));
@@ -387,17 +397,36 @@ TEST_CASE("indexer top-k: the k largest per row, ties to the lowest positions, s
     check_topk(run_topk(s, {300, 257, 64, 1000}, 2, 64, 4, 2));
     check_topk(run_topk(s, {3000, 700}, 2, 256, 40, 3));
     check_topk(run_topk(s, {1500}, 4, 1, 0, 4));
-    // Cache slots through a block table, at page sizes 64 and 1, short and long rows.
+    // Cache slots through a block table, at page sizes 64 and 1, short and long rows. (Rows of
+    // 1000-3000 positions at topk 64-256 run in two launches, three segments each.)
     check_topk(run_topk(s, {3000, 100, 2049}, 1, 2048, 0, 5, 64));
-    check_topk(run_topk(s, {700, 40}, 2, 128, 6, 6, 1));
+    check_topk(run_topk(s, {700, 40}, 2, 64, 6, 6, 1));
   }
 }
 
-TEST_CASE("indexer top-k: the same input gives the same rows, in the same order") {
-  Session s(rt::Target::gfx950);
-  TopkRun a = run_topk(s, {4000, 900}, 1, 512, 8, 9);
-  TopkRun b = run_topk(s, {4000, 900}, 1, 512, 8, 9);
-  CHECK(a.indices == b.indices);
+TEST_CASE("indexer top-k: the same input gives the same rows, in the same order, in one launch or two") {
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    Session s(t);
+    TopkRun a = run_topk(s, {6000, 900}, 1, 512, 8, 9);
+    TopkRun b = run_topk(s, {6000, 900}, 1, 512, 8, 9);
+    CHECK(a.two_stage);  // 2 rows of 6008 positions at topk 512: three segments each
+    CHECK(a.indices == b.indices);
+    check_topk(a);
+    // One CU to plan for: one launch, one workgroup per row; the same rows, in the same order.
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 1));
+    TopkRun c = run_topk(s, {6000, 900}, 1, 512, 8, 9);
+    CHECK_FALSE(c.two_stage);
+    CHECK(a.indices == c.indices);
+    // Two launches need their workspace: refused without it.
+    mla_indexer_topk_args x{};
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 0));
+    uint64_t buf = 0;
+    OK(mla_malloc(s.dev, 1 << 16, &buf));
+    x.logits = x.seq_lens = x.indices = buf;
+    x.num_rows = 2, x.next_n = 1, x.topk = 512, x.logits_stride = 6008, x.indices_stride = 512;
+    REQUIRE(mla_indexer_topk(s.ctx, &x, nullptr) == MLA_ERROR_CAPACITY);
+    CHECK_THAT(std::string(mla_last_error()), Catch::Contains("mla_indexer_topk_workspace_size"));
+  }
 }
 
 TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
