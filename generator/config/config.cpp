@@ -268,16 +268,18 @@ Config parse_config(const std::string& text, const std::string& path) {
     seen[key] = "(implied)";
     implied.push_back(r);
   };
+  // A kernel with no shape of its own, one per target, from the entry that implies it.
+  auto per_target = [](KernelKind kind, const KernelSpec& from) {
+    KernelSpec t;
+    t.kind = kind;
+    t.arch = from.arch;
+    t.source_config = from.source_config;
+    t.deployment = from.deployment;
+    return t;
+  };
   for (const auto& s : c.kernels) {
-    // The indexer's logits imply the top-k that turns them into index rows (one kernel per target).
-    if (s.kind == KernelKind::DsaIndexerLogits) {
-      KernelSpec t;
-      t.kind = KernelKind::DsaTopk;
-      t.arch = s.arch;
-      t.source_config = s.source_config;
-      t.deployment = s.deployment;
-      imply(t);
-    }
+    // The indexer's logits imply the top-k that turns them into index rows.
+    if (s.kind == KernelKind::DsaIndexerLogits) imply(per_target(KernelKind::DsaTopk, s));
     if (s.kind != KernelKind::MlaDecode) continue;
     KernelSpec r = s;
     r.kind = KernelKind::MlaReduce;
@@ -298,12 +300,7 @@ Config parse_config(const std::string& text, const std::string& path) {
       imply(x);
     }
     // merge_attn_states (decode context parallelism), one per target.
-    KernelSpec m;
-    m.kind = KernelKind::MlaMerge;
-    m.arch = s.arch;
-    m.source_config = s.source_config;
-    m.deployment = s.deployment;
-    imply(m);
+    imply(per_target(KernelKind::MlaMerge, s));
   }
   c.kernels.insert(c.kernels.end(), implied.begin(), implied.end());
   return c;

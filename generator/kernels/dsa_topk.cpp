@@ -67,6 +67,8 @@ class TopK {
   // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
   // pairs, inactive lanes and lanes past the end 0).
   void classify(VReg idx, VReg k_loaded, SReg gt, SReg eq);
+  // The keys of the wave's kGroups groups of 64 from j (positions past seg_end not loaded).
+  void load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs);
   // v1_ = what the row holds for position idx (lanes of `lanes`): idx, or its cache slot.
   void index_value(VReg idx, SReg lanes);
 
@@ -416,6 +418,16 @@ void TopK::index_value(VReg idx, SReg lanes) {
   b.bind(positions);
 }
 
+void TopK::load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs) {
+  for (int u = 0; u < kGroups; ++u) {
+    keys.push_back(ra.vgpr(1, fmt::format("group_key{}", u)));
+    idxs.push_back(ra.vgpr(1, fmt::format("group_index{}", u)));
+    b.v_add_u32(idxs[u], j, lane);
+    if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
+    load_key(keys[u], idxs[u], seg_end);
+  }
+}
+
 void TopK::classify(VReg idx, VReg k_loaded, SReg gt, SReg eq) {
   b.v_cmp_gt_u32(m1, seg_end, idx);
   b.v_cmp_lt_u32(gt, prefix, k_loaded);
@@ -445,13 +457,7 @@ void TopK::count_quarter() {
   b.s_cbranch_scc1(skip);
   b.bind(loop);
   std::vector<VReg> keys, idxs;
-  for (int u = 0; u < kGroups; ++u) {
-    keys.push_back(ra.vgpr(1, fmt::format("ckey{}", u)));
-    idxs.push_back(ra.vgpr(1, fmt::format("cidx{}", u)));
-    b.v_add_u32(idxs[u], j, lane);
-    if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
-    load_key(keys[u], idxs[u], seg_end);
-  }
+  load_groups(keys, idxs);
   for (int u = 0; u < kGroups; ++u) {
     classify(idxs[u], keys[u], gt, eq);
     b.s_bcnt1_i32_b64(c, gt);
@@ -554,13 +560,7 @@ void TopK::write_quarter() {
   b.s_cbranch_scc1(done);
   b.bind(loop);
   std::vector<VReg> keys, idxs;
-  for (int u = 0; u < kGroups; ++u) {
-    keys.push_back(ra.vgpr(1, fmt::format("wkey{}", u)));
-    idxs.push_back(ra.vgpr(1, fmt::format("widx{}", u)));
-    b.v_add_u32(idxs[u], j, lane);
-    if (u) b.v_add_u32(idxs[u], Imm(64 * u), idxs[u]);
-    load_key(keys[u], idxs[u], seg_end);
-  }
+  load_groups(keys, idxs);
   for (int u = 0; u < kGroups; ++u) {
     group(idxs[u], keys[u]);
     ra.release(keys[u]);
