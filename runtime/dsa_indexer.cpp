@@ -115,6 +115,9 @@ std::vector<DecodeOp> indexer_topk_ops(const CatalogKernel& kernel, const mla_in
 
 namespace {
 
+// Block-table rows are addressed with 32-bit byte offsets (stride x 4).
+constexpr int kMaxTableStride = 1 << 28;
+
 // pointers: whether the device pointers are checked too (not for the workspace size).
 void check_topk_args(const mla_indexer_topk_args* a, bool pointers) {
   using mla::rt::capi::bad;  // MLA_ERROR_INVALID_ARGUMENT
@@ -135,6 +138,9 @@ void check_topk_args(const mla_indexer_topk_args* a, bool pointers) {
     if (a->page_size < 1 || a->page_size > (1 << 20) || (a->page_size & (a->page_size - 1)))
       bad(fmt::format("args.page_size = {} (allowed with a block_table: a power of two, 1..2^20)", a->page_size));
     const int64_t blocks = (a->logits_stride + a->page_size - 1) / a->page_size;
+    if (a->block_table_stride > kMaxTableStride)
+      bad(fmt::format("args.block_table_stride = {} (allowed: at most 2^28: the kernel's byte offsets are 32-bit)",
+                      a->block_table_stride));
     if (a->block_table_stride < blocks)
       bad(fmt::format("args.block_table_stride = {} < ceil(logits_stride / page_size) = {} (a row's positions reach "
                       "logits_stride)",
@@ -155,6 +161,9 @@ void check_indexer_args(const mla_indexer_logits_args* a) {
     bad(fmt::format("args.block_size = {} (allowed: 1, 2, 4, .., 64)", a->block_size));
   if (a->max_context_len < 1) bad(fmt::format("args.max_context_len = {} (allowed: >= 1)", a->max_context_len));
   const int64_t blocks_needed = (int64_t(a->max_context_len) + a->block_size - 1) / a->block_size;
+  if (a->block_table_stride > kMaxTableStride)
+    bad(fmt::format("args.block_table_stride = {} (allowed: at most 2^28: the kernel's byte offsets are 32-bit)",
+                    a->block_table_stride));
   if (a->block_table_stride < blocks_needed)
     bad(fmt::format("args.block_table_stride = {} < ceil(max_context_len / block_size) = {}", a->block_table_stride,
                     blocks_needed));

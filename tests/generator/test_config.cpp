@@ -254,3 +254,40 @@ TEST_CASE("sparse attention: page_size, qseqlen > 1, a soft cap and unknown atte
   e = error_of(entry(base + R"("attention": "dense")"));
   CHECK_THAT(e, Catch::Contains("kernels[0].page_size") && Catch::Contains("missing"));
 }
+
+TEST_CASE("the DSA indexer: heads x next_n x block_size logits kernels, the top-k implied once per target") {
+  Config c = parse_config(entry(R"("kind": "dsa_indexer_logits", "target": ["gfx942", "gfx950"], "heads": [64, 12],
+                                   "next_n": [1, 4], "block_size": [1, 64])"),
+                          "configs/idx.json");
+  std::set<std::string> names;
+  int topk = 0;
+  for (const KernelSpec& k : c.kernels) {
+    names.insert(k.name());
+    if (k.kind == KernelKind::DsaTopk) {
+      ++topk;
+      CHECK(k.implied);
+    }
+  }
+  CHECK(topk == 2);  // one per target
+  CHECK(names.count("dsa_indexer_logits_fp8_h64_nn4_pg64"));
+  CHECK(names.count("dsa_indexer_logits_fp8_h12_nn1_pg1"));
+  CHECK(names.count("dsa_topk_per_row_decode"));
+  CHECK(c.kernels.size() == 2 * 8 + 2);
+  // Defaults: next_n 1, block size 64 (DeepGEMM's).
+  Config d = parse_config(entry(R"("kind": "dsa_indexer_logits", "target": "gfx950", "heads": 32)"), "d.json");
+  CHECK(d.kernels[0].name() == "dsa_indexer_logits_fp8_h32_nn1_pg64");
+}
+
+TEST_CASE("the DSA indexer: rows past the registers, next_n, block sizes and decode keys are refused, named") {
+  const std::string base = R"("kind": "dsa_indexer_logits", "target": "gfx950", )";
+  std::string e = error_of(entry(base + R"("heads": 128, "next_n": 4)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0]") && Catch::Contains("512 query rows") && Catch::Contains("at most 256"));
+  e = error_of(entry(base + R"("heads": 64, "next_n": 5)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].next_n") && Catch::Contains("1..4"));
+  e = error_of(entry(base + R"("heads": 64, "block_size": 48)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].block_size") && Catch::Contains("48 is not supported"));
+  e = error_of(entry(base + R"("heads": 64, "page_size": 64)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].page_size") && Catch::Contains("unknown key"));
+  e = error_of(entry(base + R"("next_n": 2)"));
+  CHECK_THAT(e, Catch::Contains("kernels[0].heads") && Catch::Contains("missing"));
+}

@@ -268,6 +268,8 @@ TEST_CASE("indexer logits: bad arguments are refused with the field named, befor
   a.logits_stride = 64;
   a.block_table_stride = 0;
   fails("args.block_table_stride = 0 < ceil(max_context_len / block_size) = 1");
+  a.block_table_stride = (1 << 28) + 1;
+  fails("args.block_table_stride = 268435457 (allowed: at most 2^28");
   a.block_table_stride = 1;
   a.heads = 48;
   fails("no dsa_indexer_logits_fp8_h48_nn1_pg64 kernel");
