@@ -26,6 +26,10 @@ namespace {
 constexpr int kSampleTokens[2] = {512, 1024};  // the two one-workgroup runs
 constexpr int kTopK = 2048, kDsMlaBytes = abi::kDsMlaRowBytes;
 
+// A DSA layer's launches as run: the logits, the top-k (one or two), and sparse MLA's two (its
+// decode and reduce launches: the serving runtime's grids are fixed by capacity, no prefix launch).
+int dsa_launches(const IndexerResult& x) { return 1 + (x.topk_segments > 1 ? 2 : 1) + 2; }
+
 // The top-k kernel per row (measured: two one-row runs at kTopkSample lengths): bytes read per
 // logit and per row.
 constexpr int kTopkSample[2] = {32768, 65536};  // whole loop iterations of every pass
@@ -294,7 +298,8 @@ nlohmann::json IndexerResult::to_json() const {
           {"topk_modeled_s", topk_s},
           {"topk_row_modeled_s", topk_row_s},
           {"topk_read_bytes", topk_read_bytes},
-          {"topk_segments", topk_segments}};
+          {"topk_segments", topk_segments},
+          {"dsa_launches", dsa_launches(*this)}};
 }
 
 std::string indexer_markdown(const std::vector<IndexerResult>& r) {
@@ -304,25 +309,27 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
       "the modeled time, launch included, as a share of the achievable ceiling; the cache-only column counts the "
       "cache's bytes alone. The target (>= 0.85) applies where a step reads >= 256 MB of cache. Logits MB: written "
       "here and read back by the top-k. DSA layer MB: cache + logits written + the top-k's reads + sparse MLA's "
-      "min(2048, context) x 656 B per query row.\n\n"
+      "min(2048, context) x 656 B per query row; DSA launches: the layer's as run (logits, top-k, sparse MLA's decode "
+      "and reduce).\n\n"
       "Top-k us: the dsa_topk_per_row_decode launches (one workgroup per row, five passes over its logits; "
       "with S > 1 segments, each row's S segments, then the row over their S x 2048 candidates; modeled). "
       "Indexer us: logits + top-k.\n\n"
       "| target | shape | chunk | workgroups | cache MB | HBM bytes / cache | logits MB | modeled us | HBM us | fixed "
-      "us | bandwidth reached | cache-only | bound | top-k S | top-k us | indexer us | DSA layer MB |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "us | bandwidth reached | cache-only | bound | top-k S | top-k us | indexer us | DSA layer MB | DSA launches |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : r) {
     const double rows = double(x.shape.batch) * x.shape.next_n;
     const double sparse = rows * std::min(kTopK, x.shape.context) * kDsMlaBytes;
     const double cache_only = x.cache_bytes / machine_for(x.shape.target).hbm_bytes_per_s / x.total_s;
     const std::string mark = x.cache_bytes < 256e6 ? "" : x.hbm_fraction() >= 0.85 ? " (>= 0.85)" : " (**< 0.85**)";
     md += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f}{} | {:.2f} | {} | "
-                      "{} | {:.1f} | {:.1f} | {:.1f} |\n",
+                      "{} | {:.1f} | {:.1f} | {:.1f} | {} |\n",
                       rt::name(x.shape.target), x.shape.name, x.chunk_tokens, x.workgroups, x.cache_bytes / 1e6,
                       (x.hbm_read_bytes + x.write_bytes) / x.cache_bytes, x.logits_bytes / 1e6, x.total_s * 1e6,
                       x.hbm_s * 1e6, x.fixed_s * 1e6, x.hbm_fraction(), mark, cache_only, x.bound, x.topk_segments,
                       x.topk_s * 1e6,
-                      (x.total_s + x.topk_s) * 1e6, (x.cache_bytes + x.logits_bytes + x.topk_read_bytes + sparse) / 1e6);
+                      (x.total_s + x.topk_s) * 1e6, (x.cache_bytes + x.logits_bytes + x.topk_read_bytes + sparse) / 1e6,
+                      dsa_launches(x));
   }
   return md;
 }
