@@ -4,6 +4,7 @@
 #include "bench/indexer.h"
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <random>
@@ -331,6 +332,18 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
                       (x.total_s + x.topk_s) * 1e6, (x.cache_bytes + x.logits_bytes + x.topk_read_bytes + sparse) / 1e6,
                       dsa_launches(x));
   }
+  return md;
+}
+
+std::string write_indexer_report(const std::string& out_dir) {
+  std::filesystem::create_directories(out_dir);
+  const auto r = measure_indexer(dsa_indexer_shapes(), true);
+  const std::string md = indexer_markdown(r);
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& x : r) j.push_back(x.to_json());
+  std::ofstream(out_dir + "/indexer.md") << md;
+  std::ofstream(out_dir + "/indexer.json") << j.dump(2) << "\n";
+  fmt::print(stderr, "mlabench: wrote {0}/indexer.md, {0}/indexer.json\n", out_dir);
   return md;
 }
 

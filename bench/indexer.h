@@ -44,5 +44,8 @@ struct IndexerResult {
 
 std::vector<IndexerResult> measure_indexer(const std::vector<IndexerShape>& shapes, bool verbose);
 std::string indexer_markdown(const std::vector<IndexerResult>& r);
+// Every dsa_indexer_shapes() shape measured and written to out_dir/indexer.md and indexer.json;
+// returns the markdown.
+std::string write_indexer_report(const std::string& out_dir);
 
 }  // namespace mla::bench

@@ -128,17 +128,9 @@ int main(int argc, char** argv) {
       for (auto& s : mixed_shapes()) shapes.push_back(s);
     if (set == "all" || set == "sparse")
       for (auto& s : sparse_shapes()) shapes.push_back(s);
-    // The indexer's logits kernels: their own table (indexer.md / indexer.json).
+    // The indexer's kernels: their own table (indexer.md / indexer.json).
     if (set == "dsa-indexer") {
-      std::filesystem::create_directories(out_dir);
-      const auto r = mla::bench::measure_indexer(mla::bench::dsa_indexer_shapes(), true);
-      const std::string md = mla::bench::indexer_markdown(r);
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& x : r) j.push_back(x.to_json());
-      std::ofstream(out_dir + "/indexer.md") << md;
-      std::ofstream(out_dir + "/indexer.json") << j.dump(2) << "\n";
-      std::cout << md;
-      fmt::print(stderr, "mlabench: wrote {0}/indexer.md, {0}/indexer.json\n", out_dir);
+      std::cout << mla::bench::write_indexer_report(out_dir);
       return 0;
     }
     for (auto& spec : shape_specs) shapes.push_back(parse_shape(spec));
