@@ -67,6 +67,8 @@ class TopK {
   // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
   // pairs, inactive lanes and lanes past the end 0).
   void classify(VReg idx, VReg k_loaded, SReg gt, SReg eq);
+  // Lane 0 writes two SGPRs to LDS at addr, addr + 4 (the wave's result for the others).
+  void write_pair(VReg addr, SReg first, SReg second);
   // The keys of the wave's kGroups groups of 64 from j (positions past seg_end not loaded).
   void load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs);
   // v1_ = what the row holds for position idx (lanes of `lanes`): idx, or its cache slot.
@@ -368,13 +370,7 @@ void TopK::find_digit(int pass) {
   b.s_add_u32(dlo, dlo, L);
   b.s_sub_u32(t1, t1, ab);
   b.v_mov_b32(v0_, Imm(int64_t(kFound)));
-  b.v_mov_b32(v1_, dlo);
-  b.v_mov_b32(v2_, t1);
-  b.v_cmp_eq_u32(vcc, Imm(0), lane);
-  b.s_and_saveexec_b64(saved, vcc);
-  b.ds_write_b32(v0_, v1_);
-  b.ds_write_b32(v0_, v2_, 4);
-  b.s_mov_exec(saved);
+  write_pair(v0_, dlo, t1);
   for (SReg r : {L, sL, t1, dlo, ab}) ra.release(r);
   for (VReg r : {c, sum, suf, acc, dig, above}) ra.release(r);
   b.bind(not_wave0);
@@ -416,6 +412,16 @@ void TopK::index_value(VReg idx, SReg lanes) {
   b.v_or_b32(v1_, v1_, v2_);
   b.s_mov_exec(tmp);
   b.bind(positions);
+}
+
+void TopK::write_pair(VReg addr, SReg first, SReg second) {
+  b.v_mov_b32(v1_, first);
+  b.v_mov_b32(v2_, second);
+  b.v_cmp_eq_u32(vcc, Imm(0), lane);
+  b.s_and_saveexec_b64(saved, vcc);
+  b.ds_write_b32(addr, v1_);
+  b.ds_write_b32(addr, v2_, 4);
+  b.s_mov_exec(saved);
 }
 
 void TopK::load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs) {
@@ -474,13 +480,7 @@ void TopK::count_quarter() {
   b.s_lshl_b32(c, wave, Imm(3));
   b.s_add_u32(c, c, Imm(kWaveCounts));
   b.v_mov_b32(v0_, c);
-  b.v_mov_b32(v1_, cg);
-  b.v_mov_b32(v2_, ce);
-  b.v_cmp_eq_u32(vcc, Imm(0), lane);
-  b.s_and_saveexec_b64(saved, vcc);
-  b.ds_write_b32(v0_, v1_);
-  b.ds_write_b32(v0_, v2_, 4);
-  b.s_mov_exec(saved);
+  write_pair(v0_, cg, ce);
   for (SReg r : {gt, eq, cg, ce, c}) ra.release(r);
   b.s_barrier();
 }

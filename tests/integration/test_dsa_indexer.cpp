@@ -74,6 +74,12 @@ struct Session {
 
 constexpr uint32_t kPoison = 0x7fc0dead;  // a NaN no kernel computes
 
+// A call that must fail with `what` in mla_last_error().
+void refused(mla_status status, const char* what) {
+  REQUIRE(status != MLA_SUCCESS);
+  CHECK_THAT(std::string(mla_last_error()), Catch::Contains(what));
+}
+
 struct Run {
   std::vector<float> logits;  // [batch * next_n][stride]
   int64_t stride = 0;
@@ -247,10 +253,7 @@ TEST_CASE("indexer logits: a cache past 2^31 bytes (block offsets beyond 32-bit 
 TEST_CASE("indexer logits: bad arguments are refused with the field named, before any launch") {
   Session s(rt::Target::gfx942);
   mla_indexer_logits_args a{};
-  auto fails = [&](const char* what) {
-    REQUIRE(mla_indexer_logits(s.ctx, &a, nullptr) != MLA_SUCCESS);
-    CHECK_THAT(std::string(mla_last_error()), Catch::Contains(what));
-  };
+  auto fails = [&](const char* what) { refused(mla_indexer_logits(s.ctx, &a, nullptr), what); };
   fails("args.logits is a null device pointer");
   uint64_t buf = 0;
   OK(mla_malloc(s.dev, 4096, &buf));
@@ -434,10 +437,7 @@ TEST_CASE("indexer top-k: the same input gives the same rows, in the same order,
 TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
   Session s(rt::Target::gfx942);
   mla_indexer_topk_args a{};
-  auto fails = [&](const char* what) {
-    REQUIRE(mla_indexer_topk(s.ctx, &a, nullptr) != MLA_SUCCESS);
-    CHECK_THAT(std::string(mla_last_error()), Catch::Contains(what));
-  };
+  auto fails = [&](const char* what) { refused(mla_indexer_topk(s.ctx, &a, nullptr), what); };
   fails("args.logits is a null device pointer");
   uint64_t buf = 0;
   OK(mla_malloc(s.dev, 4096, &buf));
