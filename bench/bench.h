@@ -8,6 +8,7 @@
 //   hardware  - `--backend hip`: wall-clock timing on an AMD GPU (none here).
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -236,6 +237,26 @@ BruteForce brute_force_splits(const Machine& m, const KernelFacts& f, const std:
 // passes the CUs' ports plus one unit fill; a request longer than that must split, which adds
 // its pieces' partials to the floor and the reduce launch (its fill and two dependent trips).
 double lower_bound_s(const Machine& m, const KernelFacts& f, const std::vector<int>& kv_lens);
+
+// ---- Host timing ----------------------------------------------------------------------------
+
+inline double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Median microseconds of `fn(step)` over `steps` timed calls after `warmup` untimed ones.
+template <class F>
+double median_us(int warmup, int steps, F&& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(i);
+    if (i >= warmup) t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median_of(std::move(t));
+}
 
 // ---- Static analysis of the generated assembly ----------------------------------------------
 

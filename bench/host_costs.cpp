@@ -31,23 +31,6 @@ void check(mla_status s, const char* what) {
     throw std::runtime_error(fmt::format("mlabench host costs: {}: {} ({})", what, mla_last_error(), mla_status_name(s)));
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-// Median microseconds of `fn(step)` over `steps` timed calls after `warmup` untimed ones.
-template <class F>
-double median_us(int warmup, int steps, F&& fn) {
-  std::vector<double> t;
-  for (int i = 0; i < warmup + steps; ++i) {
-    const auto t0 = Clock::now();
-    fn(i);
-    if (i >= warmup) t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  return median_of(std::move(t));
-}
 
 mla_dtype c_dtype(rt::DType d) { return d == rt::DType::bf16 ? MLA_DTYPE_BF16 : MLA_DTYPE_FP8; }
 

@@ -19,6 +19,7 @@
 #include "emulator/device.h"
 #include "kernels/dsa_indexer.h"
 #include "runtime/dsa_indexer.h"
+#include "runtime/mla_runtime_internal.h"
 
 namespace mla::bench {
 
@@ -335,10 +336,60 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
   return md;
 }
 
+std::vector<IndexerHostCost> measure_indexer_host_costs(const std::vector<IndexerShape>& shapes, int steps) {
+  std::vector<IndexerHostCost> out;
+  for (const auto& s : shapes) {
+    const rt::Catalog& cat = indexer_catalog(s.target, shapes);
+    mla_device* dev = nullptr;
+    mla_context* ctx = nullptr;
+    auto check = [](mla_status st, const char* what) {
+      if (st != MLA_SUCCESS) throw std::runtime_error(fmt::format("indexer host costs: {}: {}", what, mla_last_error()));
+    };
+    check(mla_device_open(MLA_BACKEND_EMULATOR, 0, std::string(rt::name(s.target)).c_str(), &dev), "mla_device_open");
+    check(mla_context_create(dev, cat.dir().c_str(), &ctx), "mla_context_create");
+    // Device addresses are never dereferenced on this path: any non-null values.
+    const uint64_t p = 0x1000;
+    mla_indexer_logits_args a{};
+    a.logits = a.q = a.kv_cache = a.weights = a.context_lens = a.block_table = p;
+    a.batch = s.batch, a.next_n = s.next_n, a.heads = s.heads, a.block_size = s.block_size;
+    a.max_context_len = s.context, a.block_table_stride = (s.context + s.block_size - 1) / s.block_size;
+    a.logits_stride = s.context, a.num_blocks = int64_t(s.batch) * a.block_table_stride;
+    mla_indexer_topk_args t{};
+    t.logits = t.seq_lens = t.indices = t.block_table = p;
+    t.num_rows = s.batch * s.next_n, t.next_n = s.next_n, t.topk = kTopK, t.logits_stride = s.context;
+    t.indices_stride = kTopK, t.block_table_stride = a.block_table_stride, t.page_size = s.block_size;
+    check(mla_indexer_topk_workspace_size(ctx, &t, &t.workspace_bytes), "mla_indexer_topk_workspace_size");
+    t.workspace = t.workspace_bytes ? p : 0;
+    IndexerHostCost h{s};
+    size_t n = 0;
+    h.logits_us = median_us(50, steps, [&](int) { n += rt::indexer_logits_ops_of(ctx, &a).size(); });
+    h.topk_us = median_us(50, steps, [&](int) { n += rt::indexer_topk_ops_of(ctx, &t).size(); });
+    if (n == 0) throw std::logic_error("indexer host costs: no operations");
+    mla_context_destroy(ctx);
+    mla_device_close(dev);
+    out.push_back(h);
+  }
+  return out;
+}
+
+std::string indexer_host_costs_markdown(const std::vector<IndexerHostCost>& v) {
+  std::string md =
+      "\n### Host work per call (measured on this machine, median us: checks, catalog lookup, split, kernarg "
+      "packing; the launch enqueue not included)\n\n| target | shape | mla_indexer_logits | mla_indexer_topk |\n"
+      "|---|---|---|---|\n";
+  for (const auto& h : v)
+    md += fmt::format("| {} | {} | {:.2f} | {:.2f} |\n", rt::name(h.shape.target), h.shape.name, h.logits_us, h.topk_us);
+  return md;
+}
+
 std::string write_indexer_report(const std::string& out_dir) {
   std::filesystem::create_directories(out_dir);
-  const auto r = measure_indexer(dsa_indexer_shapes(), true);
-  const std::string md = indexer_markdown(r);
+  const auto shapes = dsa_indexer_shapes();
+  const auto r = measure_indexer(shapes, true);
+  std::vector<IndexerShape> host_shapes;  // one per target x model x next_n, at 128K x1 and x64
+  for (const auto& s : shapes)
+    if (s.context == 128 * 1024 && (s.batch == 1 || s.batch == 64)) host_shapes.push_back(s);
+  const std::string md = indexer_markdown(r) + indexer_host_costs_markdown(measure_indexer_host_costs(host_shapes, 2000));
   nlohmann::json j = nlohmann::json::array();
   for (const auto& x : r) j.push_back(x.to_json());
   std::ofstream(out_dir + "/indexer.md") << md;

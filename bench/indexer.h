@@ -44,6 +44,14 @@ struct IndexerResult {
 
 std::vector<IndexerResult> measure_indexer(const std::vector<IndexerShape>& shapes, bool verbose);
 std::string indexer_markdown(const std::vector<IndexerResult>& r);
+// The host work of one mla_indexer_logits / mla_indexer_topk call (checks, the catalog lookup,
+// the split, kernarg packing; the launch enqueue not included), measured: median us per shape.
+struct IndexerHostCost {
+  IndexerShape shape;
+  double logits_us = 0, topk_us = 0;
+};
+std::vector<IndexerHostCost> measure_indexer_host_costs(const std::vector<IndexerShape>& shapes, int steps);
+std::string indexer_host_costs_markdown(const std::vector<IndexerHostCost>& v);
 // Every dsa_indexer_shapes() shape measured and written to out_dir/indexer.md and indexer.json;
 // returns the markdown.
 std::string write_indexer_report(const std::string& out_dir);

@@ -13,6 +13,7 @@
 #include "runtime/dsa_indexer.h"
 #include "runtime/mla_capi_internal.h"
 #include "runtime/mla_runtime.h"
+#include "runtime/mla_runtime_internal.h"
 
 namespace mla::rt {
 
@@ -176,6 +177,35 @@ void check_indexer_args(const mla_indexer_logits_args* a) {
 
 }  // namespace
 
+namespace mla::rt {
+
+std::vector<DecodeOp> indexer_topk_ops_of(mla_context* ctx, const mla_indexer_topk_args* args) {
+  using namespace capi;
+  need(ctx, "ctx");
+  need(args, "args");
+  check_topk_args(args, true);
+  const auto split = indexer_topk_split(args->num_rows, args->logits_stride, args->topk, ctx->planned_cus());
+  const uint64_t need_bytes = split.workspace_bytes(args->num_rows, args->topk);
+  if (need_bytes && (!args->workspace || args->workspace_bytes < need_bytes))
+    throw RtError(MLA_ERROR_CAPACITY, fmt::format("args.workspace: {} bytes at 0x{:x}, {} needed (mla_indexer_topk_workspace_size: "
+                                                  "{} rows over {} segments of {} positions)",
+                                                  args->workspace_bytes, args->workspace, need_bytes, args->num_rows,
+                                                  split.segments, split.segment_tokens));
+  return indexer_topk_ops(indexer_topk_kernel(ctx->cat, device_target(ctx)), *args, split);
+}
+
+std::vector<DecodeOp> indexer_logits_ops_of(mla_context* ctx, const mla_indexer_logits_args* args) {
+  using namespace capi;
+  need(ctx, "ctx");
+  need(args, "args");
+  check_indexer_args(args);
+  const auto& k = indexer_logits_kernel(ctx->cat, device_target(ctx), args->heads, args->next_n, args->block_size);
+  const int chunk = indexer_chunk_tokens(args->batch, args->max_context_len, ctx->planned_cus(), k.resident_workgroups_per_cu);
+  return {indexer_logits_op(k, *args, chunk)};
+}
+
+}  // namespace mla::rt
+
 extern "C" mla_status mla_indexer_topk_workspace_size(const mla_context* ctx, const mla_indexer_topk_args* args,
                                                       uint64_t* out_bytes) {
   using namespace mla::rt::capi;
@@ -192,34 +222,17 @@ extern "C" mla_status mla_indexer_topk_workspace_size(const mla_context* ctx, co
 extern "C" mla_status mla_indexer_topk(mla_context* ctx, const mla_indexer_topk_args* args, void* stream) {
   using namespace mla::rt::capi;
   return guard([&] {
-    need(ctx, "ctx");
-    need(args, "args");
-    check_topk_args(args, true);
-    const auto split = mla::rt::indexer_topk_split(args->num_rows, args->logits_stride, args->topk, ctx->planned_cus());
-    const uint64_t need_bytes = split.workspace_bytes(args->num_rows, args->topk);
-    if (need_bytes && (!args->workspace || args->workspace_bytes < need_bytes))
-      throw mla::rt::RtError(MLA_ERROR_CAPACITY,
-                             fmt::format("args.workspace: {} bytes at 0x{:x}, {} needed (mla_indexer_topk_workspace_size: "
-                                         "{} rows over {} segments of {} positions)",
-                                         args->workspace_bytes, args->workspace, need_bytes, args->num_rows,
-                                         split.segments, split.segment_tokens));
-    const auto& k = mla::rt::indexer_topk_kernel(ctx->cat, device_target(ctx));
-    ctx->dev->be->ensure_module(k);
-    ctx->dev->be->run(mla::rt::indexer_topk_ops(k, *args, split), stream);
+    const auto ops = mla::rt::indexer_topk_ops_of(ctx, args);
+    ctx->dev->be->ensure_module(*ops.front().kernel);
+    ctx->dev->be->run(ops, stream);
   });
 }
 
 extern "C" mla_status mla_indexer_logits(mla_context* ctx, const mla_indexer_logits_args* args, void* stream) {
   using namespace mla::rt::capi;
   return guard([&] {
-    need(ctx, "ctx");
-    need(args, "args");
-    check_indexer_args(args);
-    const auto& k = mla::rt::indexer_logits_kernel(ctx->cat, device_target(ctx), args->heads, args->next_n,
-                                                   args->block_size);
-    ctx->dev->be->ensure_module(k);
-    const int chunk = mla::rt::indexer_chunk_tokens(args->batch, args->max_context_len, ctx->planned_cus(),
-                                                    k.resident_workgroups_per_cu);
-    ctx->dev->be->run({mla::rt::indexer_logits_op(k, *args, chunk)}, stream);
+    const auto ops = mla::rt::indexer_logits_ops_of(ctx, args);
+    ctx->dev->be->ensure_module(*ops.front().kernel);
+    ctx->dev->be->run(ops, stream);
   });
 }
