@@ -182,3 +182,25 @@ def empty_like_kind(like, shape, dtype_name):
         return np.empty(shape, dtype=dtype_name)
     torch = _torch()
     return torch.empty(shape, dtype=getattr(torch, dtype_name), device=like.obj.device)
+
+
+def torch_tensor(obj, name, contract):
+    """obj as a checked Tensor that must be a torch.Tensor (the `contract` peer's, e.g. "vLLM's")."""
+    t = Tensor(obj, name)
+    if t.kind != "torch":
+        raise TypeError(f"{name}: expected a torch.Tensor ({contract} contract), got a NumPy array")
+    return t
+
+
+def check_devices(tensors):
+    """The one device of `tensors` ("cpu" or "cuda:N"), or ValueError naming the odd one out; a GPU
+    one needs a ROCm torch."""
+    device = tensors[0].device
+    for t in tensors[1:]:
+        if t.device != device:
+            raise ValueError(f"{t.name}: on {t.device}, but {tensors[0].name} is on {device}; all tensors must be on "
+                             f"one device")
+    if device != "cpu" and getattr(_torch().version, "hip", None) is None:
+        raise ValueError(f"{tensors[0].name}: on {device}, but this torch is not a ROCm build; the kernels need an AMD "
+                         f"GPU (or pass CPU tensors for the emulator)")
+    return device

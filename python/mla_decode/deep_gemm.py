@@ -44,7 +44,7 @@ capturable.
 import ctypes
 import operator
 
-from ._tensors import FP8_FLAVOUR, Tensor, _torch
+from ._tensors import FP8_FLAVOUR, Tensor, _torch, check_devices, torch_tensor
 from . import _capi as C
 from . import decode as D
 from . import vllm_ops as V
@@ -60,10 +60,7 @@ _FP8_DTYPES = ("uint8",) + tuple(sorted(set(FP8_FLAVOUR.values())))
 
 
 def _torch_tensor(obj, name):
-    t = Tensor(obj, name)
-    if t.kind != "torch":
-        raise TypeError(f"{name}: expected a torch.Tensor (DeepGEMM's contract), got a NumPy array")
-    return t
+    return torch_tensor(obj, name, "DeepGEMM's")
 
 
 def _as_int(value):
@@ -174,17 +171,6 @@ def _check_rest(s, wt, lt, bt, st, max_context_len):
                          f"shape {list(st.shape)}")
 
 
-def _check_devices(tensors):
-    device = tensors[0].device
-    for t in tensors[1:]:
-        if t.device != device:
-            raise ValueError(f"{t.name}: on {t.device}, but q is on {device}; all tensors must be on one device")
-    if device != "cpu" and getattr(_torch().version, "hip", None) is None:
-        raise ValueError(f"q: on {device}, but this torch is not a ROCm build; the kernels need an AMD GPU (or pass "
-                         f"CPU tensors for the emulator)")
-    return device
-
-
 def _row_ends(context_lens, s):
     """Each logits row's causal end, on the device: [B] lengths give row b * next_n + i the first
     context_lens[b] - next_n + i + 1 tokens (DeepGEMM's clean_logits), [B, next_n] its own."""
@@ -263,7 +249,7 @@ def _checked(q, kv_cache, weights, context_lens, block_table, schedule_meta, max
     max_context_len = _int_at_least(max_context_len, "max_context_len", 1)
     s = _check_q_kv(tensors[0], tensors[1])
     _check_rest(s, tensors[2], tensors[3], tensors[4], st, max_context_len)
-    device = _check_devices(tensors + ((st,) if st is not None else ()))
+    device = check_devices(tensors + ((st,) if st is not None else ()))
     runtime = D._runtime_for(device, None, emulator_target)
     D._check_fp8_flavour((tensors[0],), runtime.target, fp8_format)
     return s, tensors, runtime, max_context_len

@@ -37,7 +37,7 @@ import operator
 
 import torch
 
-from ._tensors import Tensor
+from ._tensors import check_devices, torch_tensor
 from . import _capi as C
 from . import decode as D
 from . import ops as _ops
@@ -65,29 +65,13 @@ def _int_in(value, name, low, high, why=""):
 
 
 def _torch_tensor(obj, name):
-    t = Tensor(obj, name)
-    if t.kind != "torch":
-        raise TypeError(f"{name}: expected a torch.Tensor (vLLM's contract), got a NumPy array")
-    return t
+    return torch_tensor(obj, name, "vLLM's")
 
 
 def _dense_rows(t, what):
     """A 2-D tensor whose rows are dense (unit column stride): its row pitch is passed."""
     if t.shape[1] > 1 and t.strides[1] != 1:
         raise ValueError(f"{t.name}: {what} must be dense (stride 1 along dim 1), got strides {list(t.strides)}")
-
-
-def check_devices(tensors):
-    """The one device of `tensors` ("cpu" or "cuda:N"), or ValueError naming the odd one out."""
-    device = tensors[0].device
-    for t in tensors[1:]:
-        if t.device != device:
-            raise ValueError(f"{t.name}: on {t.device}, but {tensors[0].name} is on {device}; all tensors must be on "
-                             f"one device")
-    if device != "cpu" and getattr(torch.version, "hip", None) is None:
-        raise ValueError(f"{tensors[0].name}: on {device}, but this torch is not a ROCm build; the kernels need an AMD "
-                         f"GPU (or pass CPU tensors for the emulator)")
-    return device
 
 
 def _span(t, rows):
