@@ -105,7 +105,9 @@ nlohmann::json HotLoop::to_json() const {
 //   the partner's max kept too (".Lpartner_rescale": not taken); the other paths are out of line.
 // - The decode producer's loop: a full tile of the unit (".Lpartial_tile": not taken; the row
 //   loads then jump over that path, ".Lloaded": taken), a tile that exists (its write's
-//   ".Lskip": not taken) and slots still to come (".Lproducer_done": not taken).
+//   ".Lskip": not taken) and slots still to come (".Lproducer_done": not taken). gfx942's
+//   fp8_ds_mla tiles have scales whose products are bf16 numbers, as DeepSeek's power-of-two
+//   scales (".Ldsmla_round": not taken; ".Ldsmla_done": taken; docs/sparse.md).
 static bool steady_branch_taken(const std::string& loop, const std::string& target) {
   auto any = [&](std::initializer_list<const char*> labels) {
     for (const char* x : labels)
@@ -113,8 +115,8 @@ static bool steady_branch_taken(const std::string& loop, const std::string& targ
     return false;
   };
   if (starts(loop, ".Lproducer_loop_")) {
-    if (any({".Lloaded"})) return true;
-    if (any({".Lpartial_tile", ".Lskip", ".Lproducer_done"})) return false;
+    if (any({".Lloaded", ".Ldsmla_done"})) return true;
+    if (any({".Lpartial_tile", ".Lskip", ".Lproducer_done", ".Ldsmla_round"})) return false;
     throw std::runtime_error("hot loop: no steady-state rule for the producer loop's branch to " + target);
   }
   // The indexer's logits loop (dsa_indexer_logits.cpp): the mid-loop exit is not taken.

@@ -130,7 +130,7 @@ class Producer {
       cf = ra.vgpr(4, "p_dsm_f32", 2), cout = ra.vgpr(4, "p_dsm_bf16", 4), cs = ra.vgpr(2, "p_dsm_scale", 2);
       cx = ra.vgpr(3, "p_dsm_tmp");
       if (!b.target().has_cvt_pk_bf16) {
-        k7fff = ra.sgpr(1, "p_k7fff"), kperm = ra.sgpr(1, "p_kperm");
+        k7fff = ra.sgpr(1, "p_k7fff"), kperm = ra.sgpr(1, "p_kperm"), exact = ra.sgpr(2, "p_dsm_exact", 2);
         b.s_mov_b32(k7fff, Imm(0x7fff));
         b.s_mov_b32(kperm, Imm(0x07060302));
       }
@@ -287,26 +287,66 @@ class Producer {
   // gfx942 reads fp8 as e4m3fnuz, whose value of every e4m3fn byte is half the e4m3fn one
   // (exponent bias 8 against 7), except 0x80 (e4m3fn -0, e4m3fnuz NaN) and 0x7f / 0xff (e4m3fn
   // NaN, e4m3fnuz +-240): those bytes of x become 0x00 and 0x80 in x' (the scale is doubled).
-  // Per byte b = x & 0x7f: bit 7 of (b + 0x7f) | b is set unless b = 0; bit 7 of b + 1 only for b = 0x7f.
+  // Per byte, m = b & 0x7f never carries into the next byte: bit 7 of m + 0x7f is set unless
+  // m = 0 (the sign is kept), bit 7 of m + 1 only for m = 0x7f (m + 1 = 0x80, e4m3fnuz NaN).
   VReg fnuz_bytes(VReg x) {
-    const VReg t = cx.sub(0, 1), z = cx.sub(1, 1), out = cx.sub(2, 1);
-    b.v_and_b32(t, Imm(0x7f7f7f7f), x);
-    b.v_add_u32(z, Imm(0x7f7f7f7f), t);
-    b.v_or_b32(z, z, t);
-    b.v_or_b32(z, Imm(0x7f7f7f7f), z);
-    b.v_and_b32(out, x, z);                 // 0x80 -> 0x00
-    b.v_add_u32(t, Imm(0x01010101), t);
-    b.v_and_b32(t, Imm(int64_t(0x80808080u)), t);  // 0x80 at NaN bytes
-    b.v_lshrrev_b32(z, Imm(7), t);
-    b.v_sub_u32(z, t, z);                   // 0x7f at NaN bytes
-    b.v_xor_b32(out, out, z);
-    b.v_or_b32(out, out, t);                // NaN bytes -> 0x80
+    const VReg m = cx.sub(0, 1), t = cx.sub(1, 1), out = cx.sub(2, 1);
+    b.v_and_b32(m, Imm(0x7f7f7f7f), x);
+    b.v_add_u32(out, Imm(0x7f7f7f7f), m);
+    b.v_and_b32(out, out, x);
+    b.v_and_b32(out, Imm(int64_t(0x80808080u)), out);  // the signs of nonzero magnitudes
+    b.v_add_u32(t, Imm(0x01010101), m);
+    b.v_lshrrev_b32(t, Imm(7), t);
+    b.v_and_b32(t, Imm(0x01010101), t);  // 1 at NaN bytes
+    b.v_add_u32(m, m, t);                // NaN bytes: 0x7f -> 0x80
+    b.v_or_b32(out, out, m);
     return out;
   }
 
+  // Whether every lane's scales of tile s make each product value x scale a bf16 number, so
+  // that rounding to bf16 is a truncation (gfx942, which rounds with integer ops): an e4m3 value
+  // has 4 significant bits, so a scale of at most 4 (mantissa bits 0-19 zero) gives at most 8,
+  // and a scale of 0 or of magnitude >= 2^-111 keeps every nonzero product a normal f32
+  // (>= 2^-9 x 2^-111). DeepSeek's power-of-two scales are such scales. Leaves scc = 1 when some
+  // lane's are not (the rounding path).
+  void ds_mla_exact_scales(int s) {
+    b.s_mov_b64(exact, exec);
+    for (int k = 0; k < cpl; ++k) {
+      const VReg sc = dscale[size_t(set)][s].sub(k, 1), t = cx.sub(0, 1);
+      b.v_and_b32(t, Imm(0x000fffff), sc);
+      b.v_cmp_eq_u32(vcc, Imm(0), t);
+      b.s_and_b64(exact, exact, vcc);
+      b.v_and_b32(t, Imm(0x7fffffff), sc);
+      b.v_add_u32(t, Imm(-1), t);  // 0 -> 0xffffffff
+      b.v_cmp_le_u32(vcc, Imm(0x07ffffff), t);
+      b.s_and_b64(exact, exact, vcc);
+    }
+    b.emit("s_andn2_b64", {Operand::of(exact)}, {Operand::of(exec), Operand::of(exact)});
+  }
+
   // fp8_ds_mla rows to the bf16 rows the consumers read: latent value x its tile's scale, rounded
-  // to bf16 (nearest even), 8 values per ds_write_b128; the rope as it is.
+  // to bf16 (nearest even), 8 values per ds_write_b128; the rope as it is. On gfx942 a tile whose
+  // scales make every product a bf16 number (ds_mla_exact_scales) takes the products' high halves.
   void ds_mla_write(int s) {
+    if (b.target().has_cvt_pk_bf16) {
+      ds_mla_latent(s, false);
+    } else {
+      Label round = b.new_label("dsmla_round"), done = b.new_label("dsmla_done");
+      ds_mla_exact_scales(s);
+      b.s_cbranch_scc1(round);
+      ds_mla_latent(s, true);
+      b.s_branch(done);
+      b.bind(round);
+      ds_mla_latent(s, false);
+      b.bind(done);
+    }
+    const VReg d = data[size_t(set)][s];
+    b.v_add_u32(addr[1], rope_lds_rel, addr[0]);
+    for (int q = 0; q < 2 * cpl; ++q) b.ds_write_b128(addr[1], d.sub(32 * cpl + 4 * q, 4), uint32_t(s * T * E + 16 * q));
+  }
+
+  // The latent values of tile s: truncated to bf16 when `exact` (every product is a bf16 number).
+  void ds_mla_latent(int s, bool exact) {
     const VReg d = data[size_t(set)][s];
     const bool fnuz = b.target().fp8 == Fp8Format::FNUZ;
     for (int k = 0; k < cpl; ++k) {
@@ -321,14 +361,14 @@ class Producer {
           b.v_cvt_pk_f32_fp8(cf.sub(2, 2), x, 1);
           b.v_pk_mul_f32_bcast_lo(cf.sub(0, 2), cf.sub(0, 2), cs);
           b.v_pk_mul_f32_bcast_lo(cf.sub(2, 2), cf.sub(2, 2), cs);
-          for (int h = 0; h < 2; ++h)
-            emit_pack_bf16_rne(b, cout[2 * w + h], cf[2 * h], cf[2 * h + 1], cx[0], cx[1], k7fff, kperm);
+          for (int h = 0; h < 2; ++h) {
+            if (exact) b.v_perm_b32(cout[2 * w + h], cf[2 * h + 1], cf[2 * h], kperm);
+            else emit_pack_bf16_rne(b, cout[2 * w + h], cf[2 * h], cf[2 * h + 1], cx[0], cx[1], k7fff, kperm);
+          }
         }
         b.ds_write_b128(addr[0], cout, uint32_t(s * T * E + 2 * (kDsMlaTile * k + 8 * g)));
       }
     }
-    b.v_add_u32(addr[1], rope_lds_rel, addr[0]);
-    for (int q = 0; q < 2 * cpl; ++q) b.ds_write_b128(addr[1], d.sub(32 * cpl + 4 * q, 4), uint32_t(s * T * E + 16 * q));
   }
 
   // Tile s of slot `slot_index` goes to LDS slot slot_index % 2, tile position s.
@@ -449,7 +489,7 @@ class Producer {
       for (VReg r : d) ra.release(r);
     if (dsm) {
       for (VReg r : {cf, cout, cs, cx, sc_rel, rope_rel, rope_lds_rel}) ra.release(r);
-      if (!b.target().has_cvt_pk_bf16) ra.release(k7fff), ra.release(kperm);
+      if (!b.target().has_cvt_pk_bf16) ra.release(k7fff), ra.release(kperm), ra.release(exact);
     }
     if (k_.s.sparse) ra.release(zero), ra.release(ninf);
     for (SReg r : {last_tok, row_bytes, tile, slot, saved_exec, tile_end, saved_exec0, slot_index}) ra.release(r);
@@ -474,6 +514,7 @@ class Producer {
   std::vector<std::vector<VReg>> dscale;  // fp8_ds_mla: [register set][tile]: the lane's tiles' scales
   VReg cf, cout, cs, cx, sc_rel, rope_rel, rope_lds_rel;  // fp8_ds_mla: conversion scratch, lane offsets
   SReg k7fff, kperm;                      // fp8_ds_mla on gfx942: bf16 rounding constants
+  SReg exact;                             // fp8_ds_mla on gfx942: lanes whose products are bf16 numbers
   int set = 0;                            // the register set the next load_data / write_tile use
 };
 

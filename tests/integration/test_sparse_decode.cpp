@@ -2,7 +2,10 @@
 // query row attends to its own row of cache slots, -1 and slots past the cache masked.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <climits>
+#include <cstring>
+#include <random>
 
 #include "mla_harness.h"
 
@@ -141,6 +144,94 @@ TEST_CASE("sparse e2e: fp8_ds_mla entries, power-of-two and arbitrary scales, bo
           CHECK(r.d <= 2e-5);
         }
       }
+}
+
+// The dequantised fp8_ds_mla values bit for bit: every row's scores are 0 for one entry and
+// about -2700 for the others (rope 0 against -1024, q's latent 0), so o is that entry's bf16 latent
+// row exactly: each value x its tile's scale in f32, rounded to bf16 (nearest even). gfx942 takes
+// a tile's products' high halves when every lane's scales make them bf16 numbers (at most 4
+// significant bits, 0 or >= 2^-111) and rounds otherwise; the rows put such scales beside others
+// in one tile, both ways round, and the e4m3fn bytes cover every code but the NaNs, which make
+// their rows non-finite.
+TEST_CASE("sparse e2e: fp8_ds_mla values dequantised bit for bit, exact-scale and rounding paths") {
+  struct Row {
+    std::array<float, 4> observed;  // the attended entry's tile scales
+    bool others_pow2;               // the other entries': power-of-two or arbitrary
+    int nan_byte;                   // 0: none; else a latent byte of the attended entry set to it
+  };
+  const float odd = 0.0123456789f;  // 24 significant bits
+  const Row rows[] = {
+      {{odd, 3.0f * odd, odd / 7.0f, 1.1f}, true, 0},                 // rounding beside power-of-two tiles
+      {{0.25f, 1.0f / 1024, 8.0f, 0x1p-20f}, true, 0},                // exact
+      {{1.875f * 0.5f, 1.5f * 4.0f, 1.25f, 1.125f / 256}, true, 0},   // 4 significant bits: exact
+      {{1.0625f, 1.0625f * 0x1p-6f, 0.5f, 2.0f}, true, 0},            // 5 bits in two tiles
+      {{0.0f, 0x1p-111f, 0x1p-112f * 1.5f, 0x1p20f}, true, 0},        // 0 and the exponent bound
+      {{0.5f, odd, 0.25f, 0.125f}, true, 0},                          // one lane's tile rounds
+      {{0.5f, 0.25f, 2.0f, 1.0f}, false, 0},                          // exact values, rounding path
+      {{0.5f, 0.25f, 2.0f, 1.0f}, true, 0x7f},                        // e4m3fn NaN
+      {{odd, 0.25f, 2.0f, 1.0f}, true, 0xff},
+  };
+  const int n = int(std::size(rows));
+  std::vector<int> attended(static_cast<size_t>(n));
+  auto edit = [&](rt::Problem& p) {
+    std::mt19937 rng(7);
+    auto entry = [&](int b, int t) { return &p.kv.bytes[p.kv_elem(b, t, 0)]; };
+    auto put_f32 = [](uint8_t* at, float v) { std::memcpy(at, &v, 4); };
+    auto put_bf16 = [](uint8_t* at, uint16_t v) { at[0] = uint8_t(v), at[1] = uint8_t(v >> 8); };
+    for (size_t i = 0; i < p.q.count(); ++i) p.q.set_bits(i, (i % 576) < 512 ? 0 : 0x3f80);  // latent 0, rope 1
+    for (int b = 0; b < n; ++b) {
+      const int len = p.kv_len(b);
+      attended[size_t(b)] = (37 * b + 5) % len;
+      for (int t = 0; t < len; ++t) {
+        uint8_t* e = entry(b, t);
+        const bool mine = t == attended[size_t(b)];
+        for (int i = 0; i < 512; ++i) {
+          uint8_t v = mine ? uint8_t((i * 7 + b * 29) % 256) : uint8_t(rng());
+          if ((v & 0x7f) == 0x7f) v ^= 1;  // no NaN but where a row asks for one
+          e[i] = v;
+        }
+        if (mine && rows[b].nan_byte) e[200] = uint8_t(rows[b].nan_byte);
+        for (int k = 0; k < 4; ++k) {
+          const int ex = int(rng() % 16) - 8;
+          const float other = rows[b].others_pow2 ? std::ldexp(1.0f, ex) : std::ldexp(1.0f + float(rng() % 1000000) / 1e6f, ex);
+          put_f32(e + abi::kDsMlaScaleOffset + 4 * k, mine ? rows[b].observed[size_t(k)] : other);
+        }
+        for (int i = 0; i < 64; ++i) put_bf16(e + abi::kDsMlaRopeOffset + 2 * i, mine ? 0 : 0xc480);  // -1024
+      }
+    }
+  };
+  for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
+    auto p = sparse_params(t, rt::DType::bf16, rt::DType::fp8, 16, std::vector<int>(size_t(n), 96), 0.0, 91);
+    p.kv_ds_mla = true;
+    p.sparse_pool = -1;  // every row's slots its own
+    const auto e = test::run_e2e(p, {}, edit);
+    INFO(rt::shape_of(e.problem).describe());
+    for (int b = 0; b < n; ++b) {
+      const uint8_t* ent = &e.problem.kv.bytes[e.problem.kv_elem(b, attended[size_t(b)], 0)];
+      size_t wrong = 0, nonfinite = 0, first = 512;
+      for (int h = 0; h < 16; ++h)
+        for (int i = 0; i < 512; ++i) {
+          float scale;
+          std::memcpy(&scale, ent + abi::kDsMlaScaleOffset + 4 * (i / 128), 4);
+          const float v = float(ref::decode_fp8_ocp(ent[i])) * scale;  // f32, as the producer multiplies
+          const uint16_t got = e.result.o[(size_t(b) * 16 + size_t(h)) * 512 + size_t(i)];
+          const uint16_t want = ref::bf16_bits(v);
+          nonfinite += (got & 0x7f80) == 0x7f80;
+          // -0 comes out +0: o = 1 x (-0) + 0 x (the other entries' values)
+          if (got != want && !(want == 0x8000 && got == 0) && !rows[b].nan_byte) ++wrong, first = std::min(first, size_t(i));
+        }
+      INFO("row " << b << ": " << wrong << " values differ, the first at latent " << first);
+      if (first < 512) {
+        float scale;
+        std::memcpy(&scale, ent + abi::kDsMlaScaleOffset + 4 * (first / 128), 4);
+        INFO("byte " << int(ent[first]) << " scale " << scale << " got " << e.result.o[size_t(b) * 16 * 512 + first]
+                     << " want " << ref::bf16_bits(float(ref::decode_fp8_ocp(ent[first])) * scale));
+        CHECK(wrong == 0);
+      }
+      if (rows[b].nan_byte) CHECK(nonfinite > 0);
+      else CHECK(wrong == 0);
+    }
+  }
 }
 
 // A slot listed twice in a row is two tokens of the softmax (FlashMLA's reference attends each
