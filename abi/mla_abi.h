@@ -106,8 +106,8 @@ inline constexpr int rows = offsetof(PrefixUnit, rows) / 4, first_request = offs
 // reduce kernel index it). The request's partials are slots first_partial + k * partial_stride
 // for k = 0 .. num_splits - 1 (stride 1 for a split request; a prefix group's members
 // interleave their slots, stride = the group's request count, see PrefixUnit). Partials
-// k < bf16_splits hold o as bf16 (a prefix kernel's, whose partials are half the bytes), the
-// others f32 (a decode kernel's): both at the same row offsets, row m of slot p at byte
+// k < bf16_splits hold o as bf16 (a prefix kernel's or a sparse decode kernel's, half the
+// bytes), the others f32 (a dense decode kernel's): both at the same row offsets, row m of slot p at byte
 // (p * M + m) * 2048 of partial_o, a bf16 row filling the first 1024 bytes.
 struct ReduceEntry {
   int32_t qo_row;          // first q row of the request: final o rows qo_row .. qo_row+qseqlen-1

@@ -517,7 +517,11 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   }
   r.q_bytes = rows * s.heads * rt::kQkDim * qb;
   r.o_bytes = rows * s.heads * rt::kVDim * 2;
-  r.partial_bytes = double(plan.partial_o_bytes() + plan.partial_lse_bytes());
+  // The partials the reduce reads, each written once: a bf16 row (a prefix or sparse kernel's)
+  // 1024 bytes, an f32 one 2048, and its lse.
+  r.partial_bytes = 0;
+  for (const auto& e : plan.reduces)
+    r.partial_bytes += double(plan.rows) * (double(e.bf16_splits) * 1024 + double(e.num_splits - e.bf16_splits) * 2048 + 4 * e.num_splits);
   r.table_bytes = double(plan.units.size() * sizeof(rt::WorkUnit) + plan.reduces.size() * sizeof(rt::ReduceEntry));
   const double minimum = r.kv_bytes + r.idx_bytes + r.q_bytes + r.o_bytes;
   r.ratio_read_over_min = r.read_bytes / minimum;

@@ -305,11 +305,11 @@ PlanInputs plan_inputs_for(const SelectedKernels& k, const std::vector<int>& kv_
   in.workgroups_per_cu = workgroups_per_cu > 0 ? workgroups_per_cu : k.decode.resident_workgroups_per_cu;
   in.tile_tokens = k.decode.launch.tile_tokens;
   in.rows_per_group = k.decode.launch.rows_per_group;
-  // The reduce reads a decode kernel's partials as f32 (ReduceEntry::bf16_splits counts the
-  // prefix kernel's only).
-  if (k.decode.launch.partial_o_bytes != 4)
-    throw CatalogError(fmt::format("{}: geometry.partial_o_bytes = {} (a decode kernel's partials must be f32: 4)",
+  // The partial o element: f32, or bf16 for sparse kernels (ReduceEntry::bf16_splits).
+  if (k.decode.launch.partial_o_bytes != 2 && k.decode.launch.partial_o_bytes != 4)
+    throw CatalogError(fmt::format("{}: geometry.partial_o_bytes = {} (allowed: 4 for f32 partials, 2 for bf16)",
                                    k.decode.name, k.decode.launch.partial_o_bytes));
+  in.partial_o_bytes = k.decode.launch.partial_o_bytes;
   // The decode launch's cost model (modeled, catalog.json): a unit's fill and the HBM floor, in
   // token-equivalents at the CU's rate with its resident workgroups (cost_model.h).
   if (const auto& im = k.decode.issue_model) {

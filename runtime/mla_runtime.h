@@ -304,7 +304,7 @@ typedef struct mla_work_unit {
 } mla_work_unit;
 typedef struct mla_reduce_entry {
   int32_t qo_row, first_partial, num_splits, partial_stride; /* slots first + k * stride */
-  int32_t bf16_splits;  /* the first bf16_splits partials hold bf16 o (a prefix kernel's), the rest f32 */
+  int32_t bf16_splits;  /* the first bf16_splits partials hold bf16 o (a prefix or sparse kernel's), the rest f32 */
   int32_t reserved[3];  /* 0 */
 } mla_reduce_entry;
 /* Pointers into the plan, valid until its next update or destruction. Any out may be NULL. */

@@ -38,6 +38,10 @@ void check_inputs(const PlanInputs& in) {
          "reduce launch)");
   if (in.prefix_partial_o_bytes != 2 && in.prefix_partial_o_bytes != 4)
     fail(fmt::format("prefix_partial_o_bytes = {} (allowed: 2 for bf16 partials, 4 for f32)", in.prefix_partial_o_bytes));
+  // A cascade's entry lists its prefix partials first: bf16 ones can only precede f32 ones.
+  if (in.partial_o_bytes != 4 && (in.partial_o_bytes != 2 || (in.prefix_rows_per_group > 0 && in.prefix_partial_o_bytes != 2)))
+    fail(fmt::format("partial_o_bytes = {} with prefix_partial_o_bytes = {} (allowed: 4, or 2 with no prefix kernel or "
+                     "a bf16 one)", in.partial_o_bytes, in.prefix_partial_o_bytes));
   for (auto [name, v] : {std::pair<const char*, double>{"unit_fill", in.unit_fill},
                          {"hbm_factor", in.hbm_factor},
                          {"producer_per_tile", in.producer_per_tile},
@@ -307,7 +311,7 @@ void price(Launch& L) {
 // The launches' cost models from the inputs, filled in place (no allocation once sized).
 void decode_model(const PlanInputs& in, LaunchModel& m) {
   m.tile_tokens = in.tile_tokens, m.kv_bytes_per_token = in.kv_bytes_per_token, m.resident = in.workgroups_per_cu;
-  m.partial_row_bytes = kPartialRowBytes;
+  m.partial_row_bytes = 512.0 * in.partial_o_bytes + 4;
   m.unit_fill = in.unit_fill, m.hbm_factor = in.hbm_factor, m.q_row_bytes = in.q_row_bytes;
   m.issue_per_block_tile = m.lds_per_block_tile = m.lds_per_tile = m.prologue_per_row = m.store_factor = 0;
   m.blocks_per_wave = 1;
@@ -528,13 +532,15 @@ void emit(const PlanInputs& in, Candidate& c, Scratch& sc, Plan& p) {
     const int u = j ? j->splits : 0;
     if (member) {
       const PrefixGroup& g = c.cascading[size_t(gi)];
-      const int kp = c.prefix.jobs[size_t(gi)].splits, bf16 = in.prefix_partial_o_bytes == 2 ? kp + (own[size_t(b)] < -1 ? u : 0) : 0;
+      const bool unique_bf16 = own[size_t(b)] < -1 || in.partial_o_bytes == 2;  // in the prefix launch, or bf16 decode
+      const int kp = c.prefix.jobs[size_t(gi)].splits, bf16 = in.prefix_partial_o_bytes == 2 ? kp + (unique_bf16 ? u : 0) : 0;
       p.splits[size_t(b)] = kp + u;
       p.reduces.push_back({b * q, c.group_first[size_t(gi)] + b - g.first, kp + u, g.count, bf16, {}});
     } else {
       p.splits[size_t(b)] = u;
-      if (u > 1) p.reduces.push_back({b * q, j->slot, u, 1, 0, {}});
-      else if (u == 0 || in.merge_in_launch) p.reduces.push_back({b * q, 0, u, 1, 0, {}});
+      const int bf16 = in.partial_o_bytes == 2 ? u : 0;
+      if (u > 1) p.reduces.push_back({b * q, j->slot, u, 1, bf16, {}});
+      else if (u == 0 || in.merge_in_launch) p.reduces.push_back({b * q, 0, u, 1, bf16, {}});
     }
   }
   // Prefix splits of >= 2 row-group units, and those whose units share an XCD.

@@ -91,6 +91,7 @@ struct PlanInputs {
   int prefix_rows_per_group = 0;
   int prefix_workgroups_per_cu = 1;  // prefix workgroups resident per CU
   int prefix_partial_o_bytes = 2;    // the prefix kernel's partial o element: 2 (bf16) or 4 (f32)
+  int partial_o_bytes = 4;           // the decode kernel's: 4 (f32), or 2 (bf16: sparse kernels)
   // The prefix launch's cost model (cost_model.h; catalog.json's issue_model of the prefix
   // kernel, in token-equivalents): issue and LDS per tile, the HBM floor, the unit fill, and for
   // a kernel of several row blocks per wave the figures per wave-tile; for a phased kernel (no

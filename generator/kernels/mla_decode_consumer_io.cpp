@@ -538,6 +538,7 @@ void Consumer::merge_in_launch() {
     a.srow = srow;
     a.lane = k_.lane;
     a.scratch = o.sub(0, kMergeBlockVgprs);
+    a.bf16 = g.partial_o_bytes == 2;
     emit_partial_merge_block(b, k_.s, a);
     // The counter back to 0 for the next launch (nothing reads it in this one).
     b.s_mov_exec(Imm(1));

@@ -318,7 +318,7 @@ class Producer {
       b.s_and_b64(exact, exact, vcc);
       b.v_and_b32(t, Imm(0x7fffffff), sc);
       b.v_add_u32(t, Imm(-1), t);  // 0 -> 0xffffffff
-      b.v_cmp_le_u32(vcc, Imm(0x07ffffff), t);
+      b.v_cmp_lt_u32(vcc, Imm(0x07fffffe), t);  // |sc| - 1 >= 2^-111's bits - 1
       b.s_and_b64(exact, exact, vcc);
     }
     b.emit("s_andn2_b64", {Operand::of(exact)}, {Operand::of(exec), Operand::of(exact)});

@@ -309,7 +309,10 @@ std::optional<MlaGeometry> geometry_for(const KernelSpec& s, bool q_split) {
   g.q_bytes = s.q_dtype == DType::fp8 ? 1 : 2;
   g.kv_bytes = s.kv_dtype == DType::fp8 ? 1 : 2;
   g.prefix = s.kind == KernelKind::MlaPrefix;
-  g.partial_o_bytes = g.prefix ? 2 : 4;
+  // bf16 partial o (f32 lse) for the prefix kernel and for sparse decode: a sparse split at small
+  // batches holds one or two tiles, so its f32 partial (16 rows x 2 KB) would outweigh its KV
+  // (32 x 656 B a tile). The reduce and the in-launch merge read either (docs/sparse.md).
+  g.partial_o_bytes = g.prefix || s.sparse ? 2 : 4;
   mfmas(g, s, t);
   row_blocks(g, s, t);
   pair_blocks_and_pad(g, s);

@@ -3,7 +3,7 @@
 // Grid (the plan's reduce capacity, M rows), one workgroup of kReduceWaves waves per row;
 // workgroup x merges entry x of the launch's table (abi::LaunchHeader) or exits when the step has
 // fewer. An entry's partials are slots first + k * stride (abi::ReduceEntry); the first bf16_splits
-// of them hold bf16 o (a prefix kernel's), widened exactly to f32, the rest f32.
+// of them hold bf16 o (a prefix kernel's, or a sparse decode kernel's), widened exactly to f32, the rest f32.
 // Latency: a row's S splits are cut into contiguous ranges of R = reduce_range_splits(S) (whole
 // sum chunks), one per wave. A wave's loads come in chunks, every load of a chunk in flight at
 // once (lanes carry the chunk's lse, an LDS round trip hands them to every lane): ceil(R / 64)
@@ -522,7 +522,7 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
   b.v_lshlrev_b32(lse_off, Imm(2), t0);              // row * 4 in a slot's lse
   b.v_lshlrev_b32(part_off, Imm(11), t0);            // row * 2048 in a slot's o
   b.v_and_b32(t1, Imm(3), a.lane);
-  b.v_lshlrev_b32(t1, Imm(7), t1);                   // + 32 (l % 4) columns * 4 bytes
+  b.v_lshlrev_b32(t1, Imm(a.bf16 ? 6 : 7), t1);      // + 32 (l % 4) columns * 4 (bf16: 2) bytes
   b.v_add_u32(part_off, part_off, t1);
   // Split k's slot and its resources: lse at partial_lse + slot * M * 4, o at partial_o + slot * M * 2048.
   auto split_resources = [&] {
@@ -562,8 +562,17 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
       b.bind(loop);
       split_resources();
       b.buffer_load_dword(lse_k, lse_off, lrsrc, Imm(0));
-      for (int j = 0; j < 8; ++j)
-        b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
+      if (a.bf16) {  // 32 bf16 into data[16..31], widened in place to data[0..31] (exact)
+        for (int j = 0; j < 4; ++j)
+          b.buffer_load_dwordx4(data.sub(16 + 4 * j, 4), part_off, prsrc, Imm(0), uint32_t(256 * pass + 16 * j));
+        for (int i = 0; i < 16; ++i) {
+          b.v_lshlrev_b32(data[2 * i], Imm(16), data[16 + i]);
+          b.v_and_b32(data[2 * i + 1], Imm(int64_t(0xffff0000u)), data[16 + i]);
+        }
+      } else {
+        for (int j = 0; j < 8; ++j)
+          b.buffer_load_dwordx4(data.sub(4 * j, 4), part_off, prsrc, Imm(0), uint32_t(512 * pass + 16 * j));
+      }
       emit_split_weight(b, w, weights, lse_k, vmax);
       for (int i = 0; i < 32; ++i) b.v_fma_f32(sum[i], w, data[i], sum[i]);
       b.s_add_u32(k, k, Imm(1));
@@ -595,7 +604,13 @@ void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMerg
     b.s_add_u32(base[0], a.o[0], t[0]);
     b.s_addc_u32(base[1], a.o[1], Imm(0));
     b.make_buffer_resource(prsrc, base, Imm(M * kMlaVDim * 2));
-    b.v_lshrrev_b32(t0, Imm(1), part_off);  // the bf16 row: half the f32 offset
+    if (a.bf16) {  // the bf16 row: row * 1024 + the same column bytes
+      b.v_lshrrev_b32(t0, Imm(11), part_off);
+      b.v_lshlrev_b32(t0, Imm(10), t0);
+      b.v_sub_u32(t0, part_off, t0);
+    } else {
+      b.v_lshrrev_b32(t0, Imm(1), part_off);  // the bf16 row: half the f32 offset
+    }
     for (int q = 0; q < 4; ++q) {
       for (int i = 0; i < 4; ++i) {
         emit_pack_bf16_rne(b, packed[i], acc[8 * q + 2 * i], acc[8 * q + 2 * i + 1], t1, w, k7fff, kperm);

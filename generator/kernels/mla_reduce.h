@@ -48,6 +48,7 @@ struct PartialMergeBlock {
   SReg srow;                             // first row of the block in the request's M rows
   VReg lane;                             // 0..63
   VReg scratch;                          // >= kMergeBlockVgprs VGPRs, the first 4-aligned
+  bool bf16 = false;                     // the partials' o is bf16 (the first 1024 bytes of each 2048-byte row)
 };
 inline constexpr int kMergeBlockVgprs = 109;
 void emit_partial_merge_block(Builder& b, const KernelSpec& s, const PartialMergeBlock& a);

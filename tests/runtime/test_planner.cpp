@@ -344,7 +344,7 @@ TEST_CASE("planner inputs: workgroups per CU default to the decode kernel's occu
   CHECK_THROWS_WITH(rt::plan_inputs_for(k, {1000}, 256, 0), Catch::Contains("mla_decode_test: target ''"));
   k.decode.target = "gfx950";
   CHECK_THROWS_WITH(rt::plan_inputs_for(k, {1000}, 256, 0),
-                    Catch::Contains("geometry.partial_o_bytes = 0") && Catch::Contains("must be f32"));
+                    Catch::Contains("geometry.partial_o_bytes = 0") && Catch::Contains("allowed: 4 for f32"));
   k.decode.launch.partial_o_bytes = 4;
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).num_xcds == 8);
   CHECK(rt::plan_inputs_for(k, {1000}, 256, 0).workgroups_per_cu == 2);  // 0: from catalog.json
