@@ -329,6 +329,212 @@ nlohmann::json ShapeResult::to_json() const {
   return j;
 }
 
+namespace {
+
+// The facts of a shape from its scaled runs (r.samples): a linear fit of each counter in units,
+// tokens and (request, row group) Q blocks, the reduce's in entries and splits, and the decode's
+// writes per partial and per final unit; the plan's totals from them. Returns the plan's MACs.
+double fit_scaled_facts(ShapeResult& r, const BenchShape& bs, const rt::Plan& plan, bool plan_reduces) {
+  KernelFacts& f = r.facts;
+  const double U = double(plan.units.size()), N = double(plan.total_tokens());
+  double final_units = 0, partial_units = 0;
+  for (const auto& un : plan.units) (un.partial >= 0 ? partial_units : final_units) += 1;
+  std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn, yd;
+  std::vector<std::vector<double>> xung;
+  for (const auto& x : r.samples) {
+    xu.push_back(x.U);
+    xn.push_back(x.N);
+    xung.push_back({x.U, x.N, x.G});
+    yr.push_back(x.decode_read);
+    yd.push_back(x.decode_read_distinct);
+    ym.push_back(x.mfma_macs);
+    ytr.push_back(x.traffic_read - x.reduce_read);
+  }
+  std::vector<double> ykv;
+  for (const auto& x : r.samples) ykv.push_back(x.decode_kv_read);
+  Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym), fkv = fit2(xu, xn, ykv);
+  f.kv_read_per_unit = fkv.a;
+  f.kv_read_per_token = fkv.b;
+  f.macs_per_unit = fm.a;
+  f.macs_per_token = fm.b;
+  // Distinct reads: Q once per (request, row group), the rest per unit and per token.
+  FitN fd = fit_linear(xung, yd);
+  // Reduce: samples 0..2 run it (entries 1, 1, 2); bytes = a*entries + b*splits.
+  for (const auto& x : r.samples)
+    if (x.E > 0) {
+      re.push_back(x.E);
+      rs.push_back(x.S);
+      yred.push_back(x.reduce_read + x.reduce_written);
+    }
+  std::vector<double> rr;
+  for (const auto& x : r.samples)
+    if (x.E > 0) rr.push_back(x.reduce_read);
+  std::vector<double> rrd;
+  for (const auto& x : r.samples)
+    if (x.E > 0) rrd.push_back(x.reduce_read_distinct);
+  // Without reduce entries in the full plan the runs need not have varied them (not fitted).
+  Fit2 fred, fredr, fredd;
+  if (plan_reduces) fred = fit2(re, rs, yred), fredr = fit2(re, rs, rr), fredd = fit2(re, rs, rrd);
+  r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual, fd.residual, fredd.residual});
+  // Decode writes: per partial unit (samples 0..2), per final unit (sample 3).
+  double wp = 0, np = 0, wf = 0, nf = 0;
+  for (const auto& x : r.samples) {
+    if (x.final_units == 0) {
+      wp += x.decode_written;
+      np += x.partial_units;
+    } else if (x.partial_units == 0) {
+      wf += x.decode_written;
+      nf += x.final_units;
+    }
+  }
+  f.read_per_unit = fr.a;
+  f.read_per_token = fr.b;
+  f.write_partial_unit = np ? wp / np : 0;
+  f.write_final_unit = nf ? wf / nf : 0;
+  f.reduce_per_entry = fred.a;
+  f.reduce_per_split = fred.b;
+  const double E = r.reduce_entries, S = r.reduce_splits;
+  const double dec_read = fr.a * U + fr.b * N;
+  const double red_read = E > 0 ? fredr.a * E + fredr.b * S : 0;
+  const double red_all = E > 0 ? fred.a * E + fred.b * S : 0;
+  r.read_bytes = dec_read + red_read;
+  f.distinct_per_unit = fd.c[0];
+  f.distinct_per_token = fd.c[1];
+  f.distinct_per_q_group = fd.c[2];
+  const double G = double(bs.kv_lens.size()) * plan.row_groups;
+  r.read_distinct_bytes = fd.c[0] * U + fd.c[1] * N + fd.c[2] * G + (E > 0 ? fredd.a * E + fredd.b * S : 0);
+  r.written_bytes = f.write_partial_unit * partial_units + f.write_final_unit * final_units + (red_all - red_read);
+  return fm.a * U + fm.b * N;
+}
+
+// The bytes a step needs at least (each KV token and page id once, Q read once, O written once:
+// returned), what its plan adds (partials, tables) and the ratios of the bytes moved to them.
+// row_bytes: a token's KV.
+double count_bytes(ShapeResult& r, const BenchShape& bs, const rt::Plan& plan, double row_bytes) {
+  const rt::DecodeShape& s = bs.shape;
+  const double qb = rt::elem_bytes(s.q_dtype);
+  const double rows = double(bs.kv_lens.size()) * s.qseqlen;
+  for (int len : bs.kv_lens) {
+    r.kv_bytes += double(len) * row_bytes;
+    r.idx_bytes += double((len + s.page_size - 1) / s.page_size) * 4;
+  }
+  r.q_bytes = rows * s.heads * rt::kQkDim * qb;
+  r.o_bytes = rows * s.heads * rt::kVDim * 2;
+  // The partials the reduce reads, each written once: a bf16 row (a prefix or sparse kernel's)
+  // 1024 bytes, an f32 one 2048, and its lse.
+  r.partial_bytes = 0;
+  for (const auto& e : plan.reduces)
+    r.partial_bytes +=
+        double(plan.rows) * (1024.0 * e.bf16_splits + 2048.0 * (e.num_splits - e.bf16_splits) + 4.0 * e.num_splits);
+  r.table_bytes = double(plan.units.size() * sizeof(rt::WorkUnit) + plan.reduces.size() * sizeof(rt::ReduceEntry));
+  const double minimum = r.kv_bytes + r.idx_bytes + r.q_bytes + r.o_bytes;
+  r.ratio_read_over_min = r.read_bytes / minimum;
+  r.ratio_moved_over_min = (r.read_bytes + r.written_bytes) / minimum;
+  r.ratio_moved_over_plan = (r.read_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
+  r.ratio_distinct_moved_over_plan =
+      (r.read_distinct_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
+  if (!r.full_scale) {
+    // The runtime's definition (reads vs the plan's needed reads), from the same extrapolation.
+    double needed = 0;
+    for (const auto& un : plan.units) {
+      needed += double(un.kv_end - un.kv_start) * row_bytes;
+      needed += double((un.kv_end + s.page_size - 1) / s.page_size - un.kv_start / s.page_size) * 4;
+      needed += std::min(plan.rows_per_group, plan.rows - un.row_group * plan.rows_per_group) * rt::kQkDim * qb;
+    }
+    needed += r.table_bytes + r.partial_bytes;
+    r.ratio_read_over_needed = r.read_bytes / needed;
+  }
+  r.partial_over_kv = 2 * r.partial_bytes / r.kv_bytes;
+  return minimum;
+}
+
+// The one-launch price (MLA_OPTION_MERGE 1, cascades off): the merging plan's decode launch plus
+// the in-launch merge of its most-split request (1 + 5 S dependent trips, docs/performance.md).
+void price_one_launch(ShapeResult& r, const rt::SelectedKernels& k, const BenchShape& bs, const Machine& m) {
+  const KernelFacts& f = r.facts;
+  rt::PlanInputs in = rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0);
+  in.merge_in_launch = true;
+  in.cascade = rt::CascadePolicy::never;
+  const rt::Plan mp = rt::plan_decode(in);
+  int entries = 0, splits = 0;
+  for (int s : mp.splits) {
+    r.one_launch_max_splits = std::max(r.one_launch_max_splits, s);
+    if (s > 1) ++entries, splits += s;
+  }
+  const ModeledTime d = model_time_assigned(m, f, model_units(mp), cus_of_ranges(mp.unit_ranges, mp.units.size(), m.cus),
+                                            0, 0, int(bs.kv_lens.size()) * mp.row_groups);
+  if (r.one_launch_max_splits > 1)
+    r.one_launch_merge_s = std::max((f.reduce_per_entry * entries + f.reduce_per_split * splits) / m.hbm_bytes_per_s,
+                                    (1 + 5 * r.one_launch_max_splits) * m.trip_s());
+  r.one_launch_s = d.total_s + r.one_launch_merge_s;
+}
+
+// The static facts of the decode kernel's assembly (its producer's bytes in flight, the hot
+// loops' issue on the co-issue model, LDS) against a tile's memory time on this machine.
+void static_facts(ShapeResult& r, const rt::Selection& sel, const rt::Plan& plan, const Machine& m,
+                  const MeasureOptions& o, double row_bytes) {
+  const rt::DecodeShape& s = r.shape.shape;
+  KernelFacts& f = r.facts;
+  const int T = f.tile_tokens;
+  const std::string text = decode_asm_for(s);
+  f.inflight_bytes_per_wg = producer_inflight_bytes(text);
+  r.hot = analyze_hot_loop(text, s.target, o.run_mca);
+  if (o.trace_hot_loop) print_hot_loop(sel.decode.name, r.hot);
+  r.hot.ring_stall_cycles = gen::modeled_ring_stall_cycles(r.hot, sel.decode.launch.ring, sel.decode.launch.slot_tokens,
+                                                           sel.decode.launch.lds_row_bytes);
+  f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
+  {  // One producer loop iteration: stage_slots slots of slot_tokens / T tiles each.
+    const gen::HotLoop ph = gen::analyze_hot_loop(text, gen_target(s.target), ".Lproducer_loop_");
+    const int slots = std::max(1, sel.decode.geometry.value("stage_slots", 1));
+    f.producer_cycles_per_tile = ph.coissue_cycles / (slots * double(sel.decode.launch.slot_tokens) / T);
+  }
+  const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
+  r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
+  r.little_per_cu = m.little_bytes_per_cu();
+  const double tile_bytes = T * row_bytes + 4.0 * std::max(1, T / s.page_size);
+  r.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
+  // The CU's stream feeds min(4, resident x consumers) consumer waves, each on its own SIMD; a
+  // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
+  // times to issue one tile's hot loop.
+  const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
+  r.issue_over_mem = (r.hot.issue_cycles + r.hot.ring_stall_cycles) / (r.tile_mem_cycles * waves / f.row_blocks);
+  r.coissue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
+  // The CU's LDS (128 B per clock) serves every consumer of a tile (row blocks of them) and the
+  // producer's write of it.
+  f.lds_cycles_per_tile = (f.row_blocks * r.hot.lds_bytes + T * double(sel.decode.launch.lds_row_bytes)) / 128.0;
+  r.lds_over_mem = f.lds_cycles_per_tile / r.tile_mem_cycles;
+  {
+    double bank = 0, ideal = 0;
+    for (const auto& x : r.samples) bank += x.lds_bank_cycles, ideal += x.lds_ideal_cycles;
+    r.lds_bank_factor = ideal > 0 ? bank / ideal : 0;
+  }
+
+}
+
+// The facts of a shape run whole (--full-scale-tokens): its counters over its tokens, not split
+// by feature. Returns its MACs.
+double full_scale_facts(ShapeResult& r, const BenchShape& bs, const Machine& m) {
+  KernelFacts& f = r.facts;
+  const RunSample x = run_sample(bs.shape, bs.kv_lens, m.cus, 1, 0);
+  r.samples.push_back(x);
+  r.read_bytes = x.decode_read + x.reduce_read;
+  r.read_distinct_bytes = x.decode_read_distinct + x.reduce_read_distinct;
+  f.distinct_per_token = x.decode_read_distinct / x.N;  // as read_per_token: not split by feature
+  f.distinct_per_unit = f.distinct_per_q_group = 0;
+  r.written_bytes = x.decode_written + x.reduce_written;
+  r.ratio_read_over_needed = x.traffic_read / x.traffic_needed;
+  f.read_per_token = x.decode_read / x.N;  // the model's per-unit split is not fitted here
+  f.read_per_unit = 0;
+  f.kv_read_per_token = x.decode_kv_read / x.N;
+  f.macs_per_token = x.mfma_macs / x.N;
+  f.write_partial_unit = x.partial_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
+  f.write_final_unit = x.final_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
+  f.reduce_per_split = x.S ? (x.reduce_read + x.reduce_written) / x.S : 0;
+  return x.mfma_macs;
+}
+
+}  // namespace
+
 ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   ShapeResult r;
   r.shape = bs;
@@ -408,9 +614,6 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
         "needs ({} row groups of {} rows per request); run it at full scale (--full-scale-tokens {})",
         s.describe(), r.samples.size(), 64 * Cs, missing(), plan.row_groups, plan.rows_per_group, bs.total_tokens()));
 
-  const double U = double(plan.units.size()), N = double(plan.total_tokens());
-  double final_units = 0, partial_units = 0;
-  for (const auto& un : plan.units) (un.partial >= 0 ? partial_units : final_units) += 1;
   KernelFacts& f = r.facts;
   f.tile_tokens = T;
   f.consumers = sel.decode.launch.consumers;
@@ -420,127 +623,10 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   // target description (gen::occupancy) and recorded in catalog.json.
   f.max_resident_wgs = sel.decode.resident_workgroups_per_cu;
 
-  double macs = 0;
-  if (r.full_scale) {
-    RunSample x = run_sample(s, bs.kv_lens, m.cus, 1, 0);
-    r.samples.push_back(x);
-    r.read_bytes = x.decode_read + x.reduce_read;
-    r.read_distinct_bytes = x.decode_read_distinct + x.reduce_read_distinct;
-    f.distinct_per_token = x.decode_read_distinct / x.N;  // as read_per_token: not split by feature
-    f.distinct_per_unit = f.distinct_per_q_group = 0;
-    r.written_bytes = x.decode_written + x.reduce_written;
-    macs = x.mfma_macs;
-    r.ratio_read_over_needed = x.traffic_read / x.traffic_needed;
-    f.read_per_token = x.decode_read / x.N;  // the model's per-unit split is not fitted here
-    f.read_per_unit = 0;
-    f.kv_read_per_token = x.decode_kv_read / x.N;
-    f.macs_per_token = x.mfma_macs / x.N;
-    f.write_partial_unit = x.partial_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
-    f.write_final_unit = x.final_units ? x.decode_written / (x.partial_units + x.final_units) : 0;
-    f.reduce_per_split = x.S ? (x.reduce_read + x.reduce_written) / x.S : 0;
-  } else {
-    std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn, yd;
-    std::vector<std::vector<double>> xung;
-    for (const auto& x : r.samples) {
-      xu.push_back(x.U);
-      xn.push_back(x.N);
-      xung.push_back({x.U, x.N, x.G});
-      yr.push_back(x.decode_read);
-      yd.push_back(x.decode_read_distinct);
-      ym.push_back(x.mfma_macs);
-      ytr.push_back(x.traffic_read - x.reduce_read);
-    }
-    std::vector<double> ykv;
-    for (const auto& x : r.samples) ykv.push_back(x.decode_kv_read);
-    Fit2 fr = fit2(xu, xn, yr), fm = fit2(xu, xn, ym), fkv = fit2(xu, xn, ykv);
-    f.kv_read_per_unit = fkv.a;
-    f.kv_read_per_token = fkv.b;
-    f.macs_per_unit = fm.a;
-    f.macs_per_token = fm.b;
-    // Distinct reads: Q once per (request, row group), the rest per unit and per token.
-    FitN fd = fit_linear(xung, yd);
-    // Reduce: samples 0..2 run it (entries 1, 1, 2); bytes = a*entries + b*splits.
-    for (const auto& x : r.samples)
-      if (x.E > 0) {
-        re.push_back(x.E);
-        rs.push_back(x.S);
-        yred.push_back(x.reduce_read + x.reduce_written);
-      }
-    std::vector<double> rr;
-    for (const auto& x : r.samples)
-      if (x.E > 0) rr.push_back(x.reduce_read);
-    std::vector<double> rrd;
-    for (const auto& x : r.samples)
-      if (x.E > 0) rrd.push_back(x.reduce_read_distinct);
-    // Without reduce entries in the full plan the runs need not have varied them (not fitted).
-    Fit2 fred, fredr, fredd;
-    if (plan_reduces) fred = fit2(re, rs, yred), fredr = fit2(re, rs, rr), fredd = fit2(re, rs, rrd);
-    r.fit_residual = std::max({fr.residual, fm.residual, fred.residual, fredr.residual, fd.residual, fredd.residual});
-    // Decode writes: per partial unit (samples 0..2), per final unit (sample 3).
-    double wp = 0, np = 0, wf = 0, nf = 0;
-    for (const auto& x : r.samples) {
-      if (x.final_units == 0) {
-        wp += x.decode_written;
-        np += x.partial_units;
-      } else if (x.partial_units == 0) {
-        wf += x.decode_written;
-        nf += x.final_units;
-      }
-    }
-    f.read_per_unit = fr.a;
-    f.read_per_token = fr.b;
-    f.write_partial_unit = np ? wp / np : 0;
-    f.write_final_unit = nf ? wf / nf : 0;
-    f.reduce_per_entry = fred.a;
-    f.reduce_per_split = fred.b;
-    const double E = r.reduce_entries, S = r.reduce_splits;
-    const double dec_read = fr.a * U + fr.b * N;
-    const double red_read = E > 0 ? fredr.a * E + fredr.b * S : 0;
-    const double red_all = E > 0 ? fred.a * E + fred.b * S : 0;
-    r.read_bytes = dec_read + red_read;
-    f.distinct_per_unit = fd.c[0];
-    f.distinct_per_token = fd.c[1];
-    f.distinct_per_q_group = fd.c[2];
-    const double G = double(bs.kv_lens.size()) * plan.row_groups;
-    r.read_distinct_bytes = fd.c[0] * U + fd.c[1] * N + fd.c[2] * G + (E > 0 ? fredd.a * E + fredd.b * S : 0);
-    r.written_bytes = f.write_partial_unit * partial_units + f.write_final_unit * final_units + (red_all - red_read);
-    macs = fm.a * U + fm.b * N;
-  }
+  const double macs = r.full_scale ? full_scale_facts(r, bs, m) : fit_scaled_facts(r, bs, plan, plan_reduces);
 
-  // Minimum bytes: each KV token and page id once, Q read once, O written once.
-  const double kvb = rt::elem_bytes(s.kv_dtype), qb = rt::elem_bytes(s.q_dtype);
-  const double row_bytes = s.kv_ds_mla ? double(abi::kDsMlaRowBytes) : rt::kQkDim * kvb;  // a token's KV
-  const double rows = double(bs.kv_lens.size()) * s.qseqlen;
-  for (int len : bs.kv_lens) {
-    r.kv_bytes += double(len) * row_bytes;
-    r.idx_bytes += double((len + s.page_size - 1) / s.page_size) * 4;
-  }
-  r.q_bytes = rows * s.heads * rt::kQkDim * qb;
-  r.o_bytes = rows * s.heads * rt::kVDim * 2;
-  // The partials the reduce reads, each written once: a bf16 row (a prefix or sparse kernel's)
-  // 1024 bytes, an f32 one 2048, and its lse.
-  r.partial_bytes = 0;
-  for (const auto& e : plan.reduces)
-    r.partial_bytes += double(plan.rows) * (double(e.bf16_splits) * 1024 + double(e.num_splits - e.bf16_splits) * 2048 + 4 * e.num_splits);
-  r.table_bytes = double(plan.units.size() * sizeof(rt::WorkUnit) + plan.reduces.size() * sizeof(rt::ReduceEntry));
-  const double minimum = r.kv_bytes + r.idx_bytes + r.q_bytes + r.o_bytes;
-  r.ratio_read_over_min = r.read_bytes / minimum;
-  r.ratio_moved_over_min = (r.read_bytes + r.written_bytes) / minimum;
-  r.ratio_moved_over_plan = (r.read_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
-  r.ratio_distinct_moved_over_plan =
-      (r.read_distinct_bytes + r.written_bytes) / (minimum + 2 * r.partial_bytes + r.table_bytes);
-  if (!r.full_scale) {
-    // The runtime's definition (reads vs the plan's needed reads), from the same extrapolation.
-    double needed = 0;
-    for (const auto& un : plan.units) {
-      needed += double(un.kv_end - un.kv_start) * row_bytes;
-      needed += double((un.kv_end + s.page_size - 1) / s.page_size - un.kv_start / s.page_size) * 4;
-      needed += std::min(plan.rows_per_group, plan.rows - un.row_group * plan.rows_per_group) * rt::kQkDim * qb;
-    }
-    needed += r.table_bytes + r.partial_bytes;
-    r.ratio_read_over_needed = r.read_bytes / needed;
-  }
-  r.partial_over_kv = 2 * r.partial_bytes / r.kv_bytes;
+  const double row_bytes = s.kv_ds_mla ? double(abi::kDsMlaRowBytes) : rt::kQkDim * rt::elem_bytes(s.kv_dtype);
+  const double minimum = count_bytes(r, bs, plan, row_bytes);
   r.kv_bytes_per_cu = r.kv_bytes / m.cus;
 
   // MACs: useful = every visible (row, token) pair x (576 QK + 512 PV), heads unpadded.
@@ -549,39 +635,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.macs_issued = macs;
   r.mac_ratio = macs / r.macs_useful;
 
-  // Static facts of the assembly.
-  const std::string text = decode_asm_for(s);
-  f.inflight_bytes_per_wg = producer_inflight_bytes(text);
-  r.hot = analyze_hot_loop(text, s.target, o.run_mca);
-  if (o.trace_hot_loop) print_hot_loop(sel.decode.name, r.hot);
-  r.hot.ring_stall_cycles = gen::modeled_ring_stall_cycles(r.hot, sel.decode.launch.ring, sel.decode.launch.slot_tokens,
-                                                           sel.decode.launch.lds_row_bytes);
-  f.hot_loop_cycles = r.hot.coissue_cycles + r.hot.ring_stall_cycles;
-  {  // One producer loop iteration: stage_slots slots of slot_tokens / T tiles each.
-    const gen::HotLoop ph = gen::analyze_hot_loop(text, gen_target(s.target), ".Lproducer_loop_");
-    const int slots = std::max(1, sel.decode.geometry.value("stage_slots", 1));
-    f.producer_cycles_per_tile = ph.coissue_cycles / (slots * double(sel.decode.launch.slot_tokens) / T);
-  }
-  const double resident = std::min<double>(f.max_resident_wgs, std::ceil(double(plan.units.size()) / m.cus));
-  r.inflight_per_cu = f.inflight_bytes_per_wg * std::max(1.0, resident);
-  r.little_per_cu = m.little_bytes_per_cu();
-  const double tile_bytes = T * row_bytes + 4.0 * std::max(1, T / s.page_size);
-  r.tile_mem_cycles = tile_bytes / m.hbm_share_per_cu() * m.clock_hz;
-  // The CU's stream feeds min(4, resident x consumers) consumer waves, each on its own SIMD; a
-  // tile occupies row_blocks of them. Each SIMD thus has (waves / row_blocks) tile memory
-  // times to issue one tile's hot loop.
-  const double waves = std::min(4.0, double(f.max_resident_wgs) * f.consumers);
-  r.issue_over_mem = (r.hot.issue_cycles + r.hot.ring_stall_cycles) / (r.tile_mem_cycles * waves / f.row_blocks);
-  r.coissue_over_mem = f.hot_loop_cycles / (r.tile_mem_cycles * waves / f.row_blocks);
-  // The CU's LDS (128 B per clock) serves every consumer of a tile (row blocks of them) and the
-  // producer's write of it.
-  f.lds_cycles_per_tile = (f.row_blocks * r.hot.lds_bytes + T * double(sel.decode.launch.lds_row_bytes)) / 128.0;
-  r.lds_over_mem = f.lds_cycles_per_tile / r.tile_mem_cycles;
-  {
-    double bank = 0, ideal = 0;
-    for (const auto& x : r.samples) bank += x.lds_bank_cycles, ideal += x.lds_ideal_cycles;
-    r.lds_bank_factor = ideal > 0 ? bank / ideal : 0;
-  }
+  static_facts(r, sel, plan, m, o, row_bytes);
 
   // Modeled.
   auto price = [&](const Machine& at) {
@@ -594,23 +648,7 @@ ShapeResult measure_shape(const BenchShape& bs, const MeasureOptions& o) {
   r.launches_as_run = 2 + (k.prefix ? 1 : 0);  // rt::launch_grids: decode, prefix (if any), reduce
   r.launches_priced = 1 + (r.reduce_entries > 0 ? 1 : 0);
   r.as_run_s = r.modeled.total_s + (r.launches_as_run - r.launches_priced) * m.launch_s;
-  {
-    rt::PlanInputs in = rt::plan_inputs_for(k, bs.kv_lens, m.cus, 0);
-    in.merge_in_launch = true;
-    in.cascade = rt::CascadePolicy::never;
-    const rt::Plan mp = rt::plan_decode(in);
-    int entries = 0, splits = 0;
-    for (int s : mp.splits) {
-      r.one_launch_max_splits = std::max(r.one_launch_max_splits, s);
-      if (s > 1) ++entries, splits += s;
-    }
-    const ModeledTime d = model_time_assigned(m, f, model_units(mp), cus_of_ranges(mp.unit_ranges, mp.units.size(), m.cus),
-                                              0, 0, int(bs.kv_lens.size()) * mp.row_groups);
-    if (r.one_launch_max_splits > 1)
-      r.one_launch_merge_s = std::max((f.reduce_per_entry * entries + f.reduce_per_split * splits) / m.hbm_bytes_per_s,
-                                      (1 + 5 * r.one_launch_max_splits) * m.trip_s());
-    r.one_launch_s = d.total_s + r.one_launch_merge_s;
-  }
+  price_one_launch(r, k, bs, m);
   r.modeled_tbps = minimum / r.modeled.total_s / 1e12;
   const int max_splits = std::max(2, int(std::ceil(4.0 * m.cus / double(bs.kv_lens.size()))));
   r.brute = brute_force_splits(m, f, bs.kv_lens, max_splits);
