@@ -287,6 +287,9 @@ inline constexpr int kIndexerDim = 128, kIndexerTokenBytes = 132;
 // Tokens a workgroup scores per loop iteration (one 32-column MFMA tile); chunk_tokens is a
 // multiple of it.
 inline constexpr int kIndexerTileTokens = 32;
+// The top-k kernel reads a row (or segment) of at most this many logits once and keeps it in
+// registers through its passes; a longer one it reads five times (runtime/dsa_indexer.h's split).
+inline constexpr int kTopkResidentLogits = 16384;
 
 // Each table is dense, in offset order, and ends at its size.
 template <size_t N>

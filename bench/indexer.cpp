@@ -32,11 +32,12 @@ constexpr int kTopK = 2048, kDsMlaBytes = abi::kDsMlaRowBytes;
 // decode and reduce launches: the serving runtime's grids are fixed by capacity, no prefix launch).
 int dsa_launches(const IndexerResult& x) { return 1 + (x.topk_segments > 1 ? 2 : 1) + 2; }
 
-// The top-k kernel per row (measured: two one-row runs at kTopkSample lengths): bytes read per
-// logit and per row.
-constexpr int kTopkSample[2] = {32768, 65536};  // whole loop iterations of every pass
+// The top-k kernel per row (measured: two one-row runs at each pair of kTopkSample lengths): bytes
+// read per logit and per row, of rows held in registers (<= gen::kTopkResidentKeys) and of rows
+// streamed through every pass.
+constexpr int kTopkSample[2][2] = {{8192, 16384}, {32768, 65536}};  // whole loop iterations of every pass
 struct TopkRates {
-  double read_per_logit = 0, read_per_row = 0;
+  double read_per_logit[2] = {}, read_per_row[2] = {};  // [0] resident, [1] streamed
 };
 
 // What a kernel costs per token and per workgroup (measured), and its hot loop (modeled).
@@ -117,30 +118,32 @@ KernelRates rates_of(const rt::Catalog& cat, const IndexerShape& s, bool verbose
 TopkRates topk_rates(const rt::Catalog& cat, rt::Target t, bool verbose) {
   const rt::CatalogKernel& k = rt::indexer_topk_kernel(cat, t);
   auto co = emu::CodeObject::load_file(k.co_path);
-  double reads[2];
-  for (int i = 0; i < 2; ++i) {
-    const int len = kTopkSample[i];
-    emu::Device dev(t == rt::Target::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950);
-    std::vector<float> logits(static_cast<size_t>(len));
-    std::mt19937_64 rng{static_cast<uint64_t>(len)};
-    for (auto& x : logits) x = float(int64_t(rng() >> 11) % 2000001 - 1000000) * 1e-3f;
-    mla_indexer_topk_args a{};
-    a.num_rows = 1, a.next_n = 1, a.topk = kTopK, a.logits_stride = len, a.indices_stride = kTopK;
-    a.logits = dev.alloc(logits.size() * 4, 256, "logits");
-    dev.write(a.logits, logits.data(), logits.size() * 4);
-    a.seq_lens = dev.alloc(4, 256, "seq_lens");
-    dev.write(a.seq_lens, &len, 4);
-    a.indices = dev.alloc(size_t(kTopK) * 4, 256, "indices");
-    const rt::DecodeOp op = rt::indexer_topk_ops(k, a, rt::TopkSplit{})[0];  // one launch: one row
-    const emu::Counters c = dev.dispatch(co, k.name, {op.grid.x, op.grid.y, 1}, {op.block.x, 1, 1}, op.kernarg);
-    reads[i] = double(c.total.global_read_bytes);
-  }
   TopkRates r;
-  r.read_per_logit = (reads[1] - reads[0]) / (kTopkSample[1] - kTopkSample[0]);
-  r.read_per_row = reads[0] - r.read_per_logit * kTopkSample[0];
-  if (verbose)
-    fmt::print(stderr, "mlabench: {} {}: read {:.1f} B per logit + {:.0f} B per row\n", rt::name(t), k.name,
-               r.read_per_logit, r.read_per_row);
+  for (int kind = 0; kind < 2; ++kind) {
+    double reads[2];
+    for (int i = 0; i < 2; ++i) {
+      const int len = kTopkSample[kind][i];
+      emu::Device dev(t == rt::Target::gfx942 ? emu::Gfx::gfx942 : emu::Gfx::gfx950);
+      std::vector<float> logits(static_cast<size_t>(len));
+      std::mt19937_64 rng{static_cast<uint64_t>(len)};
+      for (auto& x : logits) x = float(int64_t(rng() >> 11) % 2000001 - 1000000) * 1e-3f;
+      mla_indexer_topk_args a{};
+      a.num_rows = 1, a.next_n = 1, a.topk = kTopK, a.logits_stride = len, a.indices_stride = kTopK;
+      a.logits = dev.alloc(logits.size() * 4, 256, "logits");
+      dev.write(a.logits, logits.data(), logits.size() * 4);
+      a.seq_lens = dev.alloc(4, 256, "seq_lens");
+      dev.write(a.seq_lens, &len, 4);
+      a.indices = dev.alloc(size_t(kTopK) * 4, 256, "indices");
+      const rt::DecodeOp op = rt::indexer_topk_ops(k, a, rt::TopkSplit{})[0];  // one launch: one row
+      const emu::Counters c = dev.dispatch(co, k.name, {op.grid.x, op.grid.y, 1}, {op.block.x, 1, 1}, op.kernarg);
+      reads[i] = double(c.total.global_read_bytes);
+    }
+    r.read_per_logit[kind] = (reads[1] - reads[0]) / (kTopkSample[kind][1] - kTopkSample[kind][0]);
+    r.read_per_row[kind] = reads[0] - r.read_per_logit[kind] * kTopkSample[kind][0];
+    if (verbose)
+      fmt::print(stderr, "mlabench: {} {}: {} rows read {:.1f} B per logit + {:.0f} B per row\n", rt::name(t), k.name,
+                 kind ? "streamed" : "resident", r.read_per_logit[kind], r.read_per_row[kind]);
+  }
   return r;
 }
 
@@ -149,14 +152,18 @@ TopkRates topk_rates(const rt::Catalog& cat, rt::Target t, bool verbose) {
 // loads in flight allow (Little's law at the loaded HBM latency: threads x keys per thread x 4 B in
 // a histogram pass, waves x groups x 256 B in the count and write passes, the kernel's constants),
 // at most the CU's L2 port; plus one dependent trip per pass (the digit search and its barriers).
+// A row of at most kTopkResidentKeys logits is read once, as the count pass reads (its passes
+// then work on registers), and keeps the five dependent trips.
 double topk_row_s(const Machine& m, const TopkRates& r, int len, double& read_bytes) {
   const double row_bytes = double(len) * 4;
-  read_bytes = r.read_per_logit * len + r.read_per_row;
+  const int kind = len <= gen::kTopkResidentKeys ? 0 : 1;
+  read_bytes = r.read_per_logit[kind] * len + r.read_per_row[kind];
   const double port = m.cu_port_bytes_per_clk * m.clock_hz;
   const double hist_inflight = double(gen::kTopkThreads) * gen::kTopkHistKeysPerThread * 4;
   const double emit_inflight = double(gen::kTopkThreads / 64) * gen::kTopkGroupsPerWave * 64 * 4;
   const double hist_rate = std::min(port, hist_inflight / m.little_latency_s);
   const double emit_rate = std::min(port, emit_inflight / m.little_latency_s);
+  if (kind == 0) return row_bytes / emit_rate + 5 * m.trip_s();
   return 3 * row_bytes / hist_rate + 2 * row_bytes / emit_rate + 5 * m.trip_s();
 }
 
@@ -313,8 +320,9 @@ std::string indexer_markdown(const std::vector<IndexerResult>& r) {
       "here and read back by the top-k. DSA layer MB: cache + logits written + the top-k's reads + sparse MLA's "
       "min(2048, context) x 656 B per query row; DSA launches: the layer's as run (logits, top-k, sparse MLA's decode "
       "and reduce).\n\n"
-      "Top-k us: the dsa_topk_per_row_decode launches (one workgroup per row, five passes over its logits; "
-      "with S > 1 segments, each row's S segments, then the row over their S x 2048 candidates; modeled). "
+      "Top-k us: the dsa_topk_per_row_decode launches (one workgroup per row or segment: up to 16K logits read "
+      "once, a longer row five times; with S > 1 segments, each row's S segments, then the row over their S x 2048 "
+      "candidates; modeled). "
       "Indexer us: logits + top-k.\n\n"
       "| target | shape | chunk | workgroups | cache MB | HBM bytes / cache | logits MB | modeled us | HBM us | fixed "
       "us | bandwidth reached | cache-only | bound | top-k S | top-k us | indexer us | DSA layer MB | DSA launches |\n"

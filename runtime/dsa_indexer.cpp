@@ -69,16 +69,27 @@ const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target) {
 
 TopkSplit indexer_topk_split(int rows, int64_t logits_stride, int topk, int num_cus) {
   TopkSplit t;
+  constexpr int64_t R = abi::kTopkResidentLogits;
+  if (logits_stride <= R || topk % 4) return t;
+  auto cut = [&](int64_t s) {  // segments of a multiple of 4 positions (the kernel reads 4 logits at a time)
+    t.segment_tokens = int((logits_stride + s - 1) / s + 3) / 4 * 4;
+    t.segments = int((logits_stride + t.segment_tokens - 1) / t.segment_tokens);
+    return t;
+  };
   const int by_cus = std::max(1, num_cus) / std::max(1, rows);
   const int by_balance = int(std::sqrt(double(logits_stride) / double(std::max(1, topk))));
+  // Resident: from the fewest segments of at most R positions to the most whose candidates fit R,
+  // the balanced count where it lies between, within four rounds of the CUs (modeled: a streamed
+  // row reads its logits five times, a resident segment once but with the same five dependent
+  // steps; docs/sparse.md "The indexer: performance").
+  const int64_t fewest = (logits_stride + R - 1) / R;
+  const int64_t most = std::min<int64_t>(R / topk, 4 * int64_t(std::max(1, num_cus)) / std::max(1, rows));
+  if (fewest <= most) return cut(std::clamp<int64_t>(by_balance, fewest, most));
   const int s = std::min({by_cus, by_balance, 64});
   // Two launches pay from three segments up (modeled: at 8K x 1 two segments cost more than the
   // second launch saves); stage 2 reads its candidates 4 at a time: whole groups of 4 per segment.
-  if (s < 3 || topk % 4) return t;
-  // Segments of a multiple of 4 positions (the kernel reads 4 logits at a time).
-  t.segment_tokens = int((logits_stride + s - 1) / s + 3) / 4 * 4;
-  t.segments = int((logits_stride + t.segment_tokens - 1) / t.segment_tokens);
-  return t;
+  if (s < 3) return t;
+  return cut(s);
 }
 
 std::vector<DecodeOp> indexer_topk_ops(const CatalogKernel& kernel, const mla_indexer_topk_args& a,

@@ -19,10 +19,14 @@ DecodeOp indexer_logits_op(const CatalogKernel& kernel, const mla_indexer_logits
 const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target);
 // How the top-k runs: one launch (segments 1), or two: each row's `segments` segments of
 // segment_tokens positions, then the row over their candidates (segments x topk entries of 8
-// bytes per row in the workspace). Two where a row is much longer than topk (stage 1 reads
-// stride / S per workgroup, stage 2 S x topk: S = sqrt(stride / topk) balances them) and the rows
-// leave CUs for the segments (S <= num_cus / rows), from 3 segments up, with topk a multiple of 4;
-// from the capacity only.
+// bytes per row in the workspace); from the capacity only, with topk a multiple of 4.
+// - A row of at most abi::kTopkResidentLogits positions: one launch (read once, kept in registers).
+// - Else, where segments of at most that many positions can have candidates that fit it too within
+//   four rounds of the CUs, such segments (S = sqrt(stride / topk) where it lies between): every
+//   workgroup reads its logits once.
+// - Else, where a row is much longer than topk (stage 1 reads stride / S per workgroup, stage 2
+//   S x topk: S = sqrt(stride / topk) balances them) and the rows leave CUs for the segments
+//   (S <= num_cus / rows), from 3 segments up.
 struct TopkSplit {
   int segments = 1;
   int segment_tokens = 0;

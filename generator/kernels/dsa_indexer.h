@@ -1,6 +1,7 @@
 // The DSA indexer's kernels (docs/sparse.md "The indexer"): shape facts shared by the config
 // checks and the builders.
 #pragma once
+#include "abi/mla_abi.h"
 #include "spec/kernel_spec.h"
 
 namespace mla::gen {
@@ -15,7 +16,10 @@ inline int indexer_rows(const KernelSpec& s) { return s.next_n * indexer_padded_
 
 // The top-k kernel's shape (dsa_topk.cpp), which mlabench's model prices: threads per row, keys
 // each thread has in flight in a histogram pass, and 64-key groups each wave has in flight in the
-// count and write passes.
+// count and write passes. A row (or segment) of at most kTopkResidentKeys logits is read once:
+// each wave's groups stay in registers through every pass.
 inline constexpr int kTopkThreads = 1024, kTopkHistKeysPerThread = 16, kTopkGroupsPerWave = 16;
+inline constexpr int kTopkResidentKeys = kTopkThreads * kTopkGroupsPerWave;
+static_assert(kTopkResidentKeys == abi::kTopkResidentLogits, "the runtime splits rows by it");
 
 }  // namespace mla::gen

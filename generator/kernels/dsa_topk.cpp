@@ -11,8 +11,10 @@
 //   are known; each wave then counts, in its contiguous quarter of the row, the keys above K and
 //   equal to K, and writes its indices at positions that follow index order: the keys above K
 //   first, then the first (by index) keys equal to K. The same input gives the same rows.
-// The row is read five times (three histograms, the count, the write), from the L2 in the
-// steady state (the logits were just written). With a block table each written position t
+// A row of at most kTopkResidentKeys (16K) logits is read once: each wave loads its quarter's 16
+// groups of 64 into registers and every pass works on them. A longer row is read five times
+// (three histograms, the count, the write), from the L2 in the steady state (the logits were just
+// written). With a block table each written position t
 // becomes its cache slot (the selected ones' block ids are read; nothing else is).
 //
 // Stages (abi::topk_args): 0 as above; 1, workgroup (s, r) selects the top-k of segment s of row r
@@ -61,9 +63,13 @@ class TopK {
   void short_row();
   void load_key(VReg key, VReg idx, SReg end);
   void histogram(int pass);
+  // A histogram pass over the wave's groups held in registers (a resident row).
+  void histogram_resident(int pass, const std::vector<VReg>& keys, const std::vector<VReg>& idxs);
   void find_digit(int pass);
-  void count_quarter();  // "quarter": each wave's share of the row
-  void write_quarter();
+  void quarter_range();  // "quarter": each wave's share of the row, [seg_begin, seg_end)
+  // The count and write passes: over the groups given (a resident row), else loading them.
+  void count_quarter(const std::vector<VReg>* keys = nullptr, const std::vector<VReg>* idxs = nullptr);
+  void write_quarter(const std::vector<VReg>* keys = nullptr, const std::vector<VReg>* idxs = nullptr);
   // Per 64-key group of the wave's quarter: keys above K into `gt`, equal to K into `eq` (SGPR
   // pairs, inactive lanes and lanes past the end 0).
   void classify(VReg idx, VReg k_loaded, SReg gt, SReg eq);
@@ -86,10 +92,29 @@ class TopK {
 void TopK::build() {
   setup();
   short_row();
+  Label streamed = b.new_label("streamed");
+  b.s_cmp_gt_u32(len, Imm(kTopkResidentKeys));
+  b.s_cbranch_scc1(streamed);
+  {  // Resident: one read of the row, every pass from registers.
+    quarter_range();
+    std::vector<VReg> keys, idxs;
+    b.s_mov_b32(j, seg_begin);
+    load_groups(keys, idxs);
+    for (int pass = 0; pass < 3; ++pass) {
+      histogram_resident(pass, keys, idxs);
+      find_digit(pass);
+    }
+    count_quarter(&keys, &idxs);
+    write_quarter(&keys, &idxs);
+    for (int u = 0; u < kGroups; ++u) ra.release(keys[u]), ra.release(idxs[u]);
+    b.s_branch(done);
+  }
+  b.bind(streamed);
   for (int pass = 0; pass < 3; ++pass) {
     histogram(pass);
     find_digit(pass);
   }
+  quarter_range();
   count_quarter();
   write_quarter();
   b.bind(done);
@@ -316,6 +341,28 @@ void TopK::histogram(int pass) {
   b.s_barrier();
 }
 
+void TopK::histogram_resident(int pass, const std::vector<VReg>& keys, const std::vector<VReg>& idxs) {
+  const Digit d = kDigits[pass];
+  b.v_lshlrev_b32(v0_, Imm(3), tid);
+  b.ds_write_b64(v0_, zero.sub(0, 2), 0);
+  b.s_barrier();
+  for (int u = 0; u < kGroups; ++u) {
+    b.v_cmp_gt_u32(m1, seg_end, idxs[u]);
+    if (pass > 0) {
+      b.v_xor_b32(v0_, prefix, keys[u]);
+      b.v_and_b32(v0_, pmask, v0_);
+      b.v_cmp_eq_u32(m2, Imm(0), v0_);
+      b.s_and_b64(m1, m1, m2);
+    }
+    b.v_bfe_u32(v0_, keys[u], Imm(d.shift), Imm(d.width));
+    b.v_lshlrev_b32(v0_, Imm(2), v0_);
+    b.s_and_saveexec_b64(saved, m1);
+    b.ds_add_u32(v0_, one);
+    b.s_mov_exec(saved);
+  }
+  b.s_barrier();
+}
+
 // Wave 0: the bin of the histogram holding the rem-th largest matching key; every wave then
 // reads the digit and the count still to take inside it, and extends the prefix.
 void TopK::find_digit(int pass) {
@@ -443,39 +490,50 @@ void TopK::classify(VReg idx, VReg k_loaded, SReg gt, SReg eq) {
 }
 
 // Each wave's share of the row: [wave * q, min((wave + 1) * q, len)), q = len / kWaves rounded
-// up to 64 x kGroups; its counts of keys above and equal to K go to LDS.
-void TopK::count_quarter() {
+// up to 64 x kGroups (one set of groups per wave for a resident row).
+void TopK::quarter_range() {
   constexpr int span = 64 * kGroups * kWaves, span_log2 = 14, q_log2 = 10;
-  static_assert(span == 1 << span_log2 && 64 * kGroups == 1 << q_log2);
+  static_assert(span == 1 << span_log2 && 64 * kGroups == 1 << q_log2 && span == kTopkResidentKeys);
   b.s_add_u32(seg_end, len, Imm(span - 1));
   b.s_lshr_b32(seg_end, seg_end, Imm(span_log2));
   b.s_lshl_b32(seg_end, seg_end, Imm(q_log2));  // q
   b.s_mul_i32(seg_begin, wave, seg_end);
   b.s_add_u32(seg_end, seg_begin, seg_end);
   b.s_min_u32(seg_end, seg_end, len);
+}
+
+// The wave's counts of keys above and equal to K go to LDS.
+void TopK::count_quarter(const std::vector<VReg>* resident_keys, const std::vector<VReg>* resident_idxs) {
   SReg gt = ra.sgpr(2, "above_mask", 2), eq = ra.sgpr(2, "equal_mask", 2), cg = ra.sgpr(1, "count_above"),
        ce = ra.sgpr(1, "count_equal"), c = ra.sgpr(1, "count");
   b.s_mov_b32(cg, Imm(0));
   b.s_mov_b32(ce, Imm(0));
-  Label loop = b.new_label("count_loop"), skip = b.new_label("count_done");
-  b.s_mov_b32(j, seg_begin);
-  b.s_cmp_ge_u32(j, seg_end);
-  b.s_cbranch_scc1(skip);
-  b.bind(loop);
-  std::vector<VReg> keys, idxs;
-  load_groups(keys, idxs);
-  for (int u = 0; u < kGroups; ++u) {
-    classify(idxs[u], keys[u], gt, eq);
-    b.s_bcnt1_i32_b64(c, gt);
-    b.s_add_u32(cg, cg, c);
-    b.s_bcnt1_i32_b64(c, eq);
-    b.s_add_u32(ce, ce, c);
-    ra.release(keys[u]);
-    ra.release(idxs[u]);
+  auto count = [&](const std::vector<VReg>& keys, const std::vector<VReg>& idxs) {
+    for (int u = 0; u < kGroups; ++u) {
+      classify(idxs[u], keys[u], gt, eq);
+      b.s_bcnt1_i32_b64(c, gt);
+      b.s_add_u32(cg, cg, c);
+      b.s_bcnt1_i32_b64(c, eq);
+      b.s_add_u32(ce, ce, c);
+    }
+  };
+  Label skip = b.new_label("count_done");
+  if (resident_keys) {
+    count(*resident_keys, *resident_idxs);
+  } else {
+    Label loop = b.new_label("count_loop");
+    b.s_mov_b32(j, seg_begin);
+    b.s_cmp_ge_u32(j, seg_end);
+    b.s_cbranch_scc1(skip);
+    b.bind(loop);
+    std::vector<VReg> keys, idxs;
+    load_groups(keys, idxs);
+    count(keys, idxs);
+    for (int u = 0; u < kGroups; ++u) ra.release(keys[u]), ra.release(idxs[u]);
+    b.s_add_u32(j, j, Imm(64 * kGroups));
+    b.s_cmp_lt_u32(j, seg_end);
+    b.s_cbranch_scc1(loop);
   }
-  b.s_add_u32(j, j, Imm(64 * kGroups));
-  b.s_cmp_lt_u32(j, seg_end);
-  b.s_cbranch_scc1(loop);
   b.bind(skip);
   b.s_lshl_b32(c, wave, Imm(3));
   b.s_add_u32(c, c, Imm(kWaveCounts));
@@ -487,7 +545,7 @@ void TopK::count_quarter() {
 
 // The positions: keys above K at [sum of the earlier waves' above-counts + running count), keys
 // equal to K at topk - rem + [earlier waves' equal-counts + running count) while below rem.
-void TopK::write_quarter() {
+void TopK::write_quarter(const std::vector<VReg>* resident_keys, const std::vector<VReg>* resident_idxs) {
   SReg base_gt = ra.sgpr(1, "base_above"), base_eq = ra.sgpr(1, "base_equal"), kgt = ra.sgpr(1, "count_above_all");
   SReg c = ra.sgpr(1, "count"), gt = ra.sgpr(2, "above_mask", 2), eq = ra.sgpr(2, "equal_mask", 2);
   b.s_mov_b32(base_gt, Imm(0));
@@ -554,21 +612,26 @@ void TopK::write_quarter() {
     b.s_bcnt1_i32_b64(c, eq);
     b.s_add_u32(base_eq, base_eq, c);
   };
-  Label loop = b.new_label("write_loop");
-  b.s_mov_b32(j, seg_begin);
-  b.s_cmp_ge_u32(j, seg_end);
-  b.s_cbranch_scc1(done);
-  b.bind(loop);
-  std::vector<VReg> keys, idxs;
-  load_groups(keys, idxs);
-  for (int u = 0; u < kGroups; ++u) {
-    group(idxs[u], keys[u]);
-    ra.release(keys[u]);
-    ra.release(idxs[u]);
+  if (resident_keys) {
+    for (int u = 0; u < kGroups; ++u) group((*resident_idxs)[size_t(u)], (*resident_keys)[size_t(u)]);
+  } else {
+    Label loop = b.new_label("write_loop");
+    b.s_mov_b32(j, seg_begin);
+    b.s_cmp_ge_u32(j, seg_end);
+    b.s_cbranch_scc1(done);
+    b.bind(loop);
+    std::vector<VReg> keys, idxs;
+    load_groups(keys, idxs);
+    for (int u = 0; u < kGroups; ++u) {
+      group(idxs[u], keys[u]);
+      ra.release(keys[u]);
+      ra.release(idxs[u]);
+    }
+    b.s_add_u32(j, j, Imm(64 * kGroups));
+    b.s_cmp_lt_u32(j, seg_end);
+    b.s_cbranch_scc1(loop);
   }
-  b.s_add_u32(j, j, Imm(64 * kGroups));
-  b.s_cmp_lt_u32(j, seg_end);
-  b.s_cbranch_scc1(loop);
+  for (SReg r : {base_gt, base_eq, kgt, c, gt, eq}) ra.release(r);
 }
 
 }  // namespace

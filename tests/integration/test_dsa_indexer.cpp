@@ -402,33 +402,48 @@ TEST_CASE("indexer top-k: the k largest per row, ties to the lowest positions, s
     check_topk(run_topk(s, {300, 257, 64, 1000}, 2, 64, 4, 2));
     check_topk(run_topk(s, {3000, 700}, 2, 256, 40, 3));
     check_topk(run_topk(s, {1500}, 4, 1, 0, 4));
-    // Cache slots through a block table, at page sizes 64 and 1, short and long rows. (Rows of
-    // 1000-3000 positions at topk 64-256 run in two launches, three segments each.)
+    // Cache slots through a block table, at page sizes 64 and 1, short and long rows (rows past
+    // 16K positions run in two launches: stage 2 looks the positions up, then their slots).
     check_topk(run_topk(s, {3000, 100, 2049}, 1, 2048, 0, 5, 64));
     check_topk(run_topk(s, {700, 40}, 2, 64, 6, 6, 1));
+    const TopkRun slots = run_topk(s, {20000, 300}, 1, 256, 0, 11, 64);
+    CHECK(slots.two_stage);
+    check_topk(slots);
   }
 }
 
 TEST_CASE("indexer top-k: the same input gives the same rows, in the same order, in one launch or two") {
   for (rt::Target t : {rt::Target::gfx942, rt::Target::gfx950}) {
     Session s(t);
-    TopkRun a = run_topk(s, {6000, 900}, 1, 512, 8, 9);
-    TopkRun b = run_topk(s, {6000, 900}, 1, 512, 8, 9);
-    CHECK(a.two_stage);  // 2 rows of 6008 positions at topk 512: three segments each
+    TopkRun a = run_topk(s, {20000, 900, 20000}, 1, 512, 8, 9);
+    TopkRun b = run_topk(s, {20000, 900, 20000}, 1, 512, 8, 9);
+    CHECK(a.two_stage);  // 3 rows of 20008 positions at topk 512: segments held in registers
     CHECK(a.indices == b.indices);
     check_topk(a);
-    // One CU to plan for: one launch, one workgroup per row; the same rows, in the same order.
+    // One CU to plan for (more than four rounds of segments): one launch, one workgroup per row
+    // (streamed); the same rows, in the same order.
     OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 1));
-    TopkRun c = run_topk(s, {6000, 900}, 1, 512, 8, 9);
+    TopkRun c = run_topk(s, {20000, 900, 20000}, 1, 512, 8, 9);
     CHECK_FALSE(c.two_stage);
     CHECK(a.indices == c.indices);
+    // Rows past kTopkResidentKeys (16K) logits are streamed five times, shorter ones (and here
+    // every segment and candidate row) held in registers: the same rows either way, heavy ties.
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 0));
+    TopkRun d = run_topk(s, {40000, 16385, 16384}, 1, 2048, 40, 10);
+    CHECK(d.two_stage);
+    check_topk(d);
+    OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 1));
+    TopkRun e = run_topk(s, {40000, 16385, 16384}, 1, 2048, 40, 10);
+    CHECK_FALSE(e.two_stage);
+    check_topk(e);
+    CHECK(d.indices == e.indices);
     // Two launches need their workspace: refused without it.
     mla_indexer_topk_args x{};
     OK(mla_context_set_option(s.ctx, MLA_OPTION_NUM_CUS, 0));
     uint64_t buf = 0;
     OK(mla_malloc(s.dev, 1 << 16, &buf));
     x.logits = x.seq_lens = x.indices = buf;
-    x.num_rows = 2, x.next_n = 1, x.topk = 512, x.logits_stride = 6008, x.indices_stride = 512;
+    x.num_rows = 2, x.next_n = 1, x.topk = 512, x.logits_stride = 20008, x.indices_stride = 512;
     REQUIRE(mla_indexer_topk(s.ctx, &x, nullptr) == MLA_ERROR_CAPACITY);
     CHECK_THAT(std::string(mla_last_error()), Catch::Contains("mla_indexer_topk_workspace_size"));
   }
