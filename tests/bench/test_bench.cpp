@@ -188,8 +188,8 @@ TEST_CASE("bench: batches of lengths that differ are modeled within 1.05 of thei
 
 // Issue #43's sparse shapes (docs/sparse.md "Performance"): each query row's 2048 slots read once
 // (656 bytes a slot from the fp8_ds_mla cache, 576 from fp8), the layer as run at or above its floor
-// and, for now, within 1.5x of it (the issue asks 1.25x: not met at 1-16 rows, two launches of
-// fixed cost), bytes moved within 1.4x of what every plan needs (1.05x asked: every split reads
+// and, for now, within 1.4x of it (the issue asks 1.25x: not met at 1-4 rows, where each split's
+// Q, entries and partial pass one workgroup's bytes in flight; docs/sparse.md), bytes moved within 1.4x of what every plan needs (1.05x asked: every split reads
 // its Q again, 18 KB against a 1-2 tile split's 21-42 KB of entries and its 16 KB bf16 partial),
 // no prefix launch.
 TEST_CASE("bench: sparse shapes read each slot once, sit at or above their floor, two launches") {
@@ -208,7 +208,7 @@ TEST_CASE("bench: sparse shapes read each slot once, sit at or above their floor
     CHECK(r.facts.kv_read_per_token <= entry * 1.001);
     CHECK(r.sparse_floor_s > 0);
     CHECK(r.as_run_s >= r.sparse_floor_s * (1 - 1e-9));
-    CHECK(r.as_run_s <= 1.5 * r.sparse_floor_s);
+    CHECK(r.as_run_s <= 1.4 * r.sparse_floor_s);
     CHECK(r.ratio_moved_over_plan <= 1.4);
     CHECK(r.launches_as_run == 2);
   }
