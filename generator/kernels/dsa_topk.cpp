@@ -77,6 +77,10 @@ class TopK {
   void write_pair(VReg addr, SReg first, SReg second);
   // The keys of the wave's kGroups groups of 64 from j (positions past seg_end not loaded).
   void load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs);
+  // body(keys, idxs) over the wave's groups: those given (a resident row), else loaded set by set
+  // over [seg_begin, seg_end) (an empty quarter branches to `empty`).
+  template <class F>
+  void over_groups(const std::vector<VReg>* keys, const std::vector<VReg>* idxs, Label empty, const char* name, F&& body);
   // v1_ = what the row holds for position idx (lanes of `lanes`): idx, or its cache slot.
   void index_value(VReg idx, SReg lanes);
 
@@ -481,6 +485,24 @@ void TopK::load_groups(std::vector<VReg>& keys, std::vector<VReg>& idxs) {
   }
 }
 
+template <class F>
+void TopK::over_groups(const std::vector<VReg>* keys_in, const std::vector<VReg>* idxs_in, Label empty, const char* name,
+                       F&& body) {
+  if (keys_in) return body(*keys_in, *idxs_in);
+  Label loop = b.new_label(name);
+  b.s_mov_b32(j, seg_begin);
+  b.s_cmp_ge_u32(j, seg_end);
+  b.s_cbranch_scc1(empty);
+  b.bind(loop);
+  std::vector<VReg> keys, idxs;
+  load_groups(keys, idxs);
+  body(keys, idxs);
+  for (int u = 0; u < kGroups; ++u) ra.release(keys[u]), ra.release(idxs[u]);
+  b.s_add_u32(j, j, Imm(64 * kGroups));
+  b.s_cmp_lt_u32(j, seg_end);
+  b.s_cbranch_scc1(loop);
+}
+
 void TopK::classify(VReg idx, VReg k_loaded, SReg gt, SReg eq) {
   b.v_cmp_gt_u32(m1, seg_end, idx);
   b.v_cmp_lt_u32(gt, prefix, k_loaded);
@@ -518,22 +540,7 @@ void TopK::count_quarter(const std::vector<VReg>* resident_keys, const std::vect
     }
   };
   Label skip = b.new_label("count_done");
-  if (resident_keys) {
-    count(*resident_keys, *resident_idxs);
-  } else {
-    Label loop = b.new_label("count_loop");
-    b.s_mov_b32(j, seg_begin);
-    b.s_cmp_ge_u32(j, seg_end);
-    b.s_cbranch_scc1(skip);
-    b.bind(loop);
-    std::vector<VReg> keys, idxs;
-    load_groups(keys, idxs);
-    count(keys, idxs);
-    for (int u = 0; u < kGroups; ++u) ra.release(keys[u]), ra.release(idxs[u]);
-    b.s_add_u32(j, j, Imm(64 * kGroups));
-    b.s_cmp_lt_u32(j, seg_end);
-    b.s_cbranch_scc1(loop);
-  }
+  over_groups(resident_keys, resident_idxs, skip, "count_loop", count);
   b.bind(skip);
   b.s_lshl_b32(c, wave, Imm(3));
   b.s_add_u32(c, c, Imm(kWaveCounts));
@@ -612,25 +619,10 @@ void TopK::write_quarter(const std::vector<VReg>* resident_keys, const std::vect
     b.s_bcnt1_i32_b64(c, eq);
     b.s_add_u32(base_eq, base_eq, c);
   };
-  if (resident_keys) {
-    for (int u = 0; u < kGroups; ++u) group((*resident_idxs)[size_t(u)], (*resident_keys)[size_t(u)]);
-  } else {
-    Label loop = b.new_label("write_loop");
-    b.s_mov_b32(j, seg_begin);
-    b.s_cmp_ge_u32(j, seg_end);
-    b.s_cbranch_scc1(done);
-    b.bind(loop);
-    std::vector<VReg> keys, idxs;
-    load_groups(keys, idxs);
-    for (int u = 0; u < kGroups; ++u) {
-      group(idxs[u], keys[u]);
-      ra.release(keys[u]);
-      ra.release(idxs[u]);
-    }
-    b.s_add_u32(j, j, Imm(64 * kGroups));
-    b.s_cmp_lt_u32(j, seg_end);
-    b.s_cbranch_scc1(loop);
-  }
+  over_groups(resident_keys, resident_idxs, done, "write_loop",
+              [&](const std::vector<VReg>& keys, const std::vector<VReg>& idxs) {
+                for (int u = 0; u < kGroups; ++u) group(idxs[size_t(u)], keys[size_t(u)]);
+              });
   for (SReg r : {base_gt, base_eq, kgt, c, gt, eq}) ra.release(r);
 }
 
