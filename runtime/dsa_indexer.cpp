@@ -79,11 +79,12 @@ TopkSplit indexer_topk_split(int rows, int64_t logits_stride, int topk, int num_
   const int by_cus = std::max(1, num_cus) / std::max(1, rows);
   const int by_balance = int(std::sqrt(double(logits_stride) / double(std::max(1, topk))));
   // Resident: from the fewest segments of at most R positions to the most whose candidates fit R,
-  // the balanced count where it lies between, within four rounds of the CUs (modeled: a streamed
-  // row reads its logits five times, a resident segment once but with the same five dependent
-  // steps; docs/sparse.md "The indexer: performance").
-  const int64_t fewest = (logits_stride + R - 1) / R;
-  const int64_t most = std::min<int64_t>(R / topk, 4 * int64_t(std::max(1, num_cus)) / std::max(1, rows));
+  // the balanced count where it lies between, within four rounds of the CUs and no more rounds
+  // than the fewest take (modeled: a streamed row reads its logits five times, a resident segment
+  // once but with the same five dependent steps; docs/sparse.md "The indexer: performance").
+  const int64_t cus = std::max(1, num_cus), fewest = (logits_stride + R - 1) / R;
+  const int64_t rounds = (int64_t(std::max(1, rows)) * fewest + cus - 1) / cus;
+  const int64_t most = std::min<int64_t>(R / topk, std::min<int64_t>(rounds, 4) * cus / std::max(1, rows));
   if (fewest <= most) return cut(std::clamp<int64_t>(by_balance, fewest, most));
   const int s = std::min({by_cus, by_balance, 64});
   // Two launches pay from three segments up (modeled: at 8K x 1 two segments cost more than the

@@ -22,7 +22,7 @@ const CatalogKernel& indexer_topk_kernel(const Catalog& cat, Target target);
 // bytes per row in the workspace); from the capacity only, with topk a multiple of 4.
 // - A row of at most abi::kTopkResidentLogits positions: one launch (read once, kept in registers).
 // - Else, where segments of at most that many positions can have candidates that fit it too within
-//   four rounds of the CUs, such segments (S = sqrt(stride / topk) where it lies between): every
+//   four rounds of the CUs (and no more rounds than the fewest take), such segments (S = sqrt(stride / topk) where it lies between): every
 //   workgroup reads its logits once.
 // - Else, where a row is much longer than topk (stage 1 reads stride / S per workgroup, stage 2
 //   S x topk: S = sqrt(stride / topk) balances them) and the rows leave CUs for the segments
