@@ -339,7 +339,7 @@ double fit_scaled_facts(ShapeResult& r, const BenchShape& bs, const rt::Plan& pl
   const double U = double(plan.units.size()), N = double(plan.total_tokens());
   double final_units = 0, partial_units = 0;
   for (const auto& un : plan.units) (un.partial >= 0 ? partial_units : final_units) += 1;
-  std::vector<double> xu, xn, yr, ym, re, rs, yred, ytr, ytn, yd;
+  std::vector<double> xu, xn, yr, ym, re, rs, yred, yd;
   std::vector<std::vector<double>> xung;
   for (const auto& x : r.samples) {
     xu.push_back(x.U);
@@ -348,7 +348,6 @@ double fit_scaled_facts(ShapeResult& r, const BenchShape& bs, const rt::Plan& pl
     yr.push_back(x.decode_read);
     yd.push_back(x.decode_read_distinct);
     ym.push_back(x.mfma_macs);
-    ytr.push_back(x.traffic_read - x.reduce_read);
   }
   std::vector<double> ykv;
   for (const auto& x : r.samples) ykv.push_back(x.decode_kv_read);

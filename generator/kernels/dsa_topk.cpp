@@ -62,9 +62,14 @@ class TopK {
   void setup();
   void short_row();
   void load_key(VReg key, VReg idx, SReg end);
+  void order_key(VReg key);  // f32 bits to order-preserving u32 bits, in place
   void histogram(int pass);
   // A histogram pass over the wave's groups held in registers (a resident row).
   void histogram_resident(int pass, const std::vector<VReg>& keys, const std::vector<VReg>& idxs);
+  void clear_histogram();
+  // Counts `key` in its bin of digit `pass` where the lanes of m1 hold a key of the row that
+  // matches the prefix found so far (m1 is clobbered).
+  void histogram_add(int pass, VReg key);
   void find_digit(int pass);
   void quarter_range();  // "quarter": each wave's share of the row, [seg_begin, seg_end)
   // The count and write passes: over the groups given (a resident row), else loading them.
@@ -277,17 +282,15 @@ void TopK::load_key(VReg k_out, VReg idx, SReg end) {
   b.v_lshlrev_b32(v2_, Imm(2), idx);
   b.global_load_dword(k_out, v2_, in_base);
   b.s_mov_exec(saved);
-  b.v_ashrrev_i32(v2_, Imm(31), k_out);
+  order_key(k_out);
+}
+void TopK::order_key(VReg key) {
+  b.v_ashrrev_i32(v2_, Imm(31), key);
   b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
-  b.v_xor_b32(k_out, v2_, k_out);
+  b.v_xor_b32(key, v2_, key);
 }
 void TopK::histogram(int pass) {
-  const Digit d = kDigits[pass];
-  // Clear: each thread zeroes 2 bins.
-  static_assert(kHistBytes == 8 * kThreads);
-  b.v_lshlrev_b32(v0_, Imm(3), tid);
-  b.ds_write_b64(v0_, zero.sub(0, 2), 0);
-  b.s_barrier();
+  clear_histogram();
   // Per iteration each thread loads kUnroll x 4 consecutive keys (one dwordx4 each): a vector
   // that starts before the end may run past it, into the row's stride (a multiple of 4, so in
   // bounds; its lanes past the end are masked); one that starts past the end is not loaded.
@@ -316,22 +319,10 @@ void TopK::histogram(int pass) {
   for (int u = 0; u < kUnroll; ++u)
     for (int e = 0; e < 4; ++e) {
       VReg key = keys[u][e];
-      b.v_ashrrev_i32(v2_, Imm(31), key);
-      b.v_or_b32(v2_, Imm(int64_t(0x80000000u)), v2_);
-      b.v_xor_b32(key, v2_, key);
+      order_key(key);
       b.v_add_u32(v0_, Imm(e), idxs[u]);
       b.v_cmp_gt_u32(m1, len, v0_);
-      if (pass > 0) {
-        b.v_xor_b32(v0_, prefix, key);
-        b.v_and_b32(v0_, pmask, v0_);
-        b.v_cmp_eq_u32(m2, Imm(0), v0_);
-        b.s_and_b64(m1, m1, m2);
-      }
-      b.v_bfe_u32(v0_, key, Imm(d.shift), Imm(d.width));
-      b.v_lshlrev_b32(v0_, Imm(2), v0_);
-      b.s_and_saveexec_b64(saved, m1);
-      b.ds_add_u32(v0_, one);
-      b.s_mov_exec(saved);
+      histogram_add(pass, key);
     }
   b.s_add_u32(j, j, Imm(kUnroll * 4 * kThreads));
   b.s_cmp_lt_u32(j, len);
@@ -346,25 +337,35 @@ void TopK::histogram(int pass) {
 }
 
 void TopK::histogram_resident(int pass, const std::vector<VReg>& keys, const std::vector<VReg>& idxs) {
-  const Digit d = kDigits[pass];
+  clear_histogram();
+  for (int u = 0; u < kGroups; ++u) {
+    b.v_cmp_gt_u32(m1, seg_end, idxs[u]);
+    histogram_add(pass, keys[u]);
+  }
+  b.s_barrier();
+}
+
+// Each thread zeroes 2 bins.
+void TopK::clear_histogram() {
+  static_assert(kHistBytes == 8 * kThreads);
   b.v_lshlrev_b32(v0_, Imm(3), tid);
   b.ds_write_b64(v0_, zero.sub(0, 2), 0);
   b.s_barrier();
-  for (int u = 0; u < kGroups; ++u) {
-    b.v_cmp_gt_u32(m1, seg_end, idxs[u]);
-    if (pass > 0) {
-      b.v_xor_b32(v0_, prefix, keys[u]);
-      b.v_and_b32(v0_, pmask, v0_);
-      b.v_cmp_eq_u32(m2, Imm(0), v0_);
-      b.s_and_b64(m1, m1, m2);
-    }
-    b.v_bfe_u32(v0_, keys[u], Imm(d.shift), Imm(d.width));
-    b.v_lshlrev_b32(v0_, Imm(2), v0_);
-    b.s_and_saveexec_b64(saved, m1);
-    b.ds_add_u32(v0_, one);
-    b.s_mov_exec(saved);
+}
+
+void TopK::histogram_add(int pass, VReg key) {
+  const Digit d = kDigits[pass];
+  if (pass > 0) {
+    b.v_xor_b32(v0_, prefix, key);
+    b.v_and_b32(v0_, pmask, v0_);
+    b.v_cmp_eq_u32(m2, Imm(0), v0_);
+    b.s_and_b64(m1, m1, m2);
   }
-  b.s_barrier();
+  b.v_bfe_u32(v0_, key, Imm(d.shift), Imm(d.width));
+  b.v_lshlrev_b32(v0_, Imm(2), v0_);
+  b.s_and_saveexec_b64(saved, m1);
+  b.ds_add_u32(v0_, one);
+  b.s_mov_exec(saved);
 }
 
 // Wave 0: the bin of the histogram holding the rem-th largest matching key; every wave then

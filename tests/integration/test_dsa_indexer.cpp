@@ -466,7 +466,6 @@ TEST_CASE("indexer top-k: bad arguments are refused with the field named") {
   a.logits_stride = 102;
   fails("args.logits_stride = 102 (allowed: a multiple of 4");
   a.logits_stride = 100;
-  a.indices_stride = 16;
   a.next_n = 9;
   fails("args.next_n = 9");
 }
